@@ -1,0 +1,397 @@
+//! sluice's configuration: raw TOML → validated [`Config`].
+//!
+//! Owns the file format, every default, and every bound (bounds are data, in
+//! [`bounds`], so the docs and the checks cannot drift apart). Unknown keys are
+//! errors; every error names the file, the line and the key. It must not touch
+//! sockets or compile rules: the server turns a `Config` into a running snapshot.
+//!
+//! ```toml
+//! [server]
+//! listen = "127.0.0.1:8080"
+//! root = "/srv/mirror"
+//! workers = 0                 # 0 = one per core
+//!
+//! [http]
+//! keepalive_timeout = "15s"
+//! header_timeout = "10s"      # total deadline for a whole request head
+//!
+//! [files]
+//! io = "sendfile"             # or "mmap" or "read"
+//! buffer_size = 32768
+//!
+//! [log]
+//! access = "off"              # or a path
+//!
+//! [rules]
+//! files = ["redirects.conf"]
+//! ```
+
+use serde::{Deserialize, Deserializer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Numeric bounds of settings: (min, max).
+pub mod bounds {
+    pub const WORKERS: (u64, u64) = (0, 256);
+    pub const BUFFER_SIZE: (u64, u64) = (512, 16 << 20);
+    pub const KEEPALIVE_REQUESTS: (u64, u64) = (1, 1 << 32);
+    pub const MAX_REQUEST_LINE: (u64, u64) = (256, 1 << 20);
+    pub const MAX_HEAD: (u64, u64) = (1024, 1 << 20);
+    pub const MAX_HEADERS: (u64, u64) = (8, 128);
+    pub const MAX_RANGES: (u64, u64) = (1, 1024);
+    pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
+    pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
+    pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);
+}
+
+/// How file bodies are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// `sendfile(2)`: zero-copy from the page cache to the socket.
+    Sendfile,
+    /// `mmap` a window of the file and `write` from it.
+    Mmap,
+    /// `pread` into a `buffer_size` buffer and `write` it.
+    Read,
+}
+
+/// Which symlinks are followed when opening a path under the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SymlinkPolicy {
+    /// Follow symlinks whose target stays inside the root (default).
+    InsideRoot,
+    /// Never follow a symlink.
+    Never,
+    /// Follow every symlink, even out of the root (for trees the operator trusts).
+    Any,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub listen: Vec<String>,
+    pub root: PathBuf,
+    #[serde(deserialize_with = "de_workers")]
+    pub workers: usize,
+    #[serde(deserialize_with = "de_duration")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    #[serde(deserialize_with = "de_keepalive_requests")]
+    pub keepalive_requests: u64,
+    #[serde(deserialize_with = "de_duration")]
+    pub keepalive_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub header_timeout: Duration,
+    /// A response that makes no progress for this long is abandoned.
+    #[serde(deserialize_with = "de_duration")]
+    pub send_timeout: Duration,
+    #[serde(deserialize_with = "de_max_request_line")]
+    pub max_request_line: usize,
+    #[serde(deserialize_with = "de_max_head")]
+    pub max_head: usize,
+    #[serde(deserialize_with = "de_max_headers")]
+    pub max_headers: usize,
+    #[serde(deserialize_with = "de_max_ranges")]
+    pub max_ranges: usize,
+    /// Request bodies up to this size are read and thrown away (keep-alive kept);
+    /// larger ones, and chunked bodies, close the connection after the answer.
+    #[serde(deserialize_with = "de_max_body_discard")]
+    pub max_body_discard: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesSection {
+    pub io: IoMode,
+    #[serde(deserialize_with = "de_buffer_size")]
+    pub buffer_size: usize,
+    pub symlinks: SymlinkPolicy,
+    pub hidden: bool,
+    pub listing: bool,
+    pub index: Vec<String>,
+    /// How long a cached open file / stat result is trusted.
+    #[serde(deserialize_with = "de_duration")]
+    pub cache_validity: Duration,
+    #[serde(deserialize_with = "de_cache_entries")]
+    pub cache_entries: usize,
+    /// Files up to this size are kept in memory and sent with one `writev`.
+    #[serde(deserialize_with = "de_small_file_max")]
+    pub small_file_max: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// `"off"` or a file path for the combined-format access log.
+    pub access: String,
+    /// tracing filter for stderr, e.g. `"info"` or `"sluice_server=debug"`.
+    pub level: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RulesSection {
+    /// Rules files (native or Apache syntax), relative to the config file.
+    pub files: Vec<PathBuf>,
+    /// Skip unsupported directives with a warning instead of refusing the file.
+    pub lenient: bool,
+}
+
+/// The whole validated configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerSection,
+    pub http: HttpSection,
+    pub files: FilesSection,
+    pub log: LogSection,
+    pub rules: RulesSection,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: vec!["127.0.0.1:8080".into()],
+            root: PathBuf::from("."),
+            workers: 0,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            keepalive_requests: 10_000,
+            keepalive_timeout: Duration::from_secs(15),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+            max_request_line: 8 * 1024,
+            max_head: 16 * 1024,
+            max_headers: 64,
+            max_ranges: 16,
+            max_body_discard: 64 * 1024,
+        }
+    }
+}
+
+impl Default for FilesSection {
+    fn default() -> Self {
+        FilesSection {
+            io: IoMode::Sendfile,
+            // Seed 003's sweep found the best read buffer near 30 KB; docs/BENCHMARKS.md
+            // has this machine's figures.
+            buffer_size: 32 * 1024,
+            symlinks: SymlinkPolicy::InsideRoot,
+            hidden: false,
+            listing: true,
+            index: vec!["index.html".into()],
+            cache_validity: Duration::from_secs(1),
+            cache_entries: 16_384,
+            small_file_max: 16 * 1024,
+        }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            access: "off".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// A configuration error, already phrased for the operator (`file: line N: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Parse TOML text; `origin` names the file in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
+            // toml's message carries the span; turn it into "file:line: key: what".
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+                .unwrap_or(0);
+            let msg = e.message().trim().to_string();
+            ConfigError(format!("{origin}:{line}: {msg}"))
+        })?;
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    /// Read and parse a config file; relative paths inside it (root, rules files) are
+    /// resolved against the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{origin}: cannot read: {e}")))?;
+        let mut cfg = Config::parse(&text, &origin)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if cfg.server.root.is_relative() && text_mentions(&text, "root") {
+            cfg.server.root = base.join(&cfg.server.root);
+        }
+        for f in cfg.rules.files.iter_mut() {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+        }
+        Ok(cfg)
+    }
+
+    fn validate(&mut self, origin: &str) -> Result<(), ConfigError> {
+        if self.server.listen.is_empty() {
+            return Err(ConfigError(format!(
+                "{origin}: server.listen: at least one address is needed"
+            )));
+        }
+        for l in &self.server.listen {
+            if l.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError(format!(
+                    "{origin}: server.listen: {l:?} is not ADDR:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"
+                )));
+            }
+        }
+        if self.log.access != "off" && self.log.access.is_empty() {
+            return Err(ConfigError(format!(
+                "{origin}: log.access: empty path (use \"off\")"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Number of worker threads after resolving `0` to the number of cores.
+    pub fn worker_count(&self) -> usize {
+        if self.server.workers > 0 {
+            self.server.workers
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }
+    }
+}
+
+fn text_mentions(text: &str, key: &str) -> bool {
+    text.lines().any(|l| l.trim_start().starts_with(key))
+}
+
+/// Parse `"15s"`, `"500ms"`, `"2m"`, `"1h"` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like \"15s\" or \"500ms\""))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    if !(0.0..=86400.0 * 365.0).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Secs(u64),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Text(s) => parse_duration(&s).map_err(serde::de::Error::custom),
+        Raw::Secs(n) => Ok(Duration::from_secs(n)),
+    }
+}
+
+macro_rules! bounded {
+    ($name:ident, $ty:ty, $b:expr) => {
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            let v = u64::deserialize(d)?;
+            let (lo, hi) = $b;
+            if v < lo || v > hi {
+                return Err(serde::de::Error::custom(format!(
+                    "{v} is out of range ({lo}..={hi})"
+                )));
+            }
+            Ok(v as $ty)
+        }
+    };
+}
+bounded!(de_workers, usize, bounds::WORKERS);
+bounded!(de_buffer_size, usize, bounds::BUFFER_SIZE);
+bounded!(de_keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);
+bounded!(de_max_request_line, usize, bounds::MAX_REQUEST_LINE);
+bounded!(de_max_head, usize, bounds::MAX_HEAD);
+bounded!(de_max_headers, usize, bounds::MAX_HEADERS);
+bounded!(de_max_ranges, usize, bounds::MAX_RANGES);
+bounded!(de_max_body_discard, u64, bounds::MAX_BODY_DISCARD);
+bounded!(de_cache_entries, usize, bounds::CACHE_ENTRIES);
+bounded!(de_small_file_max, usize, bounds::SMALL_FILE_MAX);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_from_empty() {
+        let c = Config::parse("", "x.toml").unwrap();
+        assert_eq!(c.files.io, IoMode::Sendfile);
+        assert_eq!(c.server.listen, vec!["127.0.0.1:8080"]);
+    }
+
+    #[test]
+    fn values_and_durations() {
+        let c = Config::parse(
+            "[server]\nlisten=[\"[::1]:9\"]\n[http]\nkeepalive_timeout=\"500ms\"\nheader_timeout=3\n[files]\nio=\"mmap\"\nsymlinks=\"never\"\n",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(c.http.keepalive_timeout, Duration::from_millis(500));
+        assert_eq!(c.http.header_timeout, Duration::from_secs(3));
+        assert_eq!(c.files.io, IoMode::Mmap);
+        assert_eq!(c.files.symlinks, SymlinkPolicy::Never);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let e = Config::parse("[server]\nworkers = 2\nlisen = \"x\"\n", "sluice.toml").unwrap_err();
+        assert!(e.0.starts_with("sluice.toml:3:"), "{e}");
+        assert!(e.0.contains("lisen"), "{e}");
+        let e = Config::parse("[files]\n\nbuffer_size = 1\n", "s.toml").unwrap_err();
+        assert!(
+            e.0.starts_with("s.toml:3:") && e.0.contains("out of range"),
+            "{e}"
+        );
+        let e = Config::parse("[files]\nio = \"aio\"\n", "s.toml").unwrap_err();
+        assert!(e.0.starts_with("s.toml:2:") && e.0.contains("aio"), "{e}");
+        let e = Config::parse("[http]\nkeepalive_timeout = \"5 parsecs\"\n", "s.toml").unwrap_err();
+        assert!(e.0.starts_with("s.toml:2:"), "{e}");
+        let e = Config::parse("[server]\nlisten = [\"nowhere\"]\n", "s.toml").unwrap_err();
+        assert!(e.0.contains("server.listen"), "{e}");
+    }
+}

@@ -1,0 +1,64 @@
+//! HTTP dates (IMF-fixdate), via `httpdate`, plus a once-a-second cache for `Date:`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Format seconds since the epoch as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+pub fn format(secs: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// Parse any of the three HTTP date formats to seconds since the epoch.
+pub fn parse(s: &str) -> Option<u64> {
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
+}
+
+/// Whole seconds since the epoch for a `SystemTime` (0 before the epoch).
+pub fn secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The `Date:` value, re-rendered at most once per second. One per worker.
+pub struct DateCache {
+    secs: u64,
+    text: String,
+}
+
+impl Default for DateCache {
+    fn default() -> Self {
+        DateCache {
+            secs: u64::MAX,
+            text: String::new(),
+        }
+    }
+}
+
+impl DateCache {
+    pub fn get(&mut self, now: SystemTime) -> &str {
+        let s = secs(now);
+        if s != self.secs {
+            self.secs = s;
+            self.text = format(s);
+        }
+        &self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn round_trip() {
+        assert_eq!(super::format(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(
+            super::parse("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784111777)
+        );
+        assert_eq!(
+            super::parse("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784111777)
+        );
+        assert_eq!(super::parse("nope"), None);
+    }
+}

@@ -1,0 +1,528 @@
+//! Request-head parsing and validation.
+//!
+//! [`parse_head`] returns [`Parsed::Partial`] ("need more bytes") as a value, not an
+//! error, so the caller can keep reading under its own *total* header deadline.
+//! Everything it returns borrows from the caller's buffer: no allocation per request.
+//!
+//! Refused shapes (each is a [`ParseError`] with its status code):
+//! - request line longer than [`Limits::max_request_line`] (414), head longer than
+//!   [`Limits::max_head`] or more than [`Limits::max_headers`] headers (431);
+//! - obs-fold, bad tokens, bare LF in odd places (httparse: 400);
+//! - `Content-Length` together with `Transfer-Encoding`, duplicate or malformed
+//!   `Content-Length`, a `Transfer-Encoding` whose last coding is not `chunked` (400,
+//!   these are the request-smuggling shapes);
+//! - HTTP/1.1 without `Host`, or with more than one (400).
+//!
+//! Cost: one httparse pass over the head plus one pass over its headers.
+
+use memchr::memchr;
+
+/// Size limits on a request head. Defaults are nginx-like.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest request line (method, target, version), bytes. Default 8 KiB.
+    pub max_request_line: usize,
+    /// Longest whole head (request line + headers + blank line), bytes. Default 16 KiB.
+    pub max_head: usize,
+    /// Most header fields. Default 64.
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_line: 8 * 1024,
+            max_head: 16 * 1024,
+            max_headers: 64,
+        }
+    }
+}
+
+/// The methods sluice knows by name; anything else is `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Patch,
+    Trace,
+    Connect,
+    Other,
+}
+
+impl Method {
+    fn from_bytes(m: &str) -> Method {
+        match m {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "PATCH" => Method::Patch,
+            "TRACE" => Method::Trace,
+            "CONNECT" => Method::Connect,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// How the request's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Why a head was refused. [`ParseError::status`] gives the answer to send; after any
+/// of these the connection must be closed, because the framing can no longer be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    RequestLineTooLong,
+    HeadTooLarge,
+    TooManyHeaders,
+    Malformed,
+    BadVersion,
+    MissingHost,
+    DuplicateHost,
+    BadContentLength,
+    ConflictingFraming,
+    BadTransferEncoding,
+}
+
+impl ParseError {
+    pub fn status(self) -> u16 {
+        match self {
+            ParseError::RequestLineTooLong => 414,
+            ParseError::HeadTooLarge | ParseError::TooManyHeaders => 431,
+            ParseError::BadVersion => 505,
+            ParseError::BadTransferEncoding => 501,
+            _ => 400,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParseError::RequestLineTooLong => "request line too long",
+            ParseError::HeadTooLarge => "request head too large",
+            ParseError::TooManyHeaders => "too many header fields",
+            ParseError::Malformed => "malformed request",
+            ParseError::BadVersion => "unsupported HTTP version",
+            ParseError::MissingHost => "missing Host header",
+            ParseError::DuplicateHost => "more than one Host header",
+            ParseError::BadContentLength => "invalid Content-Length",
+            ParseError::ConflictingFraming => "both Content-Length and Transfer-Encoding",
+            ParseError::BadTransferEncoding => "unsupported Transfer-Encoding",
+        }
+    }
+}
+
+/// A parsed request head; every slice borrows the input buffer.
+#[derive(Debug, Default)]
+pub struct RequestHead<'a> {
+    pub method: Option<Method>,
+    pub method_str: &'a str,
+    /// The request target as sent (origin-form, absolute-form or `*`).
+    pub target: &'a str,
+    /// Path part of the target, still percent-encoded, always starting with `/` (or `*`).
+    pub path: &'a str,
+    /// Query after `?`, without the `?`.
+    pub query: Option<&'a str>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Host from absolute-form, else the `Host` header, port stripped.
+    pub host: Option<&'a str>,
+    pub keep_alive: bool,
+    pub body: Option<BodyFraming>,
+    pub if_none_match: Option<&'a str>,
+    pub if_modified_since: Option<&'a str>,
+    pub if_range: Option<&'a str>,
+    pub range: Option<&'a str>,
+    pub accept: Option<&'a str>,
+    pub user_agent: Option<&'a str>,
+    pub referer: Option<&'a str>,
+    /// Length of the head in bytes (the body, if any, starts here).
+    pub head_len: usize,
+}
+
+impl<'a> RequestHead<'a> {
+    pub fn method(&self) -> Method {
+        self.method.unwrap_or(Method::Other)
+    }
+    pub fn framing(&self) -> BodyFraming {
+        self.body.unwrap_or(BodyFraming::None)
+    }
+}
+
+/// The result of feeding bytes to the parser.
+#[derive(Debug)]
+pub enum Parsed<'a> {
+    /// A whole head; the body (if any) starts at `head.head_len`.
+    Complete(RequestHead<'a>),
+    /// Not enough bytes yet; read more (under the caller's deadline) and call again.
+    Partial,
+}
+
+fn split_host_port(h: &str) -> &str {
+    let h = h.trim();
+    if let Some(rest) = h.strip_prefix('[') {
+        // IPv6 literal: keep the brackets' content.
+        return match rest.find(']') {
+            Some(i) => &h[..i + 2],
+            None => h,
+        };
+    }
+    match h.rfind(':') {
+        Some(i) => &h[..i],
+        None => h,
+    }
+}
+
+fn eq_token_list_has(value: &str, token: &str) -> bool {
+    value
+        .split(',')
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Parse one request head from the front of `buf`.
+pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+    // Tolerate (and skip) empty lines before a request (RFC 9112 §2.2), as most servers do.
+    let mut start = 0;
+    while start < buf.len() && (buf[start] == b'\r' || buf[start] == b'\n') {
+        start += 1;
+        if start > 8 {
+            return Err(ParseError::Malformed);
+        }
+    }
+    let buf = &buf[start..];
+    match memchr(b'\n', buf) {
+        Some(i) if i > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
+        None if buf.len() > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
+        None => return Ok(Parsed::Partial),
+        Some(_) => {}
+    }
+    let mut storage = [httparse::EMPTY_HEADER; 128];
+    let max = limits.max_headers.min(storage.len());
+    let mut req = httparse::Request::new(&mut storage[..max]);
+    let status = match req.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
+        Err(httparse::Error::Version) => return Err(ParseError::BadVersion),
+        Err(_) => return Err(ParseError::Malformed),
+    };
+    let head_len = match status {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => {
+            if buf.len() > limits.max_head {
+                return Err(ParseError::HeadTooLarge);
+            }
+            return Ok(Parsed::Partial);
+        }
+    };
+    if head_len > limits.max_head {
+        return Err(ParseError::HeadTooLarge);
+    }
+    let method_str = req.method.ok_or(ParseError::Malformed)?;
+    let target = req.path.ok_or(ParseError::Malformed)?;
+    let minor = req.version.ok_or(ParseError::Malformed)?;
+    let mut h = RequestHead {
+        method: Some(Method::from_bytes(method_str)),
+        method_str,
+        target,
+        minor,
+        head_len: head_len + start,
+        ..Default::default()
+    };
+
+    // Split the target into host (absolute-form), path and query.
+    let mut path_and_query = target;
+    let mut authority: Option<&str> = None;
+    if !target.starts_with('/') {
+        if target == "*" {
+            path_and_query = "*";
+        } else if let Some(rest) = strip_scheme(target) {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            authority = Some(&rest[..end]);
+            path_and_query = if end < rest.len() { &rest[end..] } else { "/" };
+            if path_and_query.starts_with('?') {
+                // "http://h?q": path is "/" — rare; keep the query off the path.
+                path_and_query = "/";
+            }
+        } else {
+            return Err(ParseError::Malformed);
+        }
+    }
+    match path_and_query.find('?') {
+        Some(i) => {
+            h.path = &path_and_query[..i];
+            h.query = Some(&path_and_query[i + 1..]);
+        }
+        None => h.path = path_and_query,
+    }
+
+    let mut host_hdr: Option<&str> = None;
+    let mut content_length: Option<u64> = None;
+    let mut transfer_encoding: Option<&str> = None;
+    let mut conn_close = false;
+    let mut conn_keep = false;
+    for hd in req.headers.iter() {
+        let name = hd.name;
+        let value = match std::str::from_utf8(hd.value) {
+            Ok(v) => v.trim(),
+            // Non-UTF-8 values are legal bytes but nothing we read needs them;
+            // refuse only on headers whose meaning we depend on.
+            Err(_) => {
+                if name.eq_ignore_ascii_case("host")
+                    || name.eq_ignore_ascii_case("content-length")
+                    || name.eq_ignore_ascii_case("transfer-encoding")
+                {
+                    return Err(ParseError::Malformed);
+                }
+                continue;
+            }
+        };
+        match name.len() {
+            4 if name.eq_ignore_ascii_case("host") => {
+                if host_hdr.is_some() {
+                    return Err(ParseError::DuplicateHost);
+                }
+                host_hdr = Some(value);
+            }
+            5 if name.eq_ignore_ascii_case("range") => h.range = Some(value),
+            6 if name.eq_ignore_ascii_case("accept") => h.accept = Some(value),
+            7 if name.eq_ignore_ascii_case("referer") => h.referer = Some(value),
+            8 if name.eq_ignore_ascii_case("if-range") => h.if_range = Some(value),
+            10 if name.eq_ignore_ascii_case("connection") => {
+                if eq_token_list_has(value, "close") {
+                    conn_close = true;
+                }
+                if eq_token_list_has(value, "keep-alive") {
+                    conn_keep = true;
+                }
+            }
+            10 if name.eq_ignore_ascii_case("user-agent") => h.user_agent = Some(value),
+            13 if name.eq_ignore_ascii_case("if-none-match") => h.if_none_match = Some(value),
+            14 if name.eq_ignore_ascii_case("content-length") => {
+                let n = parse_content_length(value)?;
+                if content_length.is_some() {
+                    // Even identical duplicates are refused: a proxy in front may
+                    // have picked the other one.
+                    return Err(ParseError::BadContentLength);
+                }
+                content_length = Some(n);
+            }
+            17 if name.eq_ignore_ascii_case("transfer-encoding") => {
+                if transfer_encoding.is_some() {
+                    return Err(ParseError::BadTransferEncoding);
+                }
+                transfer_encoding = Some(value);
+            }
+            17 if name.eq_ignore_ascii_case("if-modified-since") => {
+                h.if_modified_since = Some(value)
+            }
+            _ => {}
+        }
+    }
+
+    h.body = Some(match (content_length, transfer_encoding) {
+        (Some(_), Some(_)) => return Err(ParseError::ConflictingFraming),
+        (Some(0), None) | (None, None) => BodyFraming::None,
+        (Some(n), None) => BodyFraming::Length(n),
+        (None, Some(te)) => {
+            if minor == 0 {
+                // HTTP/1.0 has no chunked coding; a TE here is a smuggling attempt.
+                return Err(ParseError::BadTransferEncoding);
+            }
+            let last = te.rsplit(',').next().unwrap_or("").trim();
+            if !last.eq_ignore_ascii_case("chunked") {
+                return Err(ParseError::BadTransferEncoding);
+            }
+            BodyFraming::Chunked
+        }
+    });
+
+    h.host = match (authority, host_hdr) {
+        (Some(a), _) => Some(split_host_port(a)),
+        (None, Some(v)) => Some(split_host_port(v)),
+        (None, None) => None,
+    };
+    if minor == 1 && host_hdr.is_none() {
+        return Err(ParseError::MissingHost);
+    }
+    if let Some(hh) = h.host {
+        if hh.bytes().any(|b| b == b'/' || b == b'\\' || b <= b' ') {
+            return Err(ParseError::Malformed);
+        }
+    }
+    h.keep_alive = if minor == 1 {
+        !conn_close
+    } else {
+        conn_keep && !conn_close
+    };
+    Ok(Parsed::Complete(h))
+}
+
+fn strip_scheme(t: &str) -> Option<&str> {
+    let b = t.as_bytes();
+    if b.len() >= 7 && b[..7].eq_ignore_ascii_case(b"http://") {
+        Some(&t[7..])
+    } else if b.len() >= 8 && b[..8].eq_ignore_ascii_case(b"https://") {
+        Some(&t[8..])
+    } else {
+        None
+    }
+}
+
+fn parse_content_length(v: &str) -> Result<u64, ParseError> {
+    // RFC 9110 allows a list of identical values; we refuse it (ambiguity is the attack).
+    if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ParseError::BadContentLength);
+    }
+    v.parse::<u64>().map_err(|_| ParseError::BadContentLength)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Parsed<'_>, ParseError> {
+        parse_head(s.as_bytes(), &Limits::default())
+    }
+
+    fn complete(s: &str) -> RequestHead<'_> {
+        match parse(s) {
+            Ok(Parsed::Complete(h)) => h,
+            other => panic!("expected complete, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn simple_get() {
+        let h = complete("GET /a/b?x=1 HTTP/1.1\r\nHost: example.org:8080\r\n\r\n");
+        assert_eq!(h.method(), Method::Get);
+        assert_eq!(h.path, "/a/b");
+        assert_eq!(h.query, Some("x=1"));
+        assert_eq!(h.host, Some("example.org"));
+        assert!(h.keep_alive);
+        assert_eq!(h.framing(), BodyFraming::None);
+    }
+
+    #[test]
+    fn http10_keepalive_rules() {
+        assert!(!complete("GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(complete("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
+        assert!(!complete("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").keep_alive);
+    }
+
+    #[test]
+    fn absolute_form_wins_over_host() {
+        let h = complete("GET http://Mirror.example/pub/x.iso?y HTTP/1.1\r\nHost: other\r\n\r\n");
+        assert_eq!(h.host, Some("Mirror.example"));
+        assert_eq!(h.path, "/pub/x.iso");
+        assert_eq!(h.query, Some("y"));
+        let h = complete("GET http://h HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(h.path, "/");
+    }
+
+    #[test]
+    fn byte_by_byte_is_partial_until_the_end() {
+        let req = b"GET /x HTTP/1.1\r\nHost: a\r\nRange: bytes=0-1\r\n\r\n";
+        for i in 0..req.len() {
+            match parse_head(&req[..i], &Limits::default()) {
+                Ok(Parsed::Partial) => {}
+                other => panic!("prefix {i}: {other:?}"),
+            }
+        }
+        match parse_head(req, &Limits::default()).unwrap() {
+            Parsed::Complete(h) => {
+                assert_eq!(h.range, Some("bytes=0-1"));
+                assert_eq!(h.head_len, req.len());
+            }
+            Parsed::Partial => panic!(),
+        }
+    }
+
+    #[test]
+    fn pipelined_heads_parse_one_at_a_time() {
+        let two = b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n";
+        let Parsed::Complete(h1) = parse_head(two, &Limits::default()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(h1.path, "/1");
+        let rest = &two[h1.head_len..];
+        let Parsed::Complete(h2) = parse_head(rest, &Limits::default()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(h2.path, "/2");
+        assert_eq!(h2.head_len, rest.len());
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        let cases = [
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n\r\n", 501),
+            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\n\r\n", 400),
+            ("GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+            ("GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nBad Name: x\r\nHost: a\r\n\r\n", 400),
+        ];
+        for (req, status) in cases {
+            match parse(req) {
+                Err(e) => assert_eq!(e.status(), status, "{req:?}: {e:?}"),
+                Ok(p) => panic!("accepted {req:?}: {p:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn framing_is_reported() {
+        let h = complete("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n");
+        assert_eq!(h.framing(), BodyFraming::Length(12));
+        let h = complete("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!(h.framing(), BodyFraming::Chunked);
+    }
+
+    #[test]
+    fn limits() {
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
+        assert_eq!(parse(&long).unwrap_err().status(), 414);
+        let no_newline_yet = format!("GET /{}", "a".repeat(9000));
+        assert_eq!(parse(&no_newline_yet).unwrap_err().status(), 414);
+        let many: String = (0..100).map(|i| format!("X-{i}: v\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+        assert_eq!(parse(&req).unwrap_err().status(), 431);
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "v".repeat(17000));
+        assert_eq!(parse(&big).unwrap_err().status(), 431);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = parse_head(&bytes, &Limits::default());
+        }
+
+        #[test]
+        fn split_point_does_not_change_result(split in 0usize..60) {
+            let req = b"GET /p?q HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"x\"\r\n\r\n";
+            let split = split.min(req.len());
+            // A prefix is either partial or (only at full length) complete.
+            let r = parse_head(&req[..split], &Limits::default()).unwrap();
+            proptest::prop_assert!(matches!(r, Parsed::Partial) || split == req.len());
+        }
+    }
+}

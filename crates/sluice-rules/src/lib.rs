@@ -1,0 +1,259 @@
+//! sluice's rules engine: redirects and rewrites at a per-request cost that does not
+//! grow with the number of rules.
+//!
+//! Pipeline: **syntax** ([`native`], [`apache`]) → **model** ([`model::Rule`], one
+//! `check` per rule) → **index** ([`compiled::Index`], which rules can match a
+//! path) → [`RuleSet::lookup`]. [`RuleSet::lookup_linear`] is the reference: every
+//! rule in order, first match wins; tests check the two agree on random rule sets.
+//!
+//! Order: rules are ranked mod_rewrite-class first (native rules, `RewriteRule`),
+//! then mod_alias-class (`Redirect*`), each in file order, as Apache runs
+//! mod_rewrite's hook before mod_alias's. Every rule is terminal (as `[L]`).
+//!
+//! Must not: do I/O on the lookup path, except `-f`/`-d` conditions, which stat a
+//! file under the document root only when a candidate rule has one.
+//! Cost per lookup: see [`compiled`]; a miss with no candidates allocates nothing.
+
+pub mod apache;
+pub mod compiled;
+pub mod loader;
+pub mod model;
+pub mod native;
+pub mod template;
+
+pub use loader::{Format, LoadError};
+use model::{Miss, Pattern, Rule};
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// What the rules can see of a request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request<'a> {
+    /// The path as sent (percent-encoded), starting with `/`.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub host: Option<&'a str>,
+    pub user_agent: Option<&'a str>,
+    pub remote_addr: Option<IpAddr>,
+    /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
+    pub root: Option<&'a Path>,
+}
+
+/// What the rules decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No rule applies (or a `-` rule matched): serve the request as it is.
+    Pass,
+    Redirect {
+        status: u16,
+        location: String,
+    },
+    /// Serve this path (and query) instead.
+    Rewrite {
+        path: String,
+        query: Option<String>,
+    },
+    Forbidden,
+    Gone,
+}
+
+/// A `RewriteMap`.
+#[derive(Debug)]
+pub enum MapDef {
+    Txt(FxHashMap<String, String>),
+    Rnd(FxHashMap<String, Vec<String>>),
+    ToLower,
+    ToUpper,
+}
+
+pub type Maps = FxHashMap<String, MapDef>;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Skip unsupported directives and flags with a warning instead of failing.
+    pub lenient: bool,
+}
+
+/// A compiled set of rules, shared read-only by all workers.
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    maps: Maps,
+    index: compiled::Index,
+    pub warnings: Vec<String>,
+}
+
+impl RuleSet {
+    /// Load and compile rules files, in order.
+    pub fn load_files(paths: &[PathBuf], opts: &LoadOptions) -> Result<RuleSet, LoadError> {
+        let mut ctx = loader::Ctx::new(opts.lenient);
+        for p in paths {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| LoadError::at(p, 0, format!("cannot read: {e}")))?;
+            Self::parse_into(&mut ctx, &text, p, loader::detect(p, &text))?;
+        }
+        Ok(Self::build(ctx))
+    }
+
+    /// Compile rules from text (`origin` names it in messages).
+    pub fn from_str(
+        text: &str,
+        origin: &str,
+        format: Format,
+        opts: &LoadOptions,
+    ) -> Result<RuleSet, LoadError> {
+        let mut ctx = loader::Ctx::new(opts.lenient);
+        Self::parse_into(&mut ctx, text, Path::new(origin), format)?;
+        Ok(Self::build(ctx))
+    }
+
+    fn parse_into(ctx: &mut loader::Ctx, text: &str, p: &Path, f: Format) -> Result<(), LoadError> {
+        match f {
+            Format::Native => native::parse(text, p, ctx),
+            Format::Apache => apache::parse(text, p, ctx),
+        }
+    }
+
+    fn build(ctx: loader::Ctx) -> RuleSet {
+        let mut rules = ctx.rules;
+        // Stable: file order is kept within each class.
+        rules.sort_by_key(|r| r.class);
+        rules.shrink_to_fit();
+        let index = compiled::Index::build(&rules);
+        RuleSet {
+            rules,
+            maps: ctx.maps,
+            index,
+            warnings: ctx.warnings,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn counts(&self) -> compiled::Counts {
+        self.index.counts
+    }
+
+    /// One line for the log: how many rules went to which strategy.
+    pub fn summary(&self) -> String {
+        let c = self.index.counts;
+        format!(
+            "{} rules: {} exact, {} prefix, {} literal-indexed regex, {} always-checked regex",
+            self.rules.len(),
+            c.exact,
+            c.prefix,
+            c.literal,
+            c.always
+        )
+    }
+
+    /// The compiled lookup: the first rule (in rank order) that matches.
+    pub fn lookup(&self, req: &Request) -> Outcome {
+        let mut cands = Vec::new();
+        self.index.candidates(req.path, &mut cands);
+        for i in cands {
+            if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
+                return o;
+            }
+        }
+        Outcome::Pass
+    }
+
+    /// The reference lookup: every rule, in order. For tests and `explain`.
+    pub fn lookup_linear(&self, req: &Request) -> Outcome {
+        for r in &self.rules {
+            if let Ok(o) = r.check(req, &self.maps) {
+                return o;
+            }
+        }
+        Outcome::Pass
+    }
+
+    /// Which rule matched and why the candidates before it did not.
+    pub fn explain(&self, req: &Request) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut cands = Vec::new();
+        self.index.candidates(req.path, &mut cands);
+        let _ = writeln!(out, "{}", self.summary());
+        let _ = writeln!(out, "candidates for {:?}: {}", req.path, cands.len());
+        let mut matched = None;
+        for &i in &cands {
+            let r = &self.rules[i as usize];
+            match r.check(req, &self.maps) {
+                Ok(o) => {
+                    let _ = writeln!(out, "  {}: MATCH ({})", describe(r), kind(r));
+                    matched = Some((i, o));
+                    break;
+                }
+                Err(m) => {
+                    let why = match m {
+                        Miss::Host => "host differs".to_string(),
+                        Miss::Pattern => "pattern does not match".to_string(),
+                        Miss::Cond(n) => format!("condition #{} fails", n + 1),
+                    };
+                    let _ = writeln!(out, "  {}: no: {why}", describe(r));
+                }
+            }
+        }
+        match matched {
+            Some((_, o)) => {
+                let _ = writeln!(out, "result: {}", outcome_text(&o));
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "result: no rule matched; the request is served as it is"
+                );
+            }
+        }
+        let reference = self.lookup_linear(req);
+        let compiled = self.lookup(req);
+        if reference != compiled {
+            let _ = writeln!(
+                out,
+                "WARNING: the linear reference gives {} (please report this)",
+                outcome_text(&reference)
+            );
+        }
+        out
+    }
+}
+
+fn describe(r: &Rule) -> String {
+    let src = line_text(&r.source.file, r.source.line as usize).unwrap_or_default();
+    format!("{}:{}: {}", r.source.file, r.source.line, src.trim())
+}
+
+fn kind(r: &Rule) -> &'static str {
+    match &r.pattern {
+        Pattern::Exact(_) => "exact",
+        Pattern::Prefix(_) => "prefix",
+        Pattern::Regex(_) => "regex",
+    }
+}
+
+fn line_text(file: &str, line: usize) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines().nth(line.checked_sub(1)?).map(str::to_string)
+}
+
+pub fn outcome_text(o: &Outcome) -> String {
+    match o {
+        Outcome::Pass => "pass (served as it is)".into(),
+        Outcome::Redirect { status, location } => format!("{status} redirect to {location}"),
+        Outcome::Rewrite {
+            path,
+            query: Some(q),
+        } => format!("internal rewrite to {path}?{q}"),
+        Outcome::Rewrite { path, query: None } => format!("internal rewrite to {path}"),
+        Outcome::Forbidden => "403 Forbidden".into(),
+        Outcome::Gone => "410 Gone".into(),
+    }
+}

@@ -1,0 +1,503 @@
+//! What a rule is, independent of the syntax it came from, and how one rule is
+//! checked against one request ([`Rule::check`]). Both matchers (the linear
+//! reference and the compiled index) call this same function, so they can only
+//! differ in *which* rules they try, which is what the equivalence tests check.
+
+use crate::template::{Expand, Template};
+use crate::{Maps, Outcome, Request};
+use regex::bytes::{Captures, Regex};
+use std::sync::{Arc, OnceLock};
+
+/// Where a rule came from, for errors and `explain`.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub file: Arc<str>,
+    pub line: u32,
+}
+
+/// What a rule's path pattern is.
+#[derive(Debug)]
+pub enum Pattern {
+    /// The whole path equals this (exactly, or ASCII-case-insensitively with `nocase`).
+    Exact(String),
+    /// Apache `Redirect` semantics: the path is this or continues with `/` after it.
+    Prefix(String),
+    Regex(RegexPattern),
+}
+
+/// A regex, parsed at load time (so syntax errors are reported with file and line)
+/// and compiled on first use (so a million rules load in seconds, not minutes).
+#[derive(Debug)]
+pub struct RegexPattern {
+    pub source: String,
+    /// Per-directory style (`^old/...`, no leading slash): matched against the path
+    /// without its leading `/`, as Apache does in `.htaccess` files.
+    pub strip_slash: bool,
+    compiled: OnceLock<Option<Regex>>,
+}
+
+impl RegexPattern {
+    pub fn new(source: String, nocase: bool, strip_slash: bool) -> Result<Self, String> {
+        let full = wrap(&source, nocase);
+        regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .utf8(false)
+            .build()
+            .parse(&full)
+            .map_err(|e| format!("bad regex {source:?}: {}", first_line(&e.to_string())))?;
+        Ok(RegexPattern {
+            source: full,
+            strip_slash,
+            compiled: OnceLock::new(),
+        })
+    }
+
+    /// The pattern as compiled (with the case flag folded in).
+    pub fn full_source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn regex(&self) -> Option<&Regex> {
+        self.compiled
+            .get_or_init(|| {
+                // Byte-oriented and ASCII-only classes, like Apache's PCRE (non-UTF mode).
+                regex::bytes::RegexBuilder::new(&self.source)
+                    .unicode(false)
+                    .size_limit(1 << 20)
+                    .build()
+                    .ok()
+            })
+            .as_ref()
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+pub fn wrap(source: &str, nocase: bool) -> String {
+    if nocase {
+        format!("(?i){source}")
+    } else {
+        source.to_string()
+    }
+}
+
+/// A variable a condition or a template can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Var {
+    HttpHost,
+    UserAgent,
+    RemoteAddr,
+    QueryString,
+    RequestUri,
+    RequestFilename,
+    DocumentRoot,
+}
+
+impl Var {
+    pub fn from_name(n: &str) -> Option<Var> {
+        Some(match n {
+            "HTTP_HOST" => Var::HttpHost,
+            "HTTP_USER_AGENT" => Var::UserAgent,
+            "REMOTE_ADDR" => Var::RemoteAddr,
+            "QUERY_STRING" => Var::QueryString,
+            "REQUEST_URI" => Var::RequestUri,
+            "REQUEST_FILENAME" => Var::RequestFilename,
+            "DOCUMENT_ROOT" => Var::DocumentRoot,
+            _ => return None,
+        })
+    }
+
+    pub fn read(self, req: &Request, out: &mut String) {
+        match self {
+            Var::HttpHost => out.push_str(req.host.unwrap_or("")),
+            Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
+            Var::RemoteAddr => {
+                if let Some(a) = req.remote_addr {
+                    use std::fmt::Write;
+                    let _ = write!(out, "{a}");
+                }
+            }
+            Var::QueryString => out.push_str(req.query.unwrap_or("")),
+            Var::RequestUri => out.push_str(req.path),
+            Var::RequestFilename => {
+                if let Some(r) = req.root {
+                    out.push_str(&r.to_string_lossy());
+                }
+                out.push_str(req.path);
+            }
+            Var::DocumentRoot => {
+                if let Some(r) = req.root {
+                    out.push_str(&r.to_string_lossy());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum CondTest {
+    Regex(RegexPattern),
+    /// `-f`: a regular file exists at the expanded path.
+    IsFile,
+    /// `-d`: a directory exists at the expanded path.
+    IsDir,
+    /// `=text`: lexical equality.
+    Equals(String),
+}
+
+/// A `RewriteCond`.
+#[derive(Debug)]
+pub struct Cond {
+    pub subject: Template,
+    pub test: CondTest,
+    pub negate: bool,
+    pub nocase: bool,
+    pub or_next: bool,
+}
+
+/// What a matching rule does.
+#[derive(Debug)]
+pub enum Action {
+    /// Redirect to the target. For `Prefix` patterns the rest of the path is appended.
+    Redirect {
+        status: u16,
+        target: Template,
+    },
+    /// Serve another path (internal rewrite); an absolute URL target becomes a 302.
+    Rewrite {
+        target: Template,
+    },
+    /// `RewriteRule pattern -`: match (and stop) without changing anything.
+    Pass,
+    Forbidden,
+    Gone,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Flags {
+    pub nocase: bool,
+    /// QSA: append the request's query to the target's.
+    pub qsa: bool,
+    /// NE: do not percent-escape the redirect target.
+    pub noescape: bool,
+    /// Apache mod_alias rules always carry the query over; mod_rewrite only without
+    /// a `?` in the target.
+    pub alias_query: bool,
+}
+
+/// Which phase of Apache a rule belongs to: mod_rewrite runs before mod_alias
+/// whatever the order in the file, so rewrite-class rules rank first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    Rewrite = 0,
+    Alias = 1,
+}
+
+#[derive(Debug)]
+pub struct Rule {
+    pub source: Source,
+    pub class: Class,
+    pub pattern: Pattern,
+    /// Native rules may name a host (ASCII-case-insensitive equality).
+    pub host: Option<String>,
+    pub conds: Vec<Cond>,
+    pub action: Action,
+    pub flags: Flags,
+}
+
+/// Why a rule did not apply (for `explain`).
+#[derive(Debug)]
+pub enum Miss {
+    Host,
+    Pattern,
+    Cond(usize),
+}
+
+impl Rule {
+    /// Check this rule against `req`; on a match, the outcome it gives.
+    pub fn check(&self, req: &Request, maps: &Maps) -> Result<Outcome, Miss> {
+        if let Some(h) = &self.host {
+            if !req.host.is_some_and(|rh| rh.eq_ignore_ascii_case(h)) {
+                return Err(Miss::Host);
+            }
+        }
+        let path = req.path;
+        let mut rest = "";
+        let caps: Option<Captures> = match &self.pattern {
+            Pattern::Exact(p) => {
+                let ok = if self.flags.nocase {
+                    p.eq_ignore_ascii_case(path)
+                } else {
+                    p == path
+                };
+                if !ok {
+                    return Err(Miss::Pattern);
+                }
+                None
+            }
+            Pattern::Prefix(p) => {
+                if !prefix_matches(p, path, self.flags.nocase) {
+                    return Err(Miss::Pattern);
+                }
+                rest = &path[p.len()..];
+                None
+            }
+            Pattern::Regex(r) => {
+                let Some(re) = r.regex() else {
+                    return Err(Miss::Pattern);
+                };
+                let hay = if r.strip_slash {
+                    path.strip_prefix('/').unwrap_or(path)
+                } else {
+                    path
+                };
+                match re.captures(hay.as_bytes()) {
+                    Some(c) => Some(c),
+                    None => return Err(Miss::Pattern),
+                }
+            }
+        };
+        let cond_caps = self.check_conds(req, maps, caps.as_ref())?;
+        let ex = Expand {
+            req,
+            maps,
+            rule: caps.as_ref(),
+            cond: cond_caps.as_deref(),
+            whole: path,
+        };
+        Ok(match &self.action {
+            Action::Pass => Outcome::Pass,
+            Action::Forbidden => Outcome::Forbidden,
+            Action::Gone => Outcome::Gone,
+            Action::Redirect { status, target } => {
+                let mut t = target.expand(&ex);
+                t.push_str(rest);
+                let (p, q) = split_query(&t);
+                let query = self.query_for(q, req.query);
+                Outcome::Redirect {
+                    status: *status,
+                    location: location(p, query.as_deref(), self.flags.noescape),
+                }
+            }
+            Action::Rewrite { target } => {
+                let t = target.expand(&ex);
+                let (p, q) = split_query(&t);
+                let query = self.query_for(q, req.query);
+                if p.starts_with("http://") || p.starts_with("https://") {
+                    Outcome::Redirect {
+                        status: 302,
+                        location: location(p, query.as_deref(), self.flags.noescape),
+                    }
+                } else {
+                    let p = if p.starts_with('/') {
+                        p.to_string()
+                    } else {
+                        format!("/{p}")
+                    };
+                    Outcome::Rewrite { path: p, query }
+                }
+            }
+        })
+    }
+
+    /// The query a target ends up with.
+    fn query_for(&self, target_q: Option<&str>, orig: Option<&str>) -> Option<String> {
+        let orig = orig.filter(|q| !q.is_empty());
+        let q = match target_q {
+            None => orig.map(str::to_string),
+            Some(tq) if self.flags.qsa => match orig {
+                Some(o) if !tq.is_empty() => Some(format!("{tq}&{o}")),
+                Some(o) => Some(o.to_string()),
+                None => Some(tq.to_string()),
+            },
+            Some(tq) if self.flags.alias_query => match orig {
+                Some(o) if tq.is_empty() => Some(o.to_string()),
+                _ => Some(tq.to_string()),
+            },
+            Some(tq) => Some(tq.to_string()),
+        };
+        q.filter(|q| !q.is_empty())
+    }
+
+    /// Apache's condition loop: AND by default, `[OR]` chains a condition with the
+    /// next; `%N` refers to the last condition regex that matched.
+    fn check_conds(
+        &self,
+        req: &Request,
+        maps: &Maps,
+        caps: Option<&Captures>,
+    ) -> Result<Option<Vec<Option<String>>>, Miss> {
+        let mut last: Option<Vec<Option<String>>> = None;
+        let mut i = 0;
+        while i < self.conds.len() {
+            let c = &self.conds[i];
+            let ex = Expand {
+                req,
+                maps,
+                rule: caps,
+                cond: last.as_deref(),
+                whole: req.path,
+            };
+            let subject = c.subject.expand(&ex);
+            let (ok, groups) = eval_cond(c, &subject, req);
+            if c.or_next {
+                if ok {
+                    if let Some(g) = groups {
+                        last = Some(g);
+                    }
+                    while i < self.conds.len() && self.conds[i].or_next {
+                        i += 1;
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            if !ok {
+                return Err(Miss::Cond(i));
+            }
+            if let Some(g) = groups {
+                last = Some(g);
+            }
+            i += 1;
+        }
+        Ok(last)
+    }
+}
+
+fn eval_cond(c: &Cond, subject: &str, req: &Request) -> (bool, Option<Vec<Option<String>>>) {
+    let (hit, groups) = match &c.test {
+        CondTest::Regex(r) => match r.regex().and_then(|re| re.captures(subject.as_bytes())) {
+            Some(cap) => {
+                let g = cap
+                    .iter()
+                    .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
+                    .collect();
+                (true, Some(g))
+            }
+            None => (false, None),
+        },
+        CondTest::Equals(s) => (
+            if c.nocase {
+                s.eq_ignore_ascii_case(subject)
+            } else {
+                s == subject
+            },
+            None,
+        ),
+        CondTest::IsFile | CondTest::IsDir => {
+            let ok = safe_fs_path(subject, req).is_some_and(|p| match std::fs::metadata(p) {
+                Ok(m) => {
+                    if matches!(c.test, CondTest::IsFile) {
+                        m.is_file()
+                    } else {
+                        m.is_dir()
+                    }
+                }
+                Err(_) => false,
+            });
+            (ok, None)
+        }
+    };
+    if c.negate {
+        (!hit, None)
+    } else {
+        (hit, groups)
+    }
+}
+
+/// `-f`/`-d` only look inside the document root, never through `..`.
+fn safe_fs_path(subject: &str, req: &Request) -> Option<std::path::PathBuf> {
+    let root = req.root?;
+    let rs = root.to_string_lossy();
+    let rel = subject.strip_prefix(rs.as_ref()).unwrap_or(subject);
+    if rel.split('/').any(|s| s == "..") || rel.contains('\0') {
+        return None;
+    }
+    Some(root.join(rel.trim_start_matches('/')))
+}
+
+/// `Redirect` prefix semantics: whole path segments only.
+pub fn prefix_matches(p: &str, path: &str, nocase: bool) -> bool {
+    if path.len() < p.len() || !path.is_char_boundary(p.len()) {
+        return false;
+    }
+    let head = &path[..p.len()];
+    let eq = if nocase {
+        head.eq_ignore_ascii_case(p)
+    } else {
+        head == p
+    };
+    eq && (path.len() == p.len() || p.ends_with('/') || path.as_bytes()[p.len()] == b'/')
+}
+
+fn split_query(t: &str) -> (&str, Option<&str>) {
+    match t.find('?') {
+        Some(i) => (&t[..i], Some(&t[i + 1..])),
+        None => (t, None),
+    }
+}
+
+/// Build a Location value; without NE, characters that may not appear in a URL
+/// path are percent-escaped (Apache escapes `%` too, which is what NE is for).
+fn location(path: &str, query: Option<&str>, noescape: bool) -> String {
+    let mut s = String::with_capacity(path.len() + 16);
+    if noescape {
+        s.push_str(path);
+    } else {
+        // Keep the scheme://authority part as is; escape the path after it.
+        let (pre, p) = match path.find("://") {
+            Some(i) => {
+                let after = &path[i + 3..];
+                let cut = after.find('/').map(|j| i + 3 + j).unwrap_or(path.len());
+                (&path[..cut], &path[cut..])
+            }
+            None => ("", path),
+        };
+        s.push_str(pre);
+        for &b in p.as_bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
+                s.push(b as char);
+            } else {
+                s.push('%');
+                s.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
+                s.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+            }
+        }
+    }
+    if let Some(q) = query {
+        s.push('?');
+        s.push_str(q);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn prefix_is_segment_aware() {
+        assert!(prefix_matches("/foo", "/foo", false));
+        assert!(prefix_matches("/foo", "/foo/bar", false));
+        assert!(!prefix_matches("/foo", "/foobar", false));
+        assert!(prefix_matches("/foo/", "/foo/bar", false));
+        assert!(!prefix_matches("/foo/", "/foo", false));
+        assert!(prefix_matches("/", "/anything", false));
+        assert!(prefix_matches("/FOO", "/foo/x", true));
+    }
+    #[test]
+    fn location_escaping() {
+        assert_eq!(location("/a b%", Some("x=1"), false), "/a%20b%25?x=1");
+        assert_eq!(location("/a b%", None, true), "/a b%");
+        assert_eq!(
+            location("https://h.example/a#b", None, false),
+            "https://h.example/a%23b"
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! Substitution templates: `$N` (rule captures), `%N` (last matched condition),
+//! `%{VAR}` (request variables), `${map:key|default}` (RewriteMap), `\$`/`\%` escapes.
+//!
+//! Parsed once at load time into parts; expansion is a single pass that appends.
+
+use crate::model::Var;
+use crate::{MapDef, Maps, Request};
+use rand::seq::SliceRandom;
+use regex::bytes::Captures;
+
+#[derive(Debug, Clone)]
+pub enum Part {
+    Lit(String),
+    RuleRef(usize),
+    CondRef(usize),
+    Var(Var),
+    Map {
+        name: String,
+        key: Template,
+        default: Option<Template>,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Template {
+    pub parts: Vec<Part>,
+}
+
+/// What an expansion can read.
+pub struct Expand<'a> {
+    pub req: &'a Request<'a>,
+    pub maps: &'a Maps,
+    pub rule: Option<&'a Captures<'a>>,
+    pub cond: Option<&'a [Option<String>]>,
+    /// `$0` for rules without captures (exact and prefix rules): the whole path.
+    pub whole: &'a str,
+}
+
+impl Template {
+    pub fn literal(s: &str) -> Template {
+        Template {
+            parts: vec![Part::Lit(s.to_string())],
+        }
+    }
+
+    /// True when expansion can only ever give the same text.
+    pub fn is_literal(&self) -> bool {
+        self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
+    }
+
+    pub fn parse(s: &str, maps_known: &dyn Fn(&str) -> bool) -> Result<Template, String> {
+        let b = s.as_bytes();
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut i = 0;
+        let flush = |lit: &mut String, parts: &mut Vec<Part>| {
+            if !lit.is_empty() {
+                parts.push(Part::Lit(std::mem::take(lit)));
+            }
+        };
+        while i < b.len() {
+            let c = b[i];
+            if c == b'\\'
+                && i + 1 < b.len()
+                && (b[i + 1] == b'$' || b[i + 1] == b'%' || b[i + 1] == b'\\')
+            {
+                lit.push(b[i + 1] as char);
+                i += 2;
+                continue;
+            }
+            if (c == b'$' || c == b'%') && i + 1 < b.len() && b[i + 1].is_ascii_digit() {
+                flush(&mut lit, &mut parts);
+                let n = (b[i + 1] - b'0') as usize;
+                parts.push(if c == b'$' {
+                    Part::RuleRef(n)
+                } else {
+                    Part::CondRef(n)
+                });
+                i += 2;
+                continue;
+            }
+            if c == b'%' && i + 1 < b.len() && b[i + 1] == b'{' {
+                let end = s[i..]
+                    .find('}')
+                    .ok_or_else(|| format!("unclosed %{{ in {s:?}"))?
+                    + i;
+                let name = &s[i + 2..end];
+                let v = Var::from_name(name)
+                    .ok_or_else(|| format!("unsupported variable %{{{name}}}"))?;
+                flush(&mut lit, &mut parts);
+                parts.push(Part::Var(v));
+                i = end + 1;
+                continue;
+            }
+            if c == b'$' && i + 1 < b.len() && b[i + 1] == b'{' {
+                let end =
+                    matching_brace(s, i + 1).ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
+                let inner = &s[i + 2..end];
+                let (name, rest) = inner
+                    .split_once(':')
+                    .ok_or_else(|| format!("${{{inner}}}: expected ${{map:key}}"))?;
+                if !maps_known(name) {
+                    return Err(format!(
+                        "${{{name}:...}}: no RewriteMap named {name:?} defined above"
+                    ));
+                }
+                let (k, d) = match split_top_level_pipe(rest) {
+                    Some((k, d)) => (k, Some(Template::parse(d, maps_known)?)),
+                    None => (rest, None),
+                };
+                flush(&mut lit, &mut parts);
+                parts.push(Part::Map {
+                    name: name.to_string(),
+                    key: Template::parse(k, maps_known)?,
+                    default: d,
+                });
+                i = end + 1;
+                continue;
+            }
+            let ch = s[i..].chars().next().unwrap_or('\u{fffd}');
+            lit.push(ch);
+            i += ch.len_utf8();
+        }
+        flush(&mut lit, &mut parts);
+        Ok(Template { parts })
+    }
+
+    pub fn expand(&self, ex: &Expand) -> String {
+        let mut out = String::new();
+        self.expand_into(ex, &mut out);
+        out
+    }
+
+    fn expand_into(&self, ex: &Expand, out: &mut String) {
+        for p in &self.parts {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::RuleRef(n) => match ex.rule {
+                    Some(c) => {
+                        if let Some(m) = c.get(*n) {
+                            out.push_str(&String::from_utf8_lossy(m.as_bytes()));
+                        }
+                    }
+                    None if *n == 0 => out.push_str(ex.whole),
+                    None => {}
+                },
+                Part::CondRef(n) => {
+                    if let Some(Some(s)) = ex.cond.and_then(|c| c.get(*n)) {
+                        out.push_str(s);
+                    }
+                }
+                Part::Var(v) => v.read(ex.req, out),
+                Part::Map { name, key, default } => {
+                    let k = key.expand(ex);
+                    let found = match ex.maps.get(name.as_str()) {
+                        Some(MapDef::Txt(m)) => m.get(k.as_str()).cloned(),
+                        Some(MapDef::Rnd(m)) => m
+                            .get(k.as_str())
+                            .and_then(|v| v.choose(&mut rand::thread_rng()).cloned()),
+                        Some(MapDef::ToLower) => Some(k.to_ascii_lowercase()),
+                        Some(MapDef::ToUpper) => Some(k.to_ascii_uppercase()),
+                        None => None,
+                    };
+                    match (found, default) {
+                        (Some(v), _) => out.push_str(&v),
+                        (None, Some(d)) => d.expand_into(ex, out),
+                        (None, None) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn matching_brace(s: &str, open: usize) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in s[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn split_top_level_pipe(s: &str) -> Option<(&str, &str)> {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            '|' if depth == 0 => return Some((&s[..i], &s[i + 1..])),
+            _ => {}
+        }
+    }
+    None
+}

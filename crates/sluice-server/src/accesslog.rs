@@ -1,0 +1,232 @@
+//! The access log, Apache combined format, written by its own thread.
+//!
+//! Each worker appends lines to its own buffer and hands the buffer to the writer
+//! thread when it passes 32 KiB or at least once a second. The hand-off is a
+//! bounded channel with `try_send`: if the disk cannot keep up, whole buffers are
+//! dropped and counted (reported by the writer), and the worker never waits.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const FLUSH_BYTES: usize = 32 * 1024;
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+pub struct Writer {
+    tx: SyncSender<Vec<u8>>,
+    dropped: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    pub fn open(path: PathBuf) -> std::io::Result<Writer> {
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(256);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let d2 = dropped.clone();
+        let thread = std::thread::Builder::new().name("sluice-log".into()).spawn(move || {
+            let mut reported = 0;
+            while let Ok(buf) = rx.recv() {
+                if let Err(e) = f.write_all(&buf) {
+                    tracing::warn!(path = %path.display(), error = %e, "access log write failed");
+                }
+                let d = d2.load(Ordering::Relaxed);
+                if d != reported {
+                    tracing::warn!(dropped_buffers = d - reported, "access log could not keep up; lines dropped");
+                    reported = d;
+                }
+            }
+        })?;
+        Ok(Writer {
+            tx,
+            dropped,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn handle(&self) -> Handle {
+        Handle {
+            tx: self.tx.clone(),
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Close the channel and wait for everything queued to be written.
+    pub fn finish(mut self) {
+        let (tx, _) = sync_channel(1);
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Handle {
+    tx: SyncSender<Vec<u8>>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// A worker's side of the log.
+pub struct WorkerLog {
+    handle: Option<Handle>,
+    buf: Vec<u8>,
+    last_flush: Instant,
+    stamp_secs: u64,
+    stamp: String,
+}
+
+impl WorkerLog {
+    pub fn new(handle: Option<Handle>) -> Self {
+        WorkerLog {
+            handle,
+            buf: Vec::new(),
+            last_flush: Instant::now(),
+            stamp_secs: u64::MAX,
+            stamp: String::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Append one combined-format line.
+    #[allow(clippy::too_many_arguments)]
+    pub fn line(
+        &mut self,
+        now: SystemTime,
+        peer: IpAddr,
+        request_line: &[u8],
+        status: u16,
+        bytes: u64,
+        referer: &[u8],
+        user_agent: &[u8],
+    ) {
+        if self.handle.is_none() {
+            return;
+        }
+        let secs = now
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        if secs != self.stamp_secs {
+            self.stamp_secs = secs;
+            self.stamp = clf_time(secs);
+        }
+        let b = &mut self.buf;
+        let _ = write!(b, "{peer} - - [{}] \"", self.stamp);
+        escape_into(b, request_line);
+        let mut n = itoa::Buffer::new();
+        b.extend_from_slice(b"\" ");
+        b.extend_from_slice(n.format(status).as_bytes());
+        b.push(b' ');
+        if bytes == 0 {
+            b.push(b'-');
+        } else {
+            b.extend_from_slice(n.format(bytes).as_bytes());
+        }
+        b.extend_from_slice(b" \"");
+        if referer.is_empty() {
+            b.push(b'-')
+        } else {
+            escape_into(b, referer)
+        }
+        b.extend_from_slice(b"\" \"");
+        if user_agent.is_empty() {
+            b.push(b'-')
+        } else {
+            escape_into(b, user_agent)
+        }
+        b.extend_from_slice(b"\"\n");
+        if self.buf.len() >= FLUSH_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Called on every timer tick; flushes if a second has passed.
+    pub fn tick(&mut self, now: Instant) {
+        if !self.buf.is_empty() && now.duration_since(self.last_flush) >= FLUSH_EVERY {
+            self.flush();
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.last_flush = Instant::now();
+        let Some(h) = &self.handle else { return };
+        if self.buf.is_empty() {
+            return;
+        }
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_BYTES + 1024));
+        if let Err(TrySendError::Full(_)) = h.tx.try_send(buf) {
+            h.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for WorkerLog {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Escape a client-supplied field for the log: quotes, backslashes and control bytes
+/// become `\xNN`, so a request cannot forge log lines.
+fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
+    for &c in s {
+        if c == b'"' || c == b'\\' || !(0x20..0x7f).contains(&c) {
+            let _ = write!(out, "\\x{c:02x}");
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// `22/Nov/2026:05:49:42 +0000` (the log is in UTC).
+pub fn clf_time(secs: u64) -> String {
+    const MON: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil-from-days (proleptic Gregorian), H. Hinnant's algorithm.
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!(
+        "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
+        MON[(m - 1) as usize],
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn time_format() {
+        assert_eq!(clf_time(784111777), "06/Nov/1994:08:49:37 +0000");
+        assert_eq!(clf_time(0), "01/Jan/1970:00:00:00 +0000");
+        assert_eq!(clf_time(1_709_210_096), "29/Feb/2024:12:34:56 +0000");
+    }
+    #[test]
+    fn escaping() {
+        let mut v = Vec::new();
+        escape_into(&mut v, b"GET /\"x\n HTTP/1.1");
+        assert_eq!(v, b"GET /\\x22x\\x0a HTTP/1.1");
+    }
+}

@@ -1,0 +1,304 @@
+//! sluice's engine: listeners, per-core workers, the connection state machine,
+//! timers, sending, the access log, signals and reload.
+//!
+//! Owns everything between the socket and the handlers. The flow of one request is
+//! drawn in `docs/ARCHITECTURE.md`; in code it is `worker.rs` (accept, read, parse,
+//! send) calling `phases::respond` (methods → rules → static files).
+//!
+//! Shared state is deliberately small: a stop flag, a generation counter and the
+//! current [`Snapshot`] behind a mutex that workers touch only when the generation
+//! changes (after a reload). Everything else is per worker.
+
+pub mod accesslog;
+pub mod listener;
+pub mod phases;
+pub mod send;
+pub mod wheel;
+pub mod worker;
+
+use sluice_config::Config;
+use sluice_http::Limits;
+use sluice_static::{Root, StaticHandler};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A compiled, validated configuration: what a worker serves with. Replaced whole on
+/// reload; never mutated.
+pub struct Snapshot {
+    pub config: Config,
+    pub rules: Option<Arc<sluice_rules::RuleSet>>,
+}
+
+impl Snapshot {
+    /// Validate a config and compile everything it refers to. Errors are phrased for
+    /// the operator; on reload they leave the old snapshot serving.
+    pub fn build(config: Config) -> Result<Snapshot, String> {
+        let root = &config.server.root;
+        let meta = std::fs::metadata(root).map_err(|e| format!("root {}: {e}", root.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("root {}: not a directory", root.display()));
+        }
+        let rules = if config.rules.files.is_empty() {
+            None
+        } else {
+            let opts = sluice_rules::LoadOptions {
+                lenient: config.rules.lenient,
+            };
+            let set = sluice_rules::RuleSet::load_files(&config.rules.files, &opts)
+                .map_err(|e| e.to_string())?;
+            tracing::info!(summary = %set.summary(), "rules compiled");
+            Some(Arc::new(set))
+        };
+        Ok(Snapshot { config, rules })
+    }
+
+    pub fn static_handler(&self) -> std::io::Result<StaticHandler> {
+        let root = Root::new(&self.config.server.root, self.config.files.symlinks)?;
+        Ok(StaticHandler::new(
+            root,
+            self.config.files.clone(),
+            self.config.http.max_ranges,
+        ))
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_request_line: self.config.http.max_request_line,
+            max_head: self.config.http.max_head,
+            max_headers: self.config.http.max_headers,
+        }
+    }
+}
+
+/// Counters every worker bumps (relaxed atomics: a few ns each). The status page
+/// will read these.
+#[derive(Default)]
+pub struct Stats {
+    pub accepted: AtomicU64,
+    pub closed: AtomicU64,
+    pub requests: AtomicU64,
+    pub bytes: AtomicU64,
+    pub timeouts: AtomicU64,
+}
+
+pub struct Shared {
+    pub stop: AtomicBool,
+    pub generation: AtomicU64,
+    snapshot: Mutex<Arc<Snapshot>>,
+    pub stats: Stats,
+}
+
+impl Shared {
+    pub fn new(snap: Snapshot) -> Arc<Shared> {
+        Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            snapshot: Mutex::new(Arc::new(snap)),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn current(&self) -> (Arc<Snapshot>, u64) {
+        let g = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        (g.clone(), self.generation.load(Ordering::Acquire))
+    }
+
+    pub fn replace(&self, snap: Snapshot) {
+        let mut g = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        *g = Arc::new(snap);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// How the command line changes the config file (flags win).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub root: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub workers: Option<usize>,
+    pub access_log: Option<String>,
+    pub rules: Vec<PathBuf>,
+    pub lenient: bool,
+}
+
+/// Read the config file (if any) and apply the command-line overrides.
+pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String> {
+    let mut cfg = match path {
+        Some(p) => Config::load(p).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(r) = &ov.root {
+        cfg.server.root = r.clone();
+    }
+    if let Some(l) = &ov.listen {
+        if l.parse::<SocketAddr>().is_err() {
+            return Err(format!(
+                "--listen {l:?}: expected ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
+            ));
+        }
+        cfg.server.listen = vec![l.clone()];
+    }
+    if let Some(w) = ov.workers {
+        cfg.server.workers = w;
+    }
+    if let Some(a) = &ov.access_log {
+        cfg.log.access = a.clone();
+    }
+    cfg.rules.files.extend(ov.rules.iter().cloned());
+    cfg.rules.lenient |= ov.lenient;
+    Ok(cfg)
+}
+
+/// Raise the soft open-file limit to the hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on a stack struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return 1024;
+        }
+        if rl.rlim_cur < rl.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: rl.rlim_max,
+                rlim_max: rl.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                rl.rlim_cur = rl.rlim_max;
+            }
+        }
+    }
+    rl.rlim_cur
+}
+
+/// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`.
+pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let nofile = raise_nofile_limit();
+    let cfg = load_config(config_path.as_deref(), &ov)?;
+    let snap = Snapshot::build(cfg)?;
+    let workers = snap.config.worker_count();
+    let addrs: Vec<SocketAddr> = snap
+        .config
+        .server
+        .listen
+        .iter()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+
+    // Bind everything before spawning, so a taken port is one clear error.
+    let mut per_worker = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let mut ls = Vec::new();
+        for a in &addrs {
+            ls.push(listener::bind(*a, 4096).map_err(|e| format!("cannot listen on {a}: {e}"))?);
+        }
+        per_worker.push(ls);
+    }
+    let log_writer = match snap.config.log.access.as_str() {
+        "off" => None,
+        p => Some(
+            accesslog::Writer::open(PathBuf::from(p))
+                .map_err(|e| format!("access log {p}: {e}"))?,
+        ),
+    };
+    let root_display = std::fs::canonicalize(&snap.config.server.root)
+        .unwrap_or_else(|_| snap.config.server.root.clone());
+    // Keep 64 descriptors for files, logs and the listeners themselves.
+    let max_conns = ((nofile.saturating_sub(64 + 64 * workers as u64)) as usize / workers).max(16);
+    let shared = Shared::new(snap);
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
+        .map_err(|e| format!("signals: {e}"))?;
+
+    // Workers own Rc-based caches, so each is built on its own thread; construction
+    // errors come back here so start-up fails with one clear message.
+    let mut threads = Vec::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    for (id, ls) in per_worker.into_iter().enumerate() {
+        let wl_handle = log_writer.as_ref().map(|w| w.handle());
+        let shared = shared.clone();
+        let ready = ready_tx.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("sluice-w{id}"))
+                .spawn(move || {
+                    let wl = accesslog::WorkerLog::new(wl_handle);
+                    let w = match worker::Worker::new(id, ls, shared, wl, max_conns) {
+                        Ok(w) => {
+                            let _ = ready.send(Ok(()));
+                            w
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(format!("worker {id}: {e}")));
+                            return;
+                        }
+                    };
+                    if let Err(e) = w.run() {
+                        tracing::error!(worker = id, error = %e, "worker stopped");
+                    }
+                })
+                .map_err(|e| format!("spawn: {e}"))?,
+        );
+    }
+    drop(ready_tx);
+    for _ in 0..threads.len() {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            Err(_) => return Err("a worker exited during start-up".into()),
+        }
+    }
+    for a in &addrs {
+        println!(
+            "sluice: serving {} on http://{a}/ ({workers} workers)",
+            root_display.display()
+        );
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    for sig in signals.forever() {
+        match sig {
+            SIGHUP => reload(&shared, config_path.as_deref(), &ov),
+            _ => {
+                tracing::info!("stopping: finishing in-flight responses");
+                shared.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    if let Some(w) = log_writer {
+        w.finish();
+    }
+    Ok(())
+}
+
+fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
+    let result = load_config(path, ov).and_then(Snapshot::build);
+    match result {
+        Ok(snap) => {
+            let (old, _) = shared.current();
+            if old.config.server.listen != snap.config.server.listen
+                || old.config.server.workers != snap.config.server.workers
+                || old.config.log.access != snap.config.log.access
+            {
+                tracing::warn!(
+                    "reload: listen, workers and log.access take effect only after a restart"
+                );
+            }
+            shared.replace(snap);
+            tracing::info!("reloaded configuration");
+        }
+        Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
+    }
+}

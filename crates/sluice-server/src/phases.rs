@@ -1,0 +1,75 @@
+//! The request phases: what happens to a parsed request, in order, assembled here
+//! in one function so the order is visible in one place.
+//!
+//! A phase either answers (returns a [`Response`]) or lets the request through to
+//! the next, possibly changed (a rewrite changes the path). Connection-level
+//! conditioning happens before this, in the worker (`worker.rs`); sending happens
+//! after, in `send.rs`.
+
+use crate::Snapshot;
+use sluice_http::response::{Chunk, Response};
+use sluice_http::{Method, RequestHead};
+use sluice_static::StaticHandler;
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// What the phases can see besides the request.
+pub struct PhaseCtx<'a> {
+    pub snap: &'a Snapshot,
+    pub files: &'a mut StaticHandler,
+    pub peer: IpAddr,
+    pub now: Instant,
+}
+
+pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
+    // 1. Methods: a static server answers GET and HEAD; everything else is refused
+    //    here, before any rule or file-system work (405 for methods we know, 501 else).
+    if let Some(r) = methods(head) {
+        return r;
+    }
+    // 2. Rules: redirects, rewrites, deny/gone, before the file system is touched,
+    //    so a redirect costs no stat (seed 001).
+    if let Some(rules) = ctx.snap.rules.as_deref() {
+        let req = sluice_rules::Request {
+            path: head.path,
+            query: head.query,
+            host: head.host,
+            user_agent: head.user_agent,
+            remote_addr: Some(ctx.peer),
+            root: Some(ctx.files.root().path()),
+        };
+        match rules.lookup(&req) {
+            sluice_rules::Outcome::Pass => {}
+            sluice_rules::Outcome::Redirect { status, location } => {
+                return Response::redirect(status, &location)
+            }
+            sluice_rules::Outcome::Forbidden => return Response::text(403, None),
+            sluice_rules::Outcome::Gone => return Response::text(410, None),
+            sluice_rules::Outcome::Rewrite { path, query } => {
+                return ctx.files.serve(head, &path, query.as_deref(), ctx.now);
+            }
+        }
+    }
+    // 3. Handler: static files, index files, listings.
+    ctx.files.serve(head, head.path, head.query, ctx.now)
+}
+
+fn methods(head: &RequestHead) -> Option<Response> {
+    let status = match head.method() {
+        Method::Get | Method::Head => {
+            if head.path == "*" {
+                return Some(Response::text(400, Some("'*' is only for OPTIONS")));
+            }
+            return None;
+        }
+        Method::Other => 501,
+        _ => 405,
+    };
+    let mut r = Response::new(status);
+    let body = format!("{status} {}\n", sluice_http::reason(status));
+    r.headers.add("Allow", "GET, HEAD");
+    r.headers.add("Content-Type", "text/plain; charset=utf-8");
+    r.headers.add_u64("Content-Length", body.len() as u64);
+    r.body.push(Chunk::Owned(body.into_bytes()));
+    Some(r)
+}

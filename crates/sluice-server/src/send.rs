@@ -1,0 +1,317 @@
+//! Writing a response to a socket: the head and memory chunks with one `sendmsg`
+//! (a small response is one syscall), file chunks with the configured I/O mode.
+//!
+//! - `sendfile`: zero-copy from the page cache; the default.
+//! - `read`: `pread` up to `buffer_size` bytes into the connection's write buffer,
+//!   then the same `sendmsg` path. Seed 003 showed the buffer size matters; it is
+//!   the knob `buffer_size` turns.
+//! - `mmap`: map a window of the file and send from it. A file truncated while
+//!   mapped would fault the process (SIGBUS), which is why it is never the default
+//!   and only meant for side-by-side experiments on files that do not change.
+//!
+//! Raw libc calls because these three are the product's hot path and need flags
+//! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
+
+use sluice_config::IoMode;
+use sluice_http::response::Chunk;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// Result of pushing bytes until the socket is full or the response is done.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flush {
+    Done,
+    Blocked,
+}
+
+/// A mapped window of a file for `io = "mmap"`.
+pub struct MapWindow {
+    ptr: *mut libc::c_void,
+    len: usize,
+    /// File offset the window starts at (page aligned).
+    base: u64,
+}
+
+impl Drop for MapWindow {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from a successful mmap and are unmapped once.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+const MAP_WINDOW: u64 = 4 << 20;
+const SENDFILE_MAX: u64 = 1 << 21;
+
+/// The send-side state of one response.
+#[derive(Default)]
+pub struct Outgoing {
+    /// Head (and, in `read` mode, file bytes) waiting to be written: `wbuf[wpos..]`.
+    pub wbuf: Vec<u8>,
+    pub wpos: usize,
+    pub chunks: VecDeque<Chunk>,
+    /// Progress inside the front chunk (bytes written, or for `read` mode bytes read).
+    pub off: u64,
+    pub map: Option<MapWindow>,
+    /// Body bytes sent so far (for the access log).
+    pub sent: u64,
+}
+
+impl Outgoing {
+    pub fn is_idle(&self) -> bool {
+        self.wpos >= self.wbuf.len() && self.chunks.is_empty()
+    }
+
+    pub fn reset(&mut self) {
+        self.wbuf.clear();
+        self.wpos = 0;
+        self.chunks.clear();
+        self.off = 0;
+        self.map = None;
+        self.sent = 0;
+    }
+
+    /// Write as much as the socket takes. `head_len` bytes of `wbuf` at the start of
+    /// the response are the head (not counted in `sent`).
+    pub fn flush(
+        &mut self,
+        sock: &impl AsRawFd,
+        mode: IoMode,
+        buffer_size: usize,
+    ) -> io::Result<Flush> {
+        let fd = sock.as_raw_fd();
+        loop {
+            let front_is_mem = matches!(
+                self.chunks.front(),
+                Some(Chunk::Shared(..)) | Some(Chunk::Owned(_))
+            );
+            if self.wpos < self.wbuf.len() || front_is_mem {
+                let n = match self.send_memory(fd) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                self.advance_memory(n);
+                continue;
+            }
+            let (file, start, len) = match self.chunks.front() {
+                None => {
+                    self.wbuf.clear();
+                    self.wpos = 0;
+                    return Ok(Flush::Done);
+                }
+                Some(Chunk::File(f, s, l)) => (f.clone(), *s, *l),
+                Some(_) => unreachable!("memory chunks handled above"),
+            };
+            if self.off >= len {
+                self.chunks.pop_front();
+                self.off = 0;
+                self.map = None;
+                continue;
+            }
+            let remaining = len - self.off;
+            let pos = start + self.off;
+            match mode {
+                IoMode::Sendfile => {
+                    let mut o = pos as libc::off_t;
+                    // SAFETY: both fds are open; o is a valid pointer for the call.
+                    let n = unsafe {
+                        libc::sendfile(
+                            fd,
+                            file.as_raw_fd(),
+                            &mut o,
+                            remaining.min(SENDFILE_MAX) as usize,
+                        )
+                    };
+                    if n < 0 {
+                        let e = io::Error::last_os_error();
+                        match e.kind() {
+                            io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
+                            io::ErrorKind::Interrupted => continue,
+                            _ => return Err(e),
+                        }
+                    }
+                    if n == 0 {
+                        return Err(truncated());
+                    }
+                    self.off += n as u64;
+                    self.sent += n as u64;
+                }
+                IoMode::Read => {
+                    // Fill the write buffer from the file; the memory path sends it.
+                    let want = remaining.min(buffer_size as u64) as usize;
+                    self.wbuf.clear();
+                    self.wpos = 0;
+                    self.wbuf.resize(want, 0);
+                    // SAFETY: wbuf has `want` initialized bytes; fd is open.
+                    let n = unsafe {
+                        libc::pread(
+                            file.as_raw_fd(),
+                            self.wbuf.as_mut_ptr().cast(),
+                            want,
+                            pos as libc::off_t,
+                        )
+                    };
+                    if n <= 0 {
+                        self.wbuf.clear();
+                        return Err(if n == 0 {
+                            truncated()
+                        } else {
+                            io::Error::last_os_error()
+                        });
+                    }
+                    self.wbuf.truncate(n as usize);
+                    self.off += n as u64;
+                    self.sent += n as u64;
+                    if self.off >= len {
+                        // All of it is in wbuf now; the memory path sends it next.
+                        self.chunks.pop_front();
+                        self.off = 0;
+                    }
+                }
+                IoMode::Mmap => {
+                    let need_map = match &self.map {
+                        Some(m) => pos < m.base || pos >= m.base + m.len as u64,
+                        None => true,
+                    };
+                    if need_map {
+                        self.map = None;
+                        let base = pos & !4095;
+                        let maplen = (start + len - base).min(MAP_WINDOW) as usize;
+                        // SAFETY: read-only private mapping of an open file; checked below.
+                        let p = unsafe {
+                            libc::mmap(
+                                std::ptr::null_mut(),
+                                maplen,
+                                libc::PROT_READ,
+                                libc::MAP_SHARED,
+                                file.as_raw_fd(),
+                                base as libc::off_t,
+                            )
+                        };
+                        if p == libc::MAP_FAILED {
+                            return Err(io::Error::last_os_error());
+                        }
+                        self.map = Some(MapWindow {
+                            ptr: p,
+                            len: maplen,
+                            base,
+                        });
+                    }
+                    let m = self.map.as_ref().expect("mapped above");
+                    let delta = (pos - m.base) as usize;
+                    let avail = (m.len - delta).min(remaining as usize);
+                    // SAFETY: [delta, delta+avail) lies inside the mapping.
+                    let n = unsafe {
+                        libc::send(
+                            fd,
+                            m.ptr.cast::<u8>().add(delta).cast(),
+                            avail,
+                            libc::MSG_NOSIGNAL,
+                        )
+                    };
+                    if n < 0 {
+                        let e = io::Error::last_os_error();
+                        match e.kind() {
+                            io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
+                            io::ErrorKind::Interrupted => continue,
+                            _ => return Err(e),
+                        }
+                    }
+                    self.off += n as u64;
+                    self.sent += n as u64;
+                }
+            }
+        }
+    }
+
+    /// One `sendmsg` of `wbuf[wpos..]` and the leading memory chunks.
+    fn send_memory(&mut self, fd: i32) -> io::Result<usize> {
+        let mut iov: [libc::iovec; 16] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 16];
+        let mut n = 0;
+        if self.wpos < self.wbuf.len() {
+            iov[0] = libc::iovec {
+                iov_base: self.wbuf[self.wpos..].as_ptr() as *mut _,
+                iov_len: self.wbuf.len() - self.wpos,
+            };
+            n = 1;
+        }
+        let mut more = false;
+        for (i, c) in self.chunks.iter().enumerate() {
+            let skip = if i == 0 { self.off as usize } else { 0 };
+            let s: &[u8] = match c {
+                Chunk::Shared(d, a, b) => &d[*a..*b],
+                Chunk::Owned(v) => v,
+                Chunk::File(..) => {
+                    more = true;
+                    break;
+                }
+            };
+            if n == iov.len() {
+                more = true;
+                break;
+            }
+            let s = &s[skip.min(s.len())..];
+            if s.is_empty() {
+                continue;
+            }
+            iov[n] = libc::iovec {
+                iov_base: s.as_ptr() as *mut _,
+                iov_len: s.len(),
+            };
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: msghdr is plain data; iov entries point into buffers borrowed above.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n as _;
+        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+        // SAFETY: fd is an open socket; msg is valid for the call.
+        let r = unsafe { libc::sendmsg(fd, &msg, flags) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+
+    fn advance_memory(&mut self, mut n: usize) {
+        let pending = self.wbuf.len() - self.wpos;
+        let from_buf = n.min(pending);
+        self.wpos += from_buf;
+        n -= from_buf;
+        if self.wpos >= self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        // Drop memory chunks that are now fully written (including empty ones).
+        while let Some(c) = self.chunks.front() {
+            let len = match c {
+                Chunk::Shared(_, a, b) => b - a,
+                Chunk::Owned(v) => v.len(),
+                Chunk::File(..) => break,
+            };
+            let left = len - (self.off as usize).min(len);
+            if n >= left {
+                n -= left;
+                self.sent += left as u64;
+                self.chunks.pop_front();
+                self.off = 0;
+            } else {
+                self.off += n as u64;
+                self.sent += n as u64;
+                break;
+            }
+        }
+    }
+}
+
+fn truncated() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
+}

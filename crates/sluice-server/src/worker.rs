@@ -1,0 +1,671 @@
+//! One worker: an epoll loop (mio) over its own `SO_REUSEPORT` listeners and its
+//! own connections. Nothing here is shared with other workers except the snapshot
+//! (read on change) and the stop flag; so no locks on the request path.
+//!
+//! The connection state machine, driven by [`Worker::drive`]:
+//!
+//! ```text
+//!  accept ─► HEAD (reading a request head, total deadline = header_timeout)
+//!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout
+//!             │                                     since the last progress)
+//!             │                      response done ─┤
+//!             │   ◄── more bytes buffered (pipelined)┤
+//!             │   IDLE (no buffer held, deadline = keepalive_timeout)
+//!             └─ error / timeout / EOF / close ─► closed (slab slot freed)
+//! ```
+//!
+//! Sockets are registered once, edge-triggered, for both directions;
+//! `read_blocked`/`write_blocked` remember which side last saw `EAGAIN`, so a
+//! keep-alive request costs read + sendmsg and no epoll_ctl.
+//!
+//! Memory: an idle keep-alive connection holds no buffer (its read buffer goes back
+//! to the worker's pool), just its `Conn` record in the slab and one wheel entry.
+
+use crate::accesslog::WorkerLog;
+use crate::phases::{self, PhaseCtx};
+use crate::send::{Flush, Outgoing};
+use crate::wheel::Wheel;
+use crate::{Shared, Snapshot};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use sluice_http::date::DateCache;
+use sluice_http::response::{write_status_line, Response};
+use sluice_http::{parse_head, BodyFraming, Limits, Method, Parsed};
+use sluice_static::StaticHandler;
+use std::io::{self, Read};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+const LISTENER_BASE: usize = usize::MAX / 2;
+const READ_CHUNK: usize = 4096;
+const POOL_MAX: usize = 256;
+
+/// Where a connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for (more of) a request head since `started`.
+    Head { started: Instant },
+    /// Sending a response; `last` is the last time bytes moved.
+    Send { last: Instant },
+    /// Keep-alive, nothing buffered.
+    Idle { since: Instant },
+}
+
+struct Conn {
+    sock: TcpStream,
+    peer: IpAddr,
+    gen: u32,
+    phase: Phase,
+    rbuf: Vec<u8>,
+    out: Outgoing,
+    /// Request-body bytes still to be read and thrown away.
+    discard: u64,
+    requests: u64,
+    close_after: bool,
+    read_blocked: bool,
+    write_blocked: bool,
+    /// The client shut its sending side; answer what is buffered, then close.
+    peer_closed: bool,
+    deadline: Instant,
+    wheel_at: Option<Instant>,
+    log: Option<Box<PendingLog>>,
+}
+
+/// What the access log needs once the response is done (bytes are known then).
+struct PendingLog {
+    request_line: Vec<u8>,
+    status: u16,
+    referer: Vec<u8>,
+    user_agent: Vec<u8>,
+}
+
+enum Step {
+    /// A response is queued; drive again to send it.
+    Responded,
+    /// Need more bytes from the client.
+    NeedMore,
+    Close,
+}
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    listeners: Vec<TcpListener>,
+    conns: Slab<Conn>,
+    wheel: Wheel,
+    shared: Arc<Shared>,
+    snap: Arc<Snapshot>,
+    snap_gen: u64,
+    files: StaticHandler,
+    limits: Limits,
+    date: DateCache,
+    pool: Vec<Vec<u8>>,
+    log: WorkerLog,
+    gen: u32,
+    now: Instant,
+    max_conns: usize,
+    accept_paused_until: Option<Instant>,
+    last_pressure_warn: Option<Instant>,
+    stopping: Option<Instant>,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        listeners: Vec<TcpListener>,
+        shared: Arc<Shared>,
+        log: WorkerLog,
+        max_conns: usize,
+    ) -> io::Result<Worker> {
+        let poll = Poll::new()?;
+        let mut listeners = listeners;
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        let (snap, snap_gen) = shared.current();
+        let files = snap.static_handler()?;
+        let now = Instant::now();
+        Ok(Worker {
+            id,
+            poll,
+            listeners,
+            conns: Slab::with_capacity(1024),
+            wheel: Wheel::new(now, Duration::from_millis(100), 1024),
+            limits: snap.limits(),
+            shared,
+            snap,
+            snap_gen,
+            files,
+            date: DateCache::default(),
+            pool: Vec::new(),
+            log,
+            gen: 0,
+            now,
+            max_conns,
+            accept_paused_until: None,
+            last_pressure_warn: None,
+            stopping: None,
+        })
+    }
+
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut due = Vec::new();
+        loop {
+            if let Err(e) = self.poll.poll(&mut events, Some(self.wheel.tick())) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            self.now = Instant::now();
+            self.refresh_snapshot();
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t >= LISTENER_BASE {
+                    self.accept(t - LISTENER_BASE);
+                    continue;
+                }
+                let Some(c) = self.conns.get_mut(t) else {
+                    continue;
+                };
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    c.read_blocked = false;
+                }
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    c.write_blocked = false;
+                }
+                self.drive(t);
+            }
+            self.wheel.advance(self.now, &mut due);
+            for (key, gen) in due.drain(..) {
+                self.on_timer(key, gen);
+            }
+            if let Some(until) = self.accept_paused_until {
+                if self.now >= until {
+                    self.accept_paused_until = None;
+                    for i in 0..self.listeners.len() {
+                        self.accept(i);
+                    }
+                }
+            }
+            self.log.tick(self.now);
+            if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
+                self.begin_stop();
+            }
+            if let Some(deadline) = self.stopping {
+                if self.conns.is_empty() || self.now >= deadline {
+                    if !self.conns.is_empty() {
+                        tracing::info!(
+                            worker = self.id,
+                            open = self.conns.len(),
+                            "grace period over; closing"
+                        );
+                    }
+                    self.log.flush();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn refresh_snapshot(&mut self) {
+        let g = self.shared.generation.load(Ordering::Acquire);
+        if g == self.snap_gen {
+            return;
+        }
+        let (snap, g) = self.shared.current();
+        match snap.static_handler() {
+            Ok(files) => {
+                self.files = files;
+                self.limits = snap.limits();
+                self.snap = snap;
+            }
+            Err(e) => {
+                tracing::error!(worker = self.id, error = %e, "cannot open new root; keeping the old one")
+            }
+        }
+        self.snap_gen = g;
+    }
+
+    fn begin_stop(&mut self) {
+        self.stopping = Some(self.now + self.snap.config.server.shutdown_grace);
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.out.is_idle() && c.rbuf.is_empty())
+            .map(|(k, _)| k)
+            .collect();
+        for k in idle {
+            self.close(k);
+        }
+        for (_, c) in self.conns.iter_mut() {
+            c.close_after = true;
+        }
+    }
+
+    fn accept(&mut self, li: usize) {
+        if self.accept_paused_until.is_some() || self.stopping.is_some() {
+            return;
+        }
+        loop {
+            if self.conns.len() >= self.max_conns {
+                self.pressure("connection limit reached");
+                return;
+            }
+            let Some(l) = self.listeners.get(li) else {
+                return;
+            };
+            match l.accept() {
+                Ok((sock, addr)) => {
+                    let _ = sock.set_nodelay(true);
+                    self.gen = self.gen.wrapping_add(1);
+                    let now = self.now;
+                    let entry = self.conns.vacant_entry();
+                    let key = entry.key();
+                    let mut conn = Conn {
+                        sock,
+                        peer: addr.ip(),
+                        gen: self.gen,
+                        phase: Phase::Head { started: now },
+                        rbuf: Vec::new(),
+                        out: Outgoing::default(),
+                        discard: 0,
+                        requests: 0,
+                        close_after: false,
+                        read_blocked: true,
+                        write_blocked: false,
+                        peer_closed: false,
+                        deadline: now + self.snap.config.http.header_timeout,
+                        wheel_at: None,
+                        log: None,
+                    };
+                    if self
+                        .poll
+                        .registry()
+                        .register(
+                            &mut conn.sock,
+                            Token(key),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let at = self.wheel.insert(conn.deadline, (key, conn.gen));
+                    conn.wheel_at = Some(at);
+                    entry.insert(conn);
+                    self.shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: out of descriptors or memory. Shed idle
+                    // keep-alive connections and retry on the next tick.
+                    self.pressure(&format!("accept failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Under descriptor pressure: close idle keep-alive connections (the cheapest to
+    /// lose: the client just reconnects), pause accepting for a tick, warn at most
+    /// once a second.
+    fn pressure(&mut self, why: &str) {
+        self.accept_paused_until = Some(self.now + self.wheel.tick());
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.phase, Phase::Idle { .. }))
+            .map(|(k, _)| k)
+            .take(64)
+            .collect();
+        let shed = idle.len();
+        for k in idle {
+            self.close(k);
+        }
+        if self
+            .last_pressure_warn
+            .is_none_or(|t| self.now.duration_since(t) >= Duration::from_secs(1))
+        {
+            self.last_pressure_warn = Some(self.now);
+            tracing::warn!(worker = self.id, open = self.conns.len(), shed, "{why}");
+        }
+    }
+
+    fn on_timer(&mut self, key: usize, gen: u32) {
+        let now = self.now;
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.gen != gen {
+            return;
+        }
+        if c.deadline <= now {
+            let kind = match c.phase {
+                Phase::Head { .. } => "header",
+                Phase::Send { .. } => "send",
+                Phase::Idle { .. } => "idle",
+            };
+            tracing::debug!(peer = %c.peer, kind, "timeout");
+            self.shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            self.close(key);
+            return;
+        }
+        if c.wheel_at.is_none_or(|t| t <= now) {
+            c.wheel_at = Some(self.wheel.insert(c.deadline, (key, gen)));
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut c) = self.conns.try_remove(key) {
+            let _ = self.poll.registry().deregister(&mut c.sock);
+            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+            recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
+            self.shared.stats.closed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Advance one connection as far as it can go without blocking.
+    fn drive(&mut self, key: usize) {
+        let cfg_io = self.snap.config.files.io;
+        let buffer_size = self.snap.config.files.buffer_size;
+        loop {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            // 1. Finish the response in flight.
+            if !c.out.is_idle() {
+                if c.write_blocked {
+                    return;
+                }
+                match c.out.flush(&c.sock, cfg_io, buffer_size) {
+                    Ok(Flush::Blocked) => {
+                        c.write_blocked = true;
+                        c.phase = Phase::Send { last: self.now };
+                        let d = self.now + self.snap.config.http.send_timeout;
+                        self.set_deadline(key, d);
+                        return;
+                    }
+                    Ok(Flush::Done) => {
+                        let sent = c.out.sent;
+                        c.out.reset();
+                        if let Some(p) = c.log.take() {
+                            self.log.line(
+                                SystemTime::now(),
+                                c.peer,
+                                &p.request_line,
+                                p.status,
+                                sent,
+                                &p.referer,
+                                &p.user_agent,
+                            );
+                        }
+                        self.shared.stats.bytes.fetch_add(sent, Ordering::Relaxed);
+                        let c = &mut self.conns[key];
+                        if c.close_after {
+                            self.close(key);
+                            return;
+                        }
+                        c.phase = if c.rbuf.is_empty() {
+                            Phase::Idle { since: self.now }
+                        } else {
+                            Phase::Head { started: self.now }
+                        };
+                        recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %c.peer, error = %e, "send failed");
+                        self.close(key);
+                        return;
+                    }
+                }
+            }
+            // 2. Read what the client sent.
+            let c = &mut self.conns[key];
+            if !c.read_blocked && c.rbuf.len() < self.limits.max_head + READ_CHUNK {
+                match read_into(
+                    &mut c.sock,
+                    &mut c.rbuf,
+                    &mut self.pool,
+                    self.limits.max_head + READ_CHUNK,
+                ) {
+                    Ok(ReadOutcome::Blocked) => c.read_blocked = true,
+                    Ok(ReadOutcome::Full) => {}
+                    Ok(ReadOutcome::Eof) if !c.rbuf.is_empty() => {
+                        // Half-close after a request (`printf ... | nc`): answer what
+                        // is buffered, then close.
+                        c.read_blocked = true;
+                        c.peer_closed = true;
+                    }
+                    Ok(ReadOutcome::Eof) | Err(_) => {
+                        self.close(key);
+                        return;
+                    }
+                }
+                if matches!(c.phase, Phase::Idle { .. }) && !c.rbuf.is_empty() {
+                    c.phase = Phase::Head { started: self.now };
+                }
+            }
+            // 3. Throw away a request body we are skipping.
+            if c.discard > 0 {
+                let n = (c.discard as usize).min(c.rbuf.len());
+                c.rbuf.drain(..n);
+                c.discard -= n as u64;
+                if c.discard > 0 {
+                    if c.read_blocked {
+                        let d = self.now + self.snap.config.http.header_timeout;
+                        self.set_deadline(key, d);
+                        return;
+                    }
+                    continue;
+                }
+            }
+            // 4. Parse and answer the next request, if a whole head is here.
+            match self.next_request(key) {
+                Step::Responded => continue,
+                Step::Close => {
+                    self.close(key);
+                    return;
+                }
+                Step::NeedMore => {
+                    let c = &mut self.conns[key];
+                    if c.peer_closed {
+                        self.close(key);
+                        return;
+                    }
+                    if !c.read_blocked {
+                        continue; // buffer had room and more may be readable
+                    }
+                    let d = match c.phase {
+                        Phase::Head { started } => started + self.snap.config.http.header_timeout,
+                        Phase::Idle { since } => since + self.snap.config.http.keepalive_timeout,
+                        Phase::Send { last } => last + self.snap.config.http.send_timeout,
+                    };
+                    if c.rbuf.is_empty() {
+                        recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+                    }
+                    self.set_deadline(key, d);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn set_deadline(&mut self, key: usize, d: Instant) {
+        let c = &mut self.conns[key];
+        c.deadline = d;
+        // One live wheel entry per connection; add another only if it must fire sooner.
+        if c.wheel_at.is_none_or(|t| d < t) {
+            c.wheel_at = Some(self.wheel.insert(d, (key, c.gen)));
+        }
+    }
+
+    fn next_request(&mut self, key: usize) -> Step {
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() || c.close_after {
+            return if c.close_after && c.out.is_idle() {
+                Step::Close
+            } else {
+                Step::NeedMore
+            };
+        }
+        let rbuf = std::mem::take(&mut c.rbuf);
+        let parsed = parse_head(&rbuf, &self.limits);
+        let (resp, consumed, keep_alive, announce_keep_alive, head_only) = match parsed {
+            Ok(Parsed::Partial) => {
+                self.conns[key].rbuf = rbuf;
+                return Step::NeedMore;
+            }
+            Err(e) => {
+                tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
+                let mut r = Response::text(e.status(), Some(e.as_str()));
+                r.close = true;
+                (r, rbuf.len(), false, false, false)
+            }
+            Ok(Parsed::Complete(head)) => {
+                let mut ctx = PhaseCtx {
+                    snap: &self.snap,
+                    files: &mut self.files,
+                    peer: c.peer,
+                    now: self.now,
+                };
+                let mut resp = phases::respond(&mut ctx, &head);
+                match head.framing() {
+                    BodyFraming::None => {}
+                    BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
+                        c.discard = n
+                    }
+                    // Too big to skip, or chunked: answer, then close, and never parse
+                    // the body as a request.
+                    _ => resp.close = true,
+                }
+                c.requests += 1;
+                if c.requests >= self.snap.config.http.keepalive_requests {
+                    resp.close = true;
+                }
+                if self.log.enabled() {
+                    let mut line =
+                        Vec::with_capacity(head.method_str.len() + head.target.len() + 10);
+                    line.extend_from_slice(head.method_str.as_bytes());
+                    line.push(b' ');
+                    line.extend_from_slice(head.target.as_bytes());
+                    line.extend_from_slice(if head.minor == 0 {
+                        b" HTTP/1.0"
+                    } else {
+                        b" HTTP/1.1"
+                    });
+                    c.log = Some(Box::new(PendingLog {
+                        request_line: line,
+                        status: resp.status,
+                        referer: head.referer.unwrap_or("").as_bytes().to_vec(),
+                        user_agent: head.user_agent.unwrap_or("").as_bytes().to_vec(),
+                    }));
+                }
+                // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
+                let keep = head.keep_alive && self.stopping.is_none();
+                let announce = keep && head.minor == 0;
+                (
+                    resp,
+                    head.head_len,
+                    keep,
+                    announce,
+                    head.method() == Method::Head,
+                )
+            }
+        };
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let c = &mut self.conns[key];
+        let mut rbuf = rbuf;
+        rbuf.drain(..consumed.min(rbuf.len()));
+        c.rbuf = rbuf;
+        let close = resp.close || !keep_alive;
+        c.close_after = close;
+        let wbuf = &mut c.out.wbuf;
+        if wbuf.capacity() == 0 {
+            *wbuf = self.pool.pop().unwrap_or_default();
+        }
+        write_status_line(wbuf, resp.status);
+        wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
+        wbuf.extend_from_slice(self.date.get(SystemTime::now()).as_bytes());
+        wbuf.extend_from_slice(b"\r\n");
+        wbuf.extend_from_slice(resp.headers.as_bytes());
+        if close {
+            wbuf.extend_from_slice(b"Connection: close\r\n");
+        } else if announce_keep_alive {
+            wbuf.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        wbuf.extend_from_slice(b"\r\n");
+        let bodyless = head_only || resp.status == 304 || resp.status == 204;
+        if !bodyless {
+            c.out.chunks = resp.body.into();
+        }
+        c.phase = Phase::Send { last: self.now };
+        Step::Responded
+    }
+}
+
+enum ReadOutcome {
+    /// The socket is drained (a short read means the next byte will raise a new edge).
+    Blocked,
+    /// The buffer reached its limit; parse before reading more.
+    Full,
+    Eof,
+}
+
+fn read_into(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    pool: &mut Vec<Vec<u8>>,
+    limit: usize,
+) -> io::Result<ReadOutcome> {
+    if buf.capacity() == 0 {
+        *buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(READ_CHUNK));
+    }
+    loop {
+        if buf.len() >= limit {
+            return Ok(ReadOutcome::Full);
+        }
+        if buf.capacity() - buf.len() < 512 {
+            buf.reserve(READ_CHUNK);
+        }
+        let old = buf.len();
+        let room = (buf.capacity() - old).min(limit - old);
+        buf.resize(old + room, 0);
+        match sock.read(&mut buf[old..]) {
+            Ok(0) => {
+                buf.truncate(old);
+                return Ok(ReadOutcome::Eof);
+            }
+            Ok(n) => {
+                buf.truncate(old + n);
+                if n < room {
+                    return Ok(ReadOutcome::Blocked);
+                }
+            }
+            Err(e) => {
+                buf.truncate(old);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(ReadOutcome::Blocked),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
+fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if buf.capacity() > 0 && buf.capacity() <= 64 * 1024 && pool.len() < POOL_MAX {
+        buf.clear();
+        pool.push(buf);
+    }
+}

@@ -1,0 +1,257 @@
+//! The static file handler: answers GET/HEAD for files and directories under a root.
+//!
+//! Owns: safe path resolution ([`path`], [`open`]), the open-file cache ([`cache`]),
+//! Content-Type ([`mime`]), validators and conditional requests, byte ranges
+//! (single → 206, several → `multipart/byteranges`, none valid → 416), directory
+//! redirects, index files and listings ([`listing`]).
+//!
+//! Must not: touch sockets or decide how bytes are sent. It returns a
+//! [`Response`] whose body names files and offsets; the server sends them with
+//! `sendfile`, `mmap` or `read` as configured.
+//!
+//! Cost on a cache hit: one path normalization, one hash lookup, a few header
+//! writes; no syscalls.
+
+pub mod cache;
+pub mod listing;
+pub mod mime;
+pub mod open;
+pub mod path;
+
+use cache::{Entry, FileCache, FileInfo};
+use sluice_config::FilesSection;
+use sluice_http::conditional::{self, Precondition};
+use sluice_http::range::{self, RangeResult};
+use sluice_http::response::{Chunk, Response};
+use sluice_http::RequestHead;
+use std::rc::Rc;
+use std::time::Instant;
+
+pub use open::Root;
+
+/// One per worker: the root, the settings, and the worker's cache.
+pub struct StaticHandler {
+    root: Root,
+    cfg: FilesSection,
+    max_ranges: usize,
+    cache: FileCache,
+    boundary_seq: u64,
+}
+
+impl StaticHandler {
+    pub fn new(root: Root, cfg: FilesSection, max_ranges: usize) -> Self {
+        let cache = FileCache::new(cfg.cache_validity, cfg.cache_entries, cfg.small_file_max);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        StaticHandler {
+            root,
+            cfg,
+            max_ranges,
+            cache,
+            boundary_seq: seed,
+        }
+    }
+
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    pub fn cached_entries(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Answer `head` for `raw_path` (percent-encoded; the request's own path, or the
+    /// rules engine's rewrite of it). The caller has already checked the method.
+    pub fn serve(
+        &mut self,
+        head: &RequestHead,
+        raw_path: &str,
+        query: Option<&str>,
+        now: Instant,
+    ) -> Response {
+        let norm = match path::normalize(raw_path, self.cfg.hidden) {
+            Ok(n) => n,
+            Err(path::PathError::Hidden) => return Response::text(404, None),
+            Err(_) => return Response::text(400, Some("bad path")),
+        };
+        match self.cache.lookup(&self.root, &norm.rel, now) {
+            Entry::File(info) if norm.trailing_slash => {
+                let _ = info;
+                Response::text(404, None)
+            }
+            Entry::File(info) => self.file(head, &info),
+            Entry::Dir if !norm.trailing_slash => {
+                let mut loc = String::with_capacity(raw_path.len() + 1);
+                loc.push_str(raw_path);
+                loc.push('/');
+                if let Some(q) = query {
+                    loc.push('?');
+                    loc.push_str(q);
+                }
+                Response::redirect(301, &loc)
+            }
+            Entry::Dir => self.directory(head, raw_path, &norm.rel, query, now),
+            Entry::NotFound => Response::text(404, None),
+            Entry::Forbidden => Response::text(403, None),
+        }
+    }
+
+    fn directory(
+        &mut self,
+        head: &RequestHead,
+        raw_path: &str,
+        rel: &str,
+        query: Option<&str>,
+        now: Instant,
+    ) -> Response {
+        for i in 0..self.cfg.index.len() {
+            let idx = if rel.is_empty() {
+                self.cfg.index[i].clone()
+            } else {
+                format!("{rel}/{}", self.cfg.index[i])
+            };
+            if let Entry::File(info) = self.cache.lookup(&self.root, &idx, now) {
+                return self.file(head, &info);
+            }
+        }
+        if !self.cfg.listing {
+            return Response::text(403, Some("directory listing is off"));
+        }
+        let mut items = match listing::read(&self.root, rel, self.cfg.hidden) {
+            Ok(i) => i,
+            Err(_) => return Response::text(403, None),
+        };
+        let (mut key, mut desc, mut json) = (listing::SortKey::Name, false, false);
+        for kv in query.unwrap_or("").split('&') {
+            match kv {
+                "sort=name" => key = listing::SortKey::Name,
+                "sort=size" => key = listing::SortKey::Size,
+                "sort=date" => key = listing::SortKey::Date,
+                "order=desc" => desc = true,
+                "order=asc" => desc = false,
+                "format=json" => json = true,
+                _ => {}
+            }
+        }
+        if head.accept.is_some_and(|a| a.contains("application/json")) {
+            json = true;
+        }
+        listing::sort(&mut items, key, desc);
+        let (body, ctype) = if json {
+            (listing::json(&items), "application/json")
+        } else {
+            let decoded = path::percent_decode(raw_path.as_bytes()).unwrap_or_default();
+            (
+                listing::html(&String::from_utf8_lossy(&decoded), &items, key, desc),
+                "text/html; charset=utf-8",
+            )
+        };
+        let mut r = Response::new(200);
+        r.headers.add("Content-Type", ctype);
+        r.headers.add_u64("Content-Length", body.len() as u64);
+        r.headers.add("Cache-Control", "no-cache");
+        r.body.push(Chunk::Owned(body));
+        r
+    }
+
+    fn file(&mut self, head: &RequestHead, info: &Rc<FileInfo>) -> Response {
+        if conditional::evaluate(
+            head.if_none_match,
+            head.if_modified_since,
+            &info.etag,
+            info.mtime,
+        ) == Precondition::NotModified
+        {
+            let mut r = Response::new(304);
+            r.headers.add("ETag", &info.etag);
+            r.headers.add("Last-Modified", &info.last_modified);
+            return r;
+        }
+        let ranges = match head.range {
+            Some(h)
+                if head
+                    .if_range
+                    .is_none_or(|v| conditional::if_range_matches(v, &info.etag, info.mtime)) =>
+            {
+                range::evaluate(h, info.len, self.max_ranges)
+            }
+            _ => RangeResult::Full,
+        };
+        let mut r = Response::new(200);
+        r.headers.add("Last-Modified", &info.last_modified);
+        r.headers.add("ETag", &info.etag);
+        r.headers.add("Accept-Ranges", "bytes");
+        match ranges {
+            RangeResult::Full => {
+                r.headers.add("Content-Type", info.mime);
+                r.headers.add_u64("Content-Length", info.len);
+                push_body(&mut r, info, 0, info.len);
+            }
+            RangeResult::Unsatisfiable => {
+                r.status = 416;
+                r.headers
+                    .add("Content-Range", &format!("bytes */{}", info.len));
+                r.headers.add_u64("Content-Length", 0);
+            }
+            RangeResult::Partial(rs) if rs.len() == 1 => {
+                let br = rs[0];
+                r.status = 206;
+                r.headers.add("Content-Type", info.mime);
+                r.headers.add(
+                    "Content-Range",
+                    &format!("bytes {}-{}/{}", br.start, br.end, info.len),
+                );
+                r.headers.add_u64("Content-Length", br.len());
+                push_body(&mut r, info, br.start, br.len());
+            }
+            RangeResult::Partial(rs) => {
+                r.status = 206;
+                self.boundary_seq = self
+                    .boundary_seq
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let boundary = format!("sluice-{:016x}", self.boundary_seq);
+                r.headers.add(
+                    "Content-Type",
+                    &format!("multipart/byteranges; boundary={boundary}"),
+                );
+                let mut total = 0u64;
+                let mut parts = Vec::with_capacity(rs.len() * 2 + 1);
+                for br in &rs {
+                    let sep = format!(
+                        "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
+                        info.mime, br.start, br.end, info.len
+                    );
+                    total += sep.len() as u64 + br.len();
+                    parts.push((sep, *br));
+                }
+                let end = format!("\r\n--{boundary}--\r\n");
+                total += end.len() as u64;
+                r.headers.add_u64("Content-Length", total);
+                for (sep, br) in parts {
+                    r.body.push(Chunk::Owned(sep.into_bytes()));
+                    push_body(&mut r, info, br.start, br.len());
+                }
+                r.body.push(Chunk::Owned(end.into_bytes()));
+            }
+        }
+        r
+    }
+}
+
+fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    if let Some(d) = &info.data {
+        r.body.push(Chunk::Shared(
+            d.clone(),
+            start as usize,
+            (start + len) as usize,
+        ));
+    } else if let Some(f) = &info.file {
+        r.body.push(Chunk::File(f.clone(), start, len));
+    }
+}

@@ -1,0 +1,157 @@
+//! Turning a request path into a safe relative path under the document root.
+//!
+//! Order matters: percent-decode first, then remove dot segments, so `%2e%2e` and
+//! `%2f` cannot smuggle a `..` or a separator past the check. NUL and backslash
+//! (raw or encoded) are refused outright. The result never starts with `/` and never
+//! contains `.` or `..` segments; symlink escapes are the opener's job
+//! (`open.rs`), because only the kernel knows what a component is at open time.
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum PathError {
+    /// Not origin-form, bad escape, NUL, backslash, invalid UTF-8 (400).
+    Bad,
+    /// Tries to climb above the root (400).
+    Escape,
+    /// A hidden (dot) segment while hidden files are not served (404).
+    Hidden,
+}
+
+/// A normalized path: `rel` is relative to the root (`""` for the root itself).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Normalized {
+    pub rel: String,
+    /// The request path ended in `/` (directory form).
+    pub trailing_slash: bool,
+}
+
+/// Decode and normalize `raw` (the still-encoded path of the request target).
+pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized, PathError> {
+    if !raw.starts_with('/') {
+        return Err(PathError::Bad);
+    }
+    let decoded = percent_decode(raw.as_bytes()).ok_or(PathError::Bad)?;
+    if decoded.iter().any(|&b| b == 0 || b == b'\\') {
+        return Err(PathError::Bad);
+    }
+    let decoded = String::from_utf8(decoded).map_err(|_| PathError::Bad)?;
+    let trailing_slash = decoded.ends_with('/');
+    let mut segs: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if segs.pop().is_none() {
+                    return Err(PathError::Escape);
+                }
+            }
+            s => {
+                if !allow_hidden && s.starts_with('.') {
+                    return Err(PathError::Hidden);
+                }
+                segs.push(s);
+            }
+        }
+    }
+    Ok(Normalized {
+        rel: segs.join("/"),
+        trailing_slash,
+    })
+}
+
+/// Percent-decode; `None` on a malformed escape.
+pub fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' {
+            let h = hex(*s.get(i + 1)?)?;
+            let l = hex(*s.get(i + 2)?)?;
+            out.push(h << 4 | l);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Percent-encode a path for a URL (listings, redirects): keeps unreserved
+/// characters and `/`, encodes the rest.
+pub fn percent_encode_path(s: &str, out: &mut String) {
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
+            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(raw: &str) -> String {
+        normalize(raw, false).unwrap().rel
+    }
+
+    #[test]
+    fn normal_paths() {
+        assert_eq!(ok("/"), "");
+        assert_eq!(ok("/a/b.txt"), "a/b.txt");
+        assert_eq!(ok("//a///b/./c/"), "a/b/c");
+        assert_eq!(ok("/a/b/../c"), "a/c");
+        assert_eq!(ok("/a%20b"), "a b");
+        assert_eq!(ok("/a%2fb"), "a/b");
+        assert!(normalize("/dir/", false).unwrap().trailing_slash);
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        for raw in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../b",
+            "/%2e%2e/x",
+            "/%2E%2E%2Fx",
+            "/a/%2e%2e/%2e%2e/b",
+        ] {
+            assert_eq!(normalize(raw, false), Err(PathError::Escape), "{raw}");
+        }
+        for raw in [
+            "/a%00b", "/a\\b", "/a%5cb", "/%zz", "/%4", "relative", "*", "/%ff",
+        ] {
+            assert_eq!(normalize(raw, false), Err(PathError::Bad), "{raw}");
+        }
+    }
+
+    #[test]
+    fn hidden_policy() {
+        assert_eq!(normalize("/.git/config", false), Err(PathError::Hidden));
+        assert_eq!(normalize("/a/.env", false), Err(PathError::Hidden));
+        assert_eq!(normalize("/%2egit", false), Err(PathError::Hidden));
+        assert_eq!(normalize("/.git/config", true).unwrap().rel, ".git/config");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn result_never_climbs(raw in "/[a-z./%25e2fE]{0,40}") {
+            if let Ok(n) = normalize(&raw, true) {
+                proptest::prop_assert!(!n.rel.starts_with('/'));
+                proptest::prop_assert!(!n.rel.split('/').any(|s| s == ".." || s == "."));
+            }
+        }
+    }
+}
