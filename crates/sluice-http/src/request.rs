@@ -211,7 +211,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     let status = match req.parse(buf) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(ParseError::BadVersion),
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(_) => return Err(ParseError::Malformed),
     };
     let head_len = match status {
@@ -364,6 +364,20 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         conn_keep && !conn_close
     };
     Ok(Parsed::Complete(h))
+}
+
+/// 505 only for a well-formed `HTTP/x.y` we do not speak; anything else is a
+/// malformed request line (e.g. a space inside the target).
+fn version_error(buf: &[u8]) -> ParseError {
+    let line = &buf[..memchr(b'\n', buf).unwrap_or(buf.len())];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    match parts.as_slice() {
+        [_, _, v] if v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit() => {
+            ParseError::BadVersion
+        }
+        _ => ParseError::Malformed,
+    }
 }
 
 fn strip_scheme(t: &str) -> Option<&str> {

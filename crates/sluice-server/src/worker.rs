@@ -69,6 +69,8 @@ struct Conn {
     write_blocked: bool,
     /// The client shut its sending side; answer what is buffered, then close.
     peer_closed: bool,
+    /// epoll reported RDHUP: do not trust a short read to mean "drained".
+    rdhup: bool,
     deadline: Instant,
     wheel_at: Option<Instant>,
     log: Option<Box<PendingLog>>,
@@ -174,6 +176,11 @@ impl Worker {
                 };
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     c.read_blocked = false;
+                }
+                if ev.is_read_closed() || ev.is_error() {
+                    // The FIN may already sit behind the data: read until EOF,
+                    // because no further edge will announce it.
+                    c.rdhup = true;
                 }
                 if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                     c.write_blocked = false;
@@ -282,6 +289,7 @@ impl Worker {
                         read_blocked: true,
                         write_blocked: false,
                         peer_closed: false,
+                        rdhup: false,
                         deadline: now + self.snap.config.http.header_timeout,
                         wheel_at: None,
                         log: None,
@@ -436,6 +444,7 @@ impl Worker {
                     &mut c.rbuf,
                     &mut self.pool,
                     self.limits.max_head + READ_CHUNK,
+                    c.rdhup,
                 ) {
                     Ok(ReadOutcome::Blocked) => c.read_blocked = true,
                     Ok(ReadOutcome::Full) => {}
@@ -625,6 +634,7 @@ fn read_into(
     buf: &mut Vec<u8>,
     pool: &mut Vec<Vec<u8>>,
     limit: usize,
+    until_eof: bool,
 ) -> io::Result<ReadOutcome> {
     if buf.capacity() == 0 {
         *buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(READ_CHUNK));
@@ -646,7 +656,7 @@ fn read_into(
             }
             Ok(n) => {
                 buf.truncate(old + n);
-                if n < room {
+                if n < room && !until_eof {
                     return Ok(ReadOutcome::Blocked);
                 }
             }

@@ -1,0 +1,227 @@
+//! Test harness: start the real `sluice` binary on a free loopback port, talk raw
+//! HTTP to it, stop it with SIGTERM. Every server is killed when its guard drops.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    pub dir: tempfile::TempDir,
+    pub stderr_path: PathBuf,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A temporary document root with a few known files.
+pub fn docroot() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    std::fs::write(p.join("hello.txt"), b"hello world\n").unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(p.join("big.bin"), &big).unwrap();
+    std::fs::create_dir(p.join("sub")).unwrap();
+    std::fs::write(p.join("sub/index.html"), b"<h1>sub</h1>\n").unwrap();
+    std::fs::create_dir(p.join("list")).unwrap();
+    std::fs::write(p.join("list/a.txt"), b"a").unwrap();
+    std::fs::write(p.join("list/b b.txt"), b"bb").unwrap();
+    std::fs::write(p.join(".secret"), b"no").unwrap();
+    d
+}
+
+pub fn big_bytes() -> Vec<u8> {
+    (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+impl Server {
+    /// Start `sluice serve ROOT --listen ... extra...`.
+    pub fn start(extra: &[&str]) -> Server {
+        Self::start_in(docroot(), extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let stderr_path = dir.path().parent().unwrap().join(format!("sluice-stderr-{port}.log"));
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve").arg(dir.path()).args(["--listen", &addr, "--workers", "2"]).args(extra);
+        let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
+        let mut s = Server { child, addr, dir, stderr_path };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let out = self.child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        assert!(line.contains("serving"), "server did not start: {line:?} {}", self.stderr());
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.connect())
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = self.child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One request on a fresh connection.
+    pub fn get(&self, raw: &str) -> Resp {
+        let mut s = self.connect();
+        s.write_all(raw.as_bytes()).unwrap();
+        let head_only = raw.starts_with("HEAD ");
+        read_response(&mut s, head_only).expect("no response")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.stderr_path);
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A connection that keeps bytes read past one response for the next (pipelining).
+pub struct Client {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn new(s: TcpStream) -> Client {
+        Client { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.s.write_all(raw).unwrap();
+    }
+
+    /// Read one response (framed by Content-Length); `None` on EOF before a head.
+    pub fn response(&mut self, head_only: bool) -> Option<Resp> {
+        let mut tmp = [0u8; 65536];
+        loop {
+            let mut hs = [httparse::EMPTY_HEADER; 64];
+            let mut r = httparse::Response::new(&mut hs);
+            if let Ok(httparse::Status::Complete(n)) = r.parse(&self.buf) {
+                let status = r.code.unwrap();
+                let headers: Vec<(String, String)> = r
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect();
+                let len: usize = headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                    .map(|(_, v)| v.parse().unwrap())
+                    .unwrap_or(0);
+                let body_len = if head_only || status == 304 { 0 } else { len };
+                while self.buf.len() < n + body_len {
+                    let k = self.s.read(&mut tmp).ok()?;
+                    if k == 0 {
+                        break;
+                    }
+                    self.buf.extend_from_slice(&tmp[..k]);
+                }
+                let end = (n + body_len).min(self.buf.len());
+                let body = self.buf[n..end].to_vec();
+                self.buf.drain(..end);
+                return Some(Resp { status, headers, body });
+            }
+            let k = self.s.read(&mut tmp).ok()?;
+            if k == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&tmp[..k]);
+        }
+    }
+}
+
+pub fn read_response(s: &mut TcpStream, head_only: bool) -> Option<Resp> {
+    Client::new(s.try_clone().unwrap()).response(head_only)
+}
+
+/// True if the peer closed the connection (EOF) within `within`.
+pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+pub fn curl_available() -> bool {
+    Command::new("curl").arg("--version").output().is_ok()
+}
+
+pub fn curl(args: &[&str]) -> std::process::Output {
+    Command::new("curl").args(["-s", "--max-time", "20"]).args(args).output().expect("curl")
+}

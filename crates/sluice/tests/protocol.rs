@@ -1,0 +1,196 @@
+//! HTTP/1.x behaviour over real TCP: keep-alive, pipelining, methods, limits,
+//! smuggling shapes, bodies, timeouts.
+mod common;
+use common::*;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let srv = Server::start(&[]);
+    let mut c = srv.client();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\nHEAD /big.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /nope HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let r1 = c.response(false).unwrap();
+    assert_eq!((r1.status, r1.text().as_str()), (200, "hello world\n"));
+    let r2 = c.response(true).unwrap();
+    assert_eq!(r2.status, 200);
+    assert_eq!(r2.header("content-length"), Some("300000"));
+    let r3 = c.response(false).unwrap();
+    assert_eq!(r3.status, 404);
+    let r4 = c.response(false).unwrap();
+    assert_eq!((r4.status, r4.text().as_str()), (200, "<h1>sub</h1>\n"));
+    assert_eq!(r4.header("connection"), Some("close"));
+    assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+}
+
+#[test]
+fn request_split_byte_by_byte() {
+    let srv = Server::start(&[]);
+    let mut s = srv.connect();
+    s.set_nodelay(true).unwrap();
+    for b in b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n" {
+        s.write_all(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn http10_closes_unless_keep_alive() {
+    let srv = Server::start(&[]);
+    let mut s = srv.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+
+    let mut c = srv.client();
+    c.send(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    c.send(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 200);
+}
+
+#[test]
+fn methods_other_than_get_and_head() {
+    let srv = Server::start(&[]);
+    for (m, code) in [("POST", 405), ("PUT", 405), ("DELETE", 405), ("OPTIONS", 405), ("BREW", 501)] {
+        let r = srv.get(&format!("{m} /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"));
+        assert_eq!(r.status, code, "{m}");
+        assert_eq!(r.header("allow"), Some("GET, HEAD"), "{m}");
+    }
+}
+
+#[test]
+fn absolute_form_and_host() {
+    let srv = Server::start(&[]);
+    let r = srv.get("GET http://example.org/hello.txt HTTP/1.1\r\nHost: example.org\r\n\r\n");
+    assert_eq!(r.status, 200);
+    let r = srv.get("GET /hello.txt HTTP/1.1\r\n\r\n");
+    assert_eq!(r.status, 400, "HTTP/1.1 without Host");
+}
+
+#[test]
+fn smuggling_shapes_get_400_and_a_closed_connection() {
+    let srv = Server::start(&[]);
+    for req in [
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcd",
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Folded: a\r\n b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1x\r\n\r\n",
+    ] {
+        let mut s = srv.connect();
+        s.write_all(req.as_bytes()).unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 400, "{req:?}");
+        assert!(closed_within(&mut s, Duration::from_secs(2)), "{req:?} left the connection open");
+    }
+}
+
+#[test]
+fn small_body_is_skipped_not_parsed_as_a_request() {
+    let srv = Server::start(&[]);
+    let mut c = srv.client();
+    // The body looks like a request; it must be discarded, not answered.
+    let body = "GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n";
+    c.send(format!("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    c.send(b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 405);
+    let r = c.response(false).unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>sub</h1>\n"));
+}
+
+#[test]
+fn chunked_or_large_body_closes_after_the_answer() {
+    let srv = Server::start(&[]);
+    let mut c = srv.client();
+    c.send(b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+    let mut c = srv.client();
+    c.send(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 405);
+    assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+}
+
+#[test]
+fn size_limits() {
+    let srv = Server::start(&[]);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(10_000));
+    assert_eq!(srv.get(&long).status, 414);
+    let many: String = (0..100).map(|i| format!("X-H{i}: v\r\n")).collect();
+    assert_eq!(srv.get(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")).status, 431);
+    let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "v".repeat(20_000));
+    assert_eq!(srv.get(&big).status, 431);
+}
+
+#[test]
+fn garbage_never_kills_the_server() {
+    let srv = Server::start(&[]);
+    let junk: Vec<Vec<u8>> = vec![
+        vec![0u8; 1000],
+        b"\xff\xfe\r\n\r\n".to_vec(),
+        b"GET \x00 HTTP/1.1\r\n\r\n".to_vec(),
+        b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n".to_vec(),
+        b"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n".to_vec(),
+        b"GET / HTTP/9.9\r\nHost: a\r\n\r\n".to_vec(),
+        b"GET /%%%% HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+        b"GET * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+        b"GET /a HTTP/1.1\r\nHost: a\r\nRange: bytes=99999999999999999999999-\r\n\r\n".to_vec(),
+    ];
+    for j in junk {
+        let mut s = srv.connect();
+        let _ = s.write_all(&j);
+        let _ = closed_within(&mut s, Duration::from_millis(300));
+    }
+    assert_eq!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status, 200);
+}
+
+#[test]
+fn header_deadline_is_total_not_per_read() {
+    let dir = docroot();
+    let cfg = dir.path().parent().unwrap().join("t-header.toml");
+    std::fs::write(&cfg, "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\n").unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let mut s = srv.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+    let t = Instant::now();
+    // A slowloris: one header line every 200 ms, never finishing.
+    let mut closed = false;
+    for i in 0..30 {
+        if s.write_all(format!("X-{i}: y\r\n").as_bytes()).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if t.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+    }
+    closed = closed || closed_within(&mut s, Duration::from_millis(500));
+    assert!(closed, "slow head was not cut off");
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+
+    // Idle keep-alive connections are closed after keepalive_timeout.
+    let mut c = srv.client();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 200);
+    let t = Instant::now();
+    assert!(closed_within(&mut c.s, Duration::from_secs(4)));
+    assert!(t.elapsed() >= Duration::from_millis(700), "closed too early: {:?}", t.elapsed());
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn half_closed_client_still_gets_its_answer() {
+    let srv = Server::start(&[]);
+    let mut s = srv.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+}

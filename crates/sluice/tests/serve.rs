@@ -1,0 +1,236 @@
+//! Static files over real TCP: paths, ranges, conditionals, listings, symlinks,
+//! I/O modes, large files, and real clients (curl).
+mod common;
+use common::*;
+use std::io::Write;
+use std::os::unix::fs::symlink;
+
+fn get(srv: &Server, path: &str, extra: &str) -> Resp {
+    srv.get(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n"))
+}
+
+#[test]
+fn traversal_and_hidden_files_are_refused() {
+    let srv = Server::start(&[]);
+    for p in ["/../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/sub/../../x", "/a%00b", "/a%5c..%5cb", "/..%2fetc"] {
+        let r = get(&srv, p, "");
+        assert!(r.status == 400 || r.status == 404, "{p}: {}", r.status);
+        assert!(!r.text().contains("root:"), "{p}");
+    }
+    assert_eq!(get(&srv, "/.secret", "").status, 404);
+    assert_eq!(get(&srv, "/list/b%20b.txt", "").text(), "bb");
+    assert_eq!(get(&srv, "/sub/../hello.txt", "").status, 200);
+}
+
+#[test]
+fn symlinks_only_inside_the_root() {
+    let dir = docroot();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("out.txt"), b"outside").unwrap();
+    symlink(outside.path().join("out.txt"), dir.path().join("escape.txt")).unwrap();
+    symlink(outside.path(), dir.path().join("escdir")).unwrap();
+    symlink("hello.txt", dir.path().join("inside.txt")).unwrap();
+    let srv = Server::start_in(dir, &[]);
+    assert_eq!(get(&srv, "/inside.txt", "").text(), "hello world\n");
+    for p in ["/escape.txt", "/escdir/out.txt"] {
+        let r = get(&srv, p, "");
+        assert!(r.status == 403 || r.status == 404, "{p}: {}", r.status);
+        assert!(!r.text().contains("outside"));
+    }
+    // The listing does not show the escaping links either.
+    let l = get(&srv, "/?format=json", "").text();
+    assert!(l.contains("inside.txt") && !l.contains("escape.txt"), "{l}");
+}
+
+#[test]
+fn content_type_validators_and_conditionals() {
+    let srv = Server::start(&[]);
+    let r = get(&srv, "/hello.txt", "");
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    let etag = r.header("etag").unwrap().to_string();
+    let lm = r.header("last-modified").unwrap().to_string();
+    assert!(etag.starts_with('"') && etag.ends_with('"'));
+    assert_eq!(get(&srv, "/hello.txt", &format!("If-None-Match: {etag}\r\n")).status, 304);
+    assert_eq!(get(&srv, "/hello.txt", "If-None-Match: \"other\"\r\n").status, 200);
+    assert_eq!(get(&srv, "/hello.txt", &format!("If-Modified-Since: {lm}\r\n")).status, 304);
+    assert_eq!(get(&srv, "/hello.txt", "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n").status, 200);
+    let r = get(&srv, "/hello.txt", &format!("If-None-Match: {etag}\r\n"));
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+}
+
+#[test]
+fn ranges() {
+    let srv = Server::start(&[]);
+    let big = big_bytes();
+    let r = get(&srv, "/big.bin", "Range: bytes=100-199\r\n");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range"), Some("bytes 100-199/300000"));
+    assert_eq!(r.body, &big[100..200]);
+    let r = get(&srv, "/big.bin", "Range: bytes=-10\r\n");
+    assert_eq!(r.body, &big[big.len() - 10..]);
+    let r = get(&srv, "/big.bin", "Range: bytes=299990-\r\n");
+    assert_eq!(r.body, &big[299_990..]);
+    let r = get(&srv, "/big.bin", "Range: bytes=300000-\r\n");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */300000"));
+    // If-Range with a stale validator: the whole file.
+    let r = get(&srv, "/big.bin", "Range: bytes=0-9\r\nIf-Range: \"stale\"\r\n");
+    assert_eq!((r.status, r.body.len()), (200, 300_000));
+    let etag = get(&srv, "/big.bin", "").header("etag").unwrap().to_string();
+    let r = get(&srv, "/big.bin", &format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n"));
+    assert_eq!((r.status, r.body.len()), (206, 10));
+    // A small (cached in memory) file serves ranges too.
+    assert_eq!(get(&srv, "/hello.txt", "Range: bytes=6-10\r\n").text(), "world");
+}
+
+#[test]
+fn multipart_byteranges() {
+    let srv = Server::start(&[]);
+    let big = big_bytes();
+    let r = get(&srv, "/big.bin", "Range: bytes=0-4,1000-1009,-3\r\n");
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap();
+    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(ct);
+    let body = r.body.clone();
+    let sep = format!("--{boundary}");
+    let mut parts = Vec::new();
+    let mut rest = &body[..];
+    while let Some(i) = find(rest, sep.as_bytes()) {
+        rest = &rest[i + sep.len()..];
+        if rest.starts_with(b"--") {
+            break;
+        }
+        let head_end = find(rest, b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&rest[..head_end]).to_string();
+        let data_start = head_end + 4;
+        let next = find(&rest[data_start..], sep.as_bytes()).unwrap();
+        parts.push((head, rest[data_start..data_start + next - 2].to_vec()));
+    }
+    assert_eq!(parts.len(), 3, "{}", String::from_utf8_lossy(&body));
+    assert!(parts[0].0.contains("Content-Range: bytes 0-4/300000"));
+    assert_eq!(parts[0].1, &big[0..5]);
+    assert_eq!(parts[1].1, &big[1000..1010]);
+    assert_eq!(parts[2].1, &big[299_997..]);
+    // Too many ranges: the whole file instead.
+    let many: Vec<String> = (0..40).map(|i| format!("{}-{}", i * 10, i * 10)).collect();
+    let r = get(&srv, "/big.bin", &format!("Range: bytes={}\r\n", many.join(",")));
+    assert_eq!((r.status, r.body.len()), (200, 300_000));
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
+#[test]
+fn directories() {
+    let srv = Server::start(&[]);
+    let r = get(&srv, "/sub?x=1", "");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/sub/?x=1"));
+    assert_eq!(get(&srv, "/sub/", "").text(), "<h1>sub</h1>\n");
+    let html = get(&srv, "/list/", "").text();
+    assert!(html.contains("<a href=\"a.txt\">a.txt</a>") && html.contains("b%20b.txt"), "{html}");
+    assert!(html.contains("?sort=size"), "sortable");
+    let json = get(&srv, "/list/", "Accept: application/json\r\n").text();
+    assert!(json.contains("\"name\": \"b b.txt\"") && json.contains("\"size\": 2"), "{json}");
+    let by_size = get(&srv, "/list/?format=json&sort=size&order=desc", "").text();
+    assert!(by_size.find("b b.txt").unwrap() < by_size.find("a.txt").unwrap());
+    assert_eq!(get(&srv, "/hello.txt/", "").status, 404);
+}
+
+#[test]
+fn io_modes_send_the_same_bytes() {
+    let big = big_bytes();
+    for mode in ["sendfile", "mmap", "read"] {
+        let dir = docroot();
+        let cfg = dir.path().join(format!("../io-{mode}-{}.toml", std::process::id()));
+        std::fs::write(&cfg, format!("[files]\nio = \"{mode}\"\nbuffer_size = 1000\nsmall_file_max = 0\n")).unwrap();
+        let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+        let r = get(&srv, "/big.bin", "");
+        assert_eq!(r.body.len(), big.len(), "{mode}");
+        assert!(r.body == big, "{mode}: bytes differ");
+        let r = get(&srv, "/big.bin", "Range: bytes=5000-5999,7-8\r\n");
+        assert_eq!(r.status, 206, "{mode}");
+        assert_eq!(get(&srv, "/hello.txt", "").text(), "hello world\n", "{mode}");
+        let _ = std::fs::remove_file(cfg);
+    }
+}
+
+#[test]
+fn offsets_above_four_gib() {
+    let dir = docroot();
+    let path = dir.path().join("huge.iso");
+    let f = std::fs::File::create(&path).unwrap();
+    let len: u64 = (5 << 30) + 123;
+    f.set_len(len).unwrap();
+    let marker_at: u64 = (4 << 30) + 1_000_000;
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"MARKER-BEYOND-4GIB", marker_at).unwrap();
+    drop(f);
+    let srv = Server::start_in(dir, &[]);
+    let r = srv.get("HEAD /huge.iso HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.header("content-length"), Some(len.to_string().as_str()));
+    let r = get(&srv, "/huge.iso", &format!("Range: bytes={}-{}\r\n", marker_at, marker_at + 17));
+    assert_eq!(r.status, 206);
+    assert_eq!(r.text(), "MARKER-BEYOND-4GIB");
+    let r = get(&srv, "/huge.iso", "Range: bytes=-3\r\n");
+    assert_eq!(r.header("content-range"), Some(format!("bytes {}-{}/{}", len - 3, len - 1, len).as_str()));
+}
+
+#[test]
+fn curl_resume_range_head_and_conditional() {
+    assert!(curl_available(), "curl is needed (scripts/test.sh installs it)");
+    let srv = Server::start(&[]);
+    let big = big_bytes();
+    let out = tempfile::tempdir().unwrap();
+    let part = out.path().join("big.part");
+    // A download cut at 100,000 bytes, resumed with -C -.
+    std::fs::write(&part, &big[..100_000]).unwrap();
+    let o = curl(&["-C", "-", "-o", part.to_str().unwrap(), &srv.url("/big.bin")]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(std::fs::read(&part).unwrap() == big, "resumed file differs");
+    // Resuming a complete file is not an error for curl (416 handled).
+    let o = curl(&["-C", "-", "-o", part.to_str().unwrap(), &srv.url("/big.bin")]);
+    assert!(o.status.success(), "{o:?}");
+
+    let o = curl(&["--range", "10-19", &srv.url("/big.bin")]);
+    assert_eq!(o.stdout, &big[10..20]);
+    let o = curl(&["-I", &srv.url("/big.bin")]);
+    let head = String::from_utf8_lossy(&o.stdout);
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("Content-Length: 300000"), "{head}");
+    // -z: If-Modified-Since from a date in the future → 304, nothing written.
+    let o = curl(&["-z", "Sat, 01 Jan 2050 00:00:00 GMT", "-w", "%{http_code}", "-o", "/dev/null", &srv.url("/big.bin")]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "304");
+    // --path-as-is traversal attempt.
+    let o = curl(&["--path-as-is", "-w", "%{http_code}", "-o", "/dev/null", &srv.url("/../../etc/passwd")]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "400");
+    // Keep-alive across several URLs on one curl invocation.
+    let o = curl(&["-v", &srv.url("/hello.txt"), &srv.url("/hello.txt")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Re-using existing connection") || err.contains("Reusing existing"), "{err}");
+}
+
+#[test]
+fn many_concurrent_downloads_complete() {
+    let srv = Server::start(&[]);
+    let big = std::sync::Arc::new(big_bytes());
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let addr = srv.addr.clone();
+            let big = big.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::new(std::net::TcpStream::connect(addr).unwrap());
+                for _ in 0..5 {
+                    c.send(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n");
+                    let r = c.response(false).unwrap();
+                    assert!(r.body == *big);
+                }
+                c.s.flush().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need, then checks formatting, runs
+# every test in the workspace, and builds the fuzz targets. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+if ((${#need[@]})); then
+    echo "installing: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo is needed (https://rustup.rs)"; exit 1; }
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo test --workspace"
+cargo test --workspace
+
+echo "== fuzz targets (build only; run them with: cd fuzz && cargo +nightly fuzz run parse_head)"
+cargo build --quiet --manifest-path fuzz/Cargo.toml --bins
