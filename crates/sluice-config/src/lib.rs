@@ -72,6 +72,8 @@ pub enum SymlinkPolicy {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
+    /// `"ADDR:PORT"` or a list of them.
+    #[serde(deserialize_with = "de_listen")]
     pub listen: Vec<String>,
     pub root: PathBuf,
     #[serde(deserialize_with = "de_workers")]
@@ -328,6 +330,19 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     }
 }
 
+fn de_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::One(s) => vec![s],
+        Raw::Many(v) => v,
+    })
+}
+
 macro_rules! bounded {
     ($name:ident, $ty:ty, $b:expr) => {
         fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
@@ -375,6 +390,8 @@ mod tests {
         assert_eq!(c.http.header_timeout, Duration::from_secs(3));
         assert_eq!(c.files.io, IoMode::Mmap);
         assert_eq!(c.files.symlinks, SymlinkPolicy::Never);
+        let c = Config::parse("[server]\nlisten = \"127.0.0.1:9\"\n", "x").unwrap();
+        assert_eq!(c.server.listen, vec!["127.0.0.1:9"]);
     }
 
     #[test]

@@ -72,9 +72,10 @@ impl Snapshot {
     }
 }
 
-/// Counters every worker bumps (relaxed atomics: a few ns each). The status page
-/// will read these.
+/// Counters one worker bumps (relaxed atomics on its own cache line, so workers do
+/// not contend). The status page will sum them.
 #[derive(Default)]
+#[repr(align(64))]
 pub struct Stats {
     pub accepted: AtomicU64,
     pub closed: AtomicU64,
@@ -87,16 +88,17 @@ pub struct Shared {
     pub stop: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
-    pub stats: Stats,
+    /// One per worker.
+    pub stats: Vec<Stats>,
 }
 
 impl Shared {
-    pub fn new(snap: Snapshot) -> Arc<Shared> {
+    pub fn new(snap: Snapshot, workers: usize) -> Arc<Shared> {
         Arc::new(Shared {
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(Arc::new(snap)),
-            stats: Stats::default(),
+            stats: (0..workers).map(|_| Stats::default()).collect(),
         })
     }
 
@@ -210,7 +212,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         .unwrap_or_else(|_| snap.config.server.root.clone());
     // Keep 64 descriptors for files, logs and the listeners themselves.
     let max_conns = ((nofile.saturating_sub(64 + 64 * workers as u64)) as usize / workers).max(16);
-    let shared = Shared::new(snap);
+    let shared = Shared::new(snap, workers);
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
         .map_err(|e| format!("signals: {e}"))?;
 

@@ -33,7 +33,8 @@ use sluice_http::date::DateCache;
 use sluice_http::response::{write_status_line, Response};
 use sluice_http::{parse_head, BodyFraming, Limits, Method, Parsed};
 use sluice_static::StaticHandler;
-use std::io::{self, Read};
+use std::io;
+use std::os::fd::AsRawFd;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -309,7 +310,7 @@ impl Worker {
                     let at = self.wheel.insert(conn.deadline, (key, conn.gen));
                     conn.wheel_at = Some(at);
                     entry.insert(conn);
-                    self.shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                    self.shared.stats[self.id].accepted.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -363,7 +364,7 @@ impl Worker {
                 Phase::Idle { .. } => "idle",
             };
             tracing::debug!(peer = %c.peer, kind, "timeout");
-            self.shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats[self.id].timeouts.fetch_add(1, Ordering::Relaxed);
             self.close(key);
             return;
         }
@@ -374,10 +375,10 @@ impl Worker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut c) = self.conns.try_remove(key) {
-            let _ = self.poll.registry().deregister(&mut c.sock);
+            // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
             recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
-            self.shared.stats.closed.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats[self.id].closed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -416,7 +417,7 @@ impl Worker {
                                 &p.user_agent,
                             );
                         }
-                        self.shared.stats.bytes.fetch_add(sent, Ordering::Relaxed);
+                        self.shared.stats[self.id].bytes.fetch_add(sent, Ordering::Relaxed);
                         let c = &mut self.conns[key];
                         if c.close_after {
                             self.close(key);
@@ -590,7 +591,7 @@ impl Worker {
                 )
             }
         };
-        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats[self.id].requests.fetch_add(1, Ordering::Relaxed);
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));
@@ -648,26 +649,25 @@ fn read_into(
         }
         let old = buf.len();
         let room = (buf.capacity() - old).min(limit - old);
-        buf.resize(old + room, 0);
-        match sock.read(&mut buf[old..]) {
-            Ok(0) => {
-                buf.truncate(old);
-                return Ok(ReadOutcome::Eof);
+        // SAFETY: recv writes at most `room` bytes into the spare capacity, and
+        // set_len only covers what it wrote.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().add(old).cast(), room, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(ReadOutcome::Blocked),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
             }
-            Ok(n) => {
-                buf.truncate(old + n);
-                if n < room && !until_eof {
-                    return Ok(ReadOutcome::Blocked);
-                }
-            }
-            Err(e) => {
-                buf.truncate(old);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(ReadOutcome::Blocked),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
-                }
-            }
+        }
+        if n == 0 {
+            return Ok(ReadOutcome::Eof);
+        }
+        let n = n as usize;
+        // SAFETY: the kernel initialized these n bytes.
+        unsafe { buf.set_len(old + n) };
+        if n < room && !until_eof {
+            return Ok(ReadOutcome::Blocked);
         }
     }
 }

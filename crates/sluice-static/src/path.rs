@@ -18,16 +18,25 @@ pub enum PathError {
 
 /// A normalized path: `rel` is relative to the root (`""` for the root itself).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Normalized {
-    pub rel: String,
+pub struct Normalized<'a> {
+    pub rel: std::borrow::Cow<'a, str>,
     /// The request path ended in `/` (directory form).
     pub trailing_slash: bool,
 }
 
 /// Decode and normalize `raw` (the still-encoded path of the request target).
-pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized, PathError> {
+pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathError> {
     if !raw.starts_with('/') {
         return Err(PathError::Bad);
+    }
+    // Fast path, the common case: nothing to decode, no empty or dot segments, so the
+    // path is already normal and can be borrowed.
+    let b = raw.as_bytes();
+    let clean = !b.iter().any(|&c| c == b'%' || c == b'\\' || c == 0)
+        && !b.windows(2).any(|w| w == b"//" || w == b"/.")
+        && (b.len() == 1 || b[b.len() - 1] != b'/');
+    if clean {
+        return Ok(Normalized { rel: std::borrow::Cow::Borrowed(&raw[1..]), trailing_slash: raw.len() == 1 });
     }
     let decoded = percent_decode(raw.as_bytes()).ok_or(PathError::Bad)?;
     if decoded.iter().any(|&b| b == 0 || b == b'\\') {
@@ -53,7 +62,7 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized, PathError>
         }
     }
     Ok(Normalized {
-        rel: segs.join("/"),
+        rel: segs.join("/").into(),
         trailing_slash,
     })
 }
@@ -104,7 +113,7 @@ mod tests {
     use super::*;
 
     fn ok(raw: &str) -> String {
-        normalize(raw, false).unwrap().rel
+        normalize(raw, false).unwrap().rel.into_owned()
     }
 
     #[test]

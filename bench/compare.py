@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: sluice against h2o, lighttpd and nginx on this machine.
+
+Every server gets the same files, 2 workers, access logs off, and its own loopback
+port. Rounds are interleaved across servers (the machine is noisy) and medians are
+reported. Two figures per small-file test: req/s (wrk -t1) and server CPU time per
+request (utime+stime of the server's whole process tree from /proc, before and after
+the run, divided by the requests wrk completed).
+
+    bench/compare.py [--rounds 3] [--duration 10] [--servers sluice,h2o,lighttpd,nginx]
+                     [--tests small1k,small100,random10k,download,wrk1m,idle]
+
+Needs: wrk, curl, nginx, h2o, lighttpd (apt-get install wrk curl nginx-light h2o lighttpd)
+and a release build of sluice (cargo build --release).
+"""
+import argparse, json, os, random, re, resource, selectors, shutil, socket, statistics
+import subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = "/tmp/sluice-bench"
+WWW = f"{WORK}/www"
+TICK = os.sysconf("SC_CLK_TCK")
+PORTS = {"sluice": 18181, "h2o": 18182, "lighttpd": 18183, "nginx": 18184}
+
+
+def make_files():
+    os.makedirs(WWW, exist_ok=True)
+    def put(name, size):
+        p = f"{WWW}/{name}"
+        if not os.path.exists(p) or os.path.getsize(p) != size:
+            with open(p, "wb") as f:
+                f.write(os.urandom(size))
+    put("f1k.bin", 1024)
+    put("f100.bin", 100)
+    put("f1m.bin", 1 << 20)
+    put("f100m.bin", 100 << 20)
+    for d in range(100):
+        os.makedirs(f"{WWW}/r/{d:02d}", exist_ok=True)
+    if not os.path.exists(f"{WWW}/r/99/09999.bin"):
+        for i in range(10000):
+            with open(f"{WWW}/r/{i % 100:02d}/{i:05d}.bin", "wb") as f:
+                f.write(os.urandom(1024))
+    with open(f"{WORK}/random.lua", "w") as f:
+        f.write('math.randomseed(os.time())\n'
+                'request = function()\n'
+                '  local i = math.random(0, 9999)\n'
+                '  return wrk.format("GET", string.format("/r/%02d/%05d.bin", i % 100, i))\n'
+                'end\n')
+    os.chmod(WORK, 0o755)
+    # h2o and lighttpd open their error logs after dropping to nobody.
+    os.makedirs(f"{WORK}/logs", exist_ok=True)
+    os.chmod(f"{WORK}/logs", 0o777)
+
+
+def configs():
+    os.makedirs(f"{WORK}/nginx", exist_ok=True)
+    with open(f"{WORK}/nginx.conf", "w") as f:
+        f.write(f"""worker_processes 2;
+pid {WORK}/nginx/nginx.pid;
+error_log {WORK}/nginx/error.log warn;
+worker_rlimit_nofile 20000;
+events {{ worker_connections 19000; multi_accept on; }}
+http {{
+  access_log off;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_timeout 120s; keepalive_requests 1000000;
+  open_file_cache max=20000 inactive=20s; open_file_cache_valid 1s;
+  client_body_temp_path {WORK}/nginx/body; proxy_temp_path {WORK}/nginx/proxy;
+  fastcgi_temp_path {WORK}/nginx/fcgi; uwsgi_temp_path {WORK}/nginx/uwsgi; scgi_temp_path {WORK}/nginx/scgi;
+  types {{ application/octet-stream bin; }}
+  server {{ listen 127.0.0.1:{PORTS['nginx']} reuseport backlog=4096; root {WWW}; }}
+}}
+""")
+    with open(f"{WORK}/h2o.conf", "w") as f:
+        f.write(f"""listen:
+  host: 127.0.0.1
+  port: {PORTS['h2o']}
+num-threads: 2
+user: nobody
+max-connections: 19000
+http1-request-timeout: 120
+error-log: {WORK}/logs/h2o-error.log
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: {WWW}
+""")
+    with open(f"{WORK}/lighttpd.conf", "w") as f:
+        f.write(f"""server.document-root = "{WWW}"
+server.bind = "127.0.0.1"
+server.port = {PORTS['lighttpd']}
+server.max-worker = 2
+server.max-fds = 19000
+server.max-connections = 9000
+server.max-keep-alive-requests = 1000000
+server.max-keep-alive-idle = 120
+server.errorlog = "{WORK}/logs/lighttpd-error.log"
+server.username = "nobody"
+server.groupname = "nogroup"
+""")
+    with open(f"{WORK}/sluice.toml", "w") as f:
+        f.write(f"""[server]
+listen = "127.0.0.1:{PORTS['sluice']}"
+root = "{WWW}"
+workers = 2
+[http]
+keepalive_timeout = "120s"
+keepalive_requests = 1000000
+""")
+
+
+def start(name, sluice_bin):
+    log = open(f"{WORK}/{name}.out", "w")
+    cmd = {
+        "sluice": [sluice_bin, "serve", "--config", f"{WORK}/sluice.toml", "--access-log", "off"],
+        "nginx": ["nginx", "-c", f"{WORK}/nginx.conf", "-p", f"{WORK}/nginx", "-g", "daemon off;"],
+        "h2o": ["h2o", "-c", f"{WORK}/h2o.conf"],
+        "lighttpd": ["lighttpd", "-D", "-f", f"{WORK}/lighttpd.conf"],
+    }[name]
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_nofile)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", PORTS[name]), timeout=0.2).close()
+            return p
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{name} did not start; see {WORK}/{name}.out")
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def tree(pid):
+    """pid and all its descendants."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+                ppid = int(st[st.rindex(")") + 2:].split()[1])
+                kids.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def cpu_seconds(pid):
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                st = f.read()
+            fields = st[st.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / TICK
+
+
+def rss_bytes(pid):
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "KB": 1024, "MB": 1 << 20, "GB": 1 << 30, "B": 1}
+
+
+def wrk(url, conns, duration, script=None):
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
+    if script:
+        cmd += ["-s", script]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, preexec_fn=raise_nofile).stdout
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    m = re.search(r"Transfer/sec:\s+([\d.]+)(\w*)", out)
+    bps = float(m.group(1)) * UNITS.get(m.group(2), 1)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock_err = re.search(r"Socket errors: (.*)", out)
+    return {"requests": reqs, "rps": rps, "bps": bps,
+            "non2xx": int(errors.group(1)) if errors else 0,
+            "socket_errors": sock_err.group(1) if sock_err else ""}
+
+
+def curl_speed(url):
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}", url],
+                         capture_output=True, text=True).stdout
+    return float(out)
+
+
+def idle_rss_per_conn(name, pid, n=10000):
+    """Open n keep-alive connections, make one request on each, let them idle; RSS delta / n."""
+    raise_nofile()
+    before = rss_bytes(pid)
+    sel = selectors.DefaultSelector()
+    socks = []
+    req = b"GET /f100.bin HTTP/1.1\r\nHost: a\r\n\r\n"
+    for i in range(n):
+        s = socket.socket()
+        s.setblocking(True)
+        s.connect(("127.0.0.1", PORTS[name]))
+        s.sendall(req)
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+        socks.append(s)
+    pending = set(socks)
+    deadline = time.time() + 60
+    while pending and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            try:
+                if key.fileobj.recv(65536):
+                    pending.discard(key.fileobj)
+            except BlockingIOError:
+                pass
+    time.sleep(1.0)
+    after = rss_bytes(pid)
+    for s in socks:
+        s.close()
+    return {"conns": n, "answered": n - len(pending), "rss_before": before, "rss_after": after,
+            "bytes_per_conn": (after - before) / n}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--servers", default="sluice,h2o,lighttpd,nginx")
+    ap.add_argument("--tests", default="small1k,small100,random10k,download,wrk1m,idle")
+    ap.add_argument("--sluice", default=f"{ROOT}/target/release/sluice")
+    ap.add_argument("--json", default=None, help="write all samples here")
+    a = ap.parse_args()
+    servers = a.servers.split(",")
+    tests = a.tests.split(",")
+    make_files()
+    configs()
+    procs = {}
+    samples = {}
+    try:
+        for s in servers:
+            procs[s] = start(s, a.sluice)
+        for r in range(a.rounds):
+            order = servers[:]
+            random.shuffle(order)
+            for t in tests:
+                for s in order:
+                    url = f"http://127.0.0.1:{PORTS[s]}"
+                    pid = procs[s].pid
+                    c0 = cpu_seconds(pid)
+                    if t == "small1k":
+                        res = wrk(url + "/f1k.bin", 50, a.duration)
+                    elif t == "small100":
+                        res = wrk(url + "/f100.bin", 50, a.duration)
+                    elif t == "random10k":
+                        res = wrk(url, 50, a.duration, f"{WORK}/random.lua")
+                    elif t == "wrk1m":
+                        res = wrk(url + "/f1m.bin", 8, a.duration)
+                    elif t == "download":
+                        res = {"bps": curl_speed(url + "/f100m.bin"), "requests": 1}
+                    elif t == "idle":
+                        if r > 0:
+                            continue
+                        res = idle_rss_per_conn(s, pid)
+                    c1 = cpu_seconds(pid)
+                    res["cpu_us_per_req"] = (c1 - c0) / max(res.get("requests", 1), 1) * 1e6
+                    samples.setdefault(t, {}).setdefault(s, []).append(res)
+                    print(f"round {r + 1} {t:10} {s:9} " + " ".join(
+                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()),
+                        flush=True)
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    report(samples, servers)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(samples, f, indent=1)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def report(samples, servers):
+    print("\n| test | " + " | ".join(servers) + " | sluice / best peer |")
+    print("|---|" + "---|" * (len(servers) + 1))
+    for t, by in samples.items():
+        if t == "idle":
+            row = {s: med([x["bytes_per_conn"] for x in by.get(s, [])]) for s in servers}
+            best = min((v for s, v in row.items() if s != "sluice"), default=float("nan"))
+            print(f"| {t}: RSS bytes per idle connection | " + " | ".join(f"{row[s]:.0f}" for s in servers)
+                  + f" | {row.get('sluice', float('nan')) / best:.2f} (lower is better) |")
+            continue
+        if t in ("download", "wrk1m"):
+            row = {s: med([x["bps"] for x in by.get(s, [])]) / (1 << 20) for s in servers}
+            best = max((v for s, v in row.items() if s != "sluice"), default=float("nan"))
+            print(f"| {t}: MiB/s | " + " | ".join(f"{row[s]:.0f}" for s in servers)
+                  + f" | {row.get('sluice', 0) / best:.2f} |")
+            continue
+        rps = {s: med([x["rps"] for x in by.get(s, [])]) for s in servers}
+        cpu = {s: med([x["cpu_us_per_req"] for x in by.get(s, [])]) for s in servers}
+        best = max((v for s, v in rps.items() if s != "sluice"), default=float("nan"))
+        frugal = min((v for s, v in cpu.items() if s != "sluice"), default=float("nan"))
+        print(f"| {t}: req/s | " + " | ".join(f"{rps[s]:.0f}" for s in servers)
+              + f" | {rps.get('sluice', 0) / best:.2f} |")
+        print(f"| {t}: server CPU µs/req | " + " | ".join(f"{cpu[s]:.2f}" for s in servers)
+              + f" | {cpu.get('sluice', 0) / frugal:.2f} (vs most frugal) |")
+
+
+if __name__ == "__main__":
+    main()
