@@ -373,7 +373,13 @@ fn version_error(buf: &[u8]) -> ParseError {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
     match parts.as_slice() {
-        [_, _, v] if v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit() => {
+        [_, _, v]
+            if v.len() == 8
+                && v.starts_with(b"HTTP/")
+                && v[5].is_ascii_digit()
+                && v[6] == b'.'
+                && v[7].is_ascii_digit() =>
+        {
             ParseError::BadVersion
         }
         _ => ParseError::Malformed,

@@ -1,1 +1,98 @@
-fn main() {}
+//! Lookup cost against rule count: a miss (ordinary traffic) and a hit on the last
+//! rule, for each rule kind at 10, 10K, 100K and 1M rules, and a realistic mix
+//! (90% exact, 10% regex). The target: 1M rules within 2x of 10 rules.
+//!
+//! `cargo bench -p sluice-rules --bench lookup`; set SLUICE_BENCH_QUICK=1 to stop at 100K.
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use sluice_rules::{Format, LoadOptions, Outcome, Request, RuleSet};
+
+pub fn rules(kind: &str, n: usize) -> (String, Format, String) {
+    let mut s = String::with_capacity(n * 48);
+    let mut last = String::new();
+    let fmt = if kind == "exact" {
+        Format::Native
+    } else {
+        Format::Apache
+    };
+    if kind == "rewrite" || kind == "mix" {
+        s.push_str("RewriteEngine On\n");
+    }
+    for i in 0..n {
+        match kind {
+            "exact" => {
+                s.push_str(&format!("exact /old/{i}/page.html 301 /new/{i}.html\n"));
+                last = format!("/old/{i}/page.html");
+            }
+            "prefix" => {
+                s.push_str(&format!("Redirect 301 /dir{i} /moved/{i}\n"));
+                last = format!("/dir{i}/file.iso");
+            }
+            "regex" => {
+                s.push_str(&format!("RedirectMatch 301 ^/r{i}/(.*)\\.html$ /n{i}/$1\n"));
+                last = format!("/r{i}/a/b.html");
+            }
+            "rewrite" => {
+                s.push_str(&format!("RewriteRule ^/w{i}/(.*)$ /x{i}/$1 [R=301,L]\n"));
+                last = format!("/w{i}/file");
+            }
+            "mix" => {
+                if i % 10 == 9 {
+                    s.push_str(&format!("RewriteRule ^/w{i}/(.*)$ /x{i}/$1 [R=301,L]\n"));
+                    last = format!("/w{i}/file");
+                } else {
+                    s.push_str(&format!(
+                        "RewriteRule ^/old/{i}\\.html$ /new/{i}.html [R=301,L]\n"
+                    ));
+                    last = format!("/old/{i}.html");
+                }
+            }
+            _ => unreachable!(),
+        }
+    }
+    (s, fmt, last)
+}
+
+fn bench(c: &mut Criterion) {
+    let quick = std::env::var("SLUICE_BENCH_QUICK").is_ok();
+    let sizes: &[usize] = if quick {
+        &[10, 10_000, 100_000]
+    } else {
+        &[10, 10_000, 100_000, 1_000_000]
+    };
+    for kind in ["exact", "prefix", "regex", "rewrite", "mix"] {
+        let mut g = c.benchmark_group(format!("lookup/{kind}"));
+        for &n in sizes {
+            let (text, fmt, last) = rules(kind, n);
+            let set = RuleSet::from_str(&text, "bench", fmt, &LoadOptions::default()).unwrap();
+            drop(text);
+            let miss = Request {
+                path: "/pub/debian/pool/main/l/linux/linux-image_6.1.iso",
+                ..Default::default()
+            };
+            assert_eq!(set.lookup(&miss), Outcome::Pass);
+            let hit = Request {
+                path: &last,
+                ..Default::default()
+            };
+            assert!(
+                matches!(set.lookup(&hit), Outcome::Redirect { .. }),
+                "{kind} {n}: {last}"
+            );
+            g.bench_with_input(BenchmarkId::new("miss", n), &n, |b, _| {
+                b.iter(|| set.lookup(black_box(&miss)))
+            });
+            g.bench_with_input(BenchmarkId::new("hit-last", n), &n, |b, _| {
+                b.iter(|| set.lookup(black_box(&hit)))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
+    targets = bench
+}
+criterion_main!(benches);

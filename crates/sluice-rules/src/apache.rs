@@ -124,14 +124,16 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
                             "ne" | "noescape" => flags.noescape = true,
                             "f" | "forbidden" => forbidden = true,
                             "g" | "gone" => gone = true,
-                            "r" | "redirect" => redirect = Some(match val.as_deref() {
-                                None => 302,
-                                Some(v) => redirect_status(v).ok_or_else(|| {
-                                    err(format!(
+                            "r" | "redirect" => {
+                                redirect = Some(match val.as_deref() {
+                                    None => 302,
+                                    Some(v) => redirect_status(v).ok_or_else(|| {
+                                        err(format!(
                                         "[R={v}]: not a redirect status (301, 302, 303, 307, 308)"
                                     ))
-                                })?,
-                            }),
+                                    })?,
+                                })
+                            }
                             other => {
                                 ctx.unsupported(
                                     file,

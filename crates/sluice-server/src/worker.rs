@@ -34,8 +34,8 @@ use sluice_http::response::{write_status_line, Response};
 use sluice_http::{parse_head, BodyFraming, Limits, Method, Parsed};
 use sluice_static::StaticHandler;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -310,7 +310,9 @@ impl Worker {
                     let at = self.wheel.insert(conn.deadline, (key, conn.gen));
                     conn.wheel_at = Some(at);
                     entry.insert(conn);
-                    self.shared.stats[self.id].accepted.fetch_add(1, Ordering::Relaxed);
+                    self.shared.stats[self.id]
+                        .accepted
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -364,7 +366,9 @@ impl Worker {
                 Phase::Idle { .. } => "idle",
             };
             tracing::debug!(peer = %c.peer, kind, "timeout");
-            self.shared.stats[self.id].timeouts.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats[self.id]
+                .timeouts
+                .fetch_add(1, Ordering::Relaxed);
             self.close(key);
             return;
         }
@@ -378,7 +382,9 @@ impl Worker {
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
             recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
-            self.shared.stats[self.id].closed.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats[self.id]
+                .closed
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -417,7 +423,9 @@ impl Worker {
                                 &p.user_agent,
                             );
                         }
-                        self.shared.stats[self.id].bytes.fetch_add(sent, Ordering::Relaxed);
+                        self.shared.stats[self.id]
+                            .bytes
+                            .fetch_add(sent, Ordering::Relaxed);
                         let c = &mut self.conns[key];
                         if c.close_after {
                             self.close(key);
@@ -591,7 +599,9 @@ impl Worker {
                 )
             }
         };
-        self.shared.stats[self.id].requests.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats[self.id]
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));

@@ -36,7 +36,10 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
         && !b.windows(2).any(|w| w == b"//" || w == b"/.")
         && (b.len() == 1 || b[b.len() - 1] != b'/');
     if clean {
-        return Ok(Normalized { rel: std::borrow::Cow::Borrowed(&raw[1..]), trailing_slash: raw.len() == 1 });
+        return Ok(Normalized {
+            rel: std::borrow::Cow::Borrowed(&raw[1..]),
+            trailing_slash: raw.len() == 1,
+        });
     }
     let decoded = percent_decode(raw.as_bytes()).ok_or(PathError::Bad)?;
     if decoded.iter().any(|&b| b == 0 || b == b'\\') {

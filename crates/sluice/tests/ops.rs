@@ -11,28 +11,49 @@ fn check_reports_file_line_and_key() {
     let d = tempfile::tempdir().unwrap();
     let bad = d.path().join("bad.toml");
     std::fs::write(&bad, "[server]\nworkers = 2\nlisen = \"x\"\n").unwrap();
-    let o = Command::new(bin()).args(["check", bad.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(bin())
+        .args(["check", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("bad.toml:3:") && err.contains("lisen"), "{err}");
+    assert!(
+        err.contains("bad.toml:3:") && err.contains("lisen"),
+        "{err}"
+    );
 
     let good = d.path().join("good.toml");
     std::fs::write(&good, "[server]\nroot = \".\"\n[files]\nio = \"read\"\n").unwrap();
-    let o = Command::new(bin()).args(["check", good.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(bin())
+        .args(["check", good.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{o:?}");
 
     let rules = d.path().join("r.conf");
-    std::fs::write(&rules, "Redirect 301 /a /b\nRewriteEngine On\nRewriteRule ^/x$ /y [P]\n").unwrap();
+    std::fs::write(
+        &rules,
+        "Redirect 301 /a /b\nRewriteEngine On\nRewriteRule ^/x$ /y [P]\n",
+    )
+    .unwrap();
     std::fs::write(&good, "[rules]\nfiles = [\"r.conf\"]\n").unwrap();
-    let o = Command::new(bin()).args(["check", good.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(bin())
+        .args(["check", good.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("r.conf:3:") && err.contains("[p]"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("r.conf:3:") && err.contains("[p]"),
+        "{err}"
+    );
 }
 
 #[test]
 fn reload_applies_good_config_and_keeps_serving_on_bad() {
     let dir = docroot();
-    let cfg = dir.path().join(format!("../reload-{}.toml", std::process::id()));
+    let cfg = dir
+        .path()
+        .join(format!("../reload-{}.toml", std::process::id()));
     std::fs::write(&cfg, "[files]\nlisting = true\n").unwrap();
     let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
     let list = |srv: &Server| srv.get("GET /list/ HTTP/1.1\r\nHost: a\r\n\r\n").status;
@@ -52,7 +73,10 @@ fn reload_applies_good_config_and_keeps_serving_on_bad() {
     assert_eq!(list(&srv), 403, "bad reload must keep the previous config");
     assert!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status == 200);
     let err = srv.stderr();
-    assert!(err.contains("reload failed") && err.contains(":2:"), "{err}");
+    assert!(
+        err.contains("reload failed") && err.contains(":2:"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(cfg);
 }
 
@@ -64,7 +88,8 @@ fn sigterm_finishes_the_download_in_flight_then_exits_zero() {
     let srv = Server::start_in(dir, &[]);
     let mut s = srv.connect();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    s.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    s.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
     let mut first = [0u8; 1024];
     let mut got = s.read(&mut first).unwrap();
     srv.signal(libc::SIGTERM);
@@ -101,11 +126,17 @@ fn access_log_is_combined_format() {
     assert_eq!(lines.len(), 2, "{text}");
     assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
     assert!(
-        lines[0].ends_with("\"GET /hello.txt?q=1 HTTP/1.1\" 200 12 \"http://r/\" \"tester \\x22x\\x22\""),
+        lines[0].ends_with(
+            "\"GET /hello.txt?q=1 HTTP/1.1\" 200 12 \"http://r/\" \"tester \\x22x\\x22\""
+        ),
         "{}",
         lines[0]
     );
-    assert!(lines[1].contains("\"GET /missing HTTP/1.1\" 404 "), "{}", lines[1]);
+    assert!(
+        lines[1].contains("\"GET /missing HTTP/1.1\" 404 "),
+        "{}",
+        lines[1]
+    );
     let _ = std::fs::remove_file(log);
 }
 
@@ -118,7 +149,10 @@ fn access_log_is_flushed_within_a_second_or_two() {
     srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
     let t = Instant::now();
     loop {
-        if std::fs::read_to_string(&log).unwrap_or_default().contains("/hello.txt") {
+        if std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("/hello.txt")
+        {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(3), "log not flushed");
@@ -142,11 +176,14 @@ fn serve_without_arguments_serves_the_current_directory() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let ok = line.contains("http://127.0.0.1:8080/");
     if ok {
         let mut s = std::net::TcpStream::connect("127.0.0.1:8080").unwrap();
-        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
         let r = read_response(&mut s, false).unwrap();
         assert_eq!(r.text(), "hello world\n");
     }
@@ -160,7 +197,10 @@ fn serve_without_arguments_serves_the_current_directory() {
 
 #[test]
 fn bad_listen_address_is_a_clear_error() {
-    let o = Command::new(bin()).args(["serve", ".", "--listen", "nowhere"]).output().unwrap();
+    let o = Command::new(bin())
+        .args(["serve", ".", "--listen", "nowhere"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--listen"));
 }

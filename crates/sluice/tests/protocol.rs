@@ -55,8 +55,16 @@ fn http10_closes_unless_keep_alive() {
 #[test]
 fn methods_other_than_get_and_head() {
     let srv = Server::start(&[]);
-    for (m, code) in [("POST", 405), ("PUT", 405), ("DELETE", 405), ("OPTIONS", 405), ("BREW", 501)] {
-        let r = srv.get(&format!("{m} /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"));
+    for (m, code) in [
+        ("POST", 405),
+        ("PUT", 405),
+        ("DELETE", 405),
+        ("OPTIONS", 405),
+        ("BREW", 501),
+    ] {
+        let r = srv.get(&format!(
+            "{m} /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+        ));
         assert_eq!(r.status, code, "{m}");
         assert_eq!(r.header("allow"), Some("GET, HEAD"), "{m}");
     }
@@ -94,7 +102,13 @@ fn small_body_is_skipped_not_parsed_as_a_request() {
     let mut c = srv.client();
     // The body looks like a request; it must be discarded, not answered.
     let body = "GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n";
-    c.send(format!("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    c.send(
+        format!(
+            "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
     c.send(b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(c.response(false).unwrap().status, 405);
     let r = c.response(false).unwrap();
@@ -105,7 +119,9 @@ fn small_body_is_skipped_not_parsed_as_a_request() {
 fn chunked_or_large_body_closes_after_the_answer() {
     let srv = Server::start(&[]);
     let mut c = srv.client();
-    c.send(b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n");
+    c.send(
+        b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n",
+    );
     let r = c.response(false).unwrap();
     assert_eq!(r.status, 405);
     assert_eq!(r.header("connection"), Some("close"));
@@ -122,8 +138,15 @@ fn size_limits() {
     let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(10_000));
     assert_eq!(srv.get(&long).status, 414);
     let many: String = (0..100).map(|i| format!("X-H{i}: v\r\n")).collect();
-    assert_eq!(srv.get(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")).status, 431);
-    let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "v".repeat(20_000));
+    assert_eq!(
+        srv.get(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n"))
+            .status,
+        431
+    );
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+        "v".repeat(20_000)
+    );
     assert_eq!(srv.get(&big).status, 431);
 }
 
@@ -146,14 +169,21 @@ fn garbage_never_kills_the_server() {
         let _ = s.write_all(&j);
         let _ = closed_within(&mut s, Duration::from_millis(300));
     }
-    assert_eq!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status, 200);
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
 }
 
 #[test]
 fn header_deadline_is_total_not_per_read() {
     let dir = docroot();
     let cfg = dir.path().parent().unwrap().join("t-header.toml");
-    std::fs::write(&cfg, "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\n",
+    )
+    .unwrap();
     let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
     let mut s = srv.connect();
     s.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
@@ -172,7 +202,11 @@ fn header_deadline_is_total_not_per_read() {
     }
     closed = closed || closed_within(&mut s, Duration::from_millis(500));
     assert!(closed, "slow head was not cut off");
-    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t.elapsed()
+    );
 
     // Idle keep-alive connections are closed after keepalive_timeout.
     let mut c = srv.client();
@@ -180,7 +214,11 @@ fn header_deadline_is_total_not_per_read() {
     assert_eq!(c.response(false).unwrap().status, 200);
     let t = Instant::now();
     assert!(closed_within(&mut c.s, Duration::from_secs(4)));
-    assert!(t.elapsed() >= Duration::from_millis(700), "closed too early: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "closed too early: {:?}",
+        t.elapsed()
+    );
     let _ = std::fs::remove_file(cfg);
 }
 
@@ -188,7 +226,8 @@ fn header_deadline_is_total_not_per_read() {
 fn half_closed_client_still_gets_its_answer() {
     let srv = Server::start(&[]);
     let mut s = srv.connect();
-    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let r = read_response(&mut s, false).unwrap();
     assert_eq!(r.status, 200);

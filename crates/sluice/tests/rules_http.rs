@@ -22,15 +22,34 @@ fn apache_redirects_and_rewrites_over_http() {
     .unwrap();
     let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
     let r = srv.get("GET /old/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\n");
-    assert_eq!((r.status, r.header("location")), (301, Some("/hello.txt/x?y=1")));
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/hello.txt/x?y=1"))
+    );
     let r = srv.get("GET /item/42 HTTP/1.1\r\nHost: a\r\n\r\n");
-    assert_eq!((r.status, r.header("location")), (302, Some("/items?id=42")));
+    assert_eq!(
+        (r.status, r.header("location")),
+        (302, Some("/items?id=42"))
+    );
     let r = srv.get("GET /alias.txt HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
-    assert_eq!(srv.get("GET /private/x HTTP/1.1\r\nHost: a\r\n\r\n").status, 403);
-    assert_eq!(srv.get("GET /retired HTTP/1.1\r\nHost: a\r\n\r\n").status, 410);
-    assert_eq!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nUser-Agent: xbadbotx\r\n\r\n").status, 403);
-    assert_eq!(srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status, 200);
+    assert_eq!(
+        srv.get("GET /private/x HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        403
+    );
+    assert_eq!(
+        srv.get("GET /retired HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        410
+    );
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nUser-Agent: xbadbotx\r\n\r\n")
+            .status,
+        403
+    );
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
     let _ = std::fs::remove_file(rules);
 }
 
@@ -38,14 +57,28 @@ fn apache_redirects_and_rewrites_over_http() {
 fn explain_names_the_rule_and_the_reason() {
     let d = tempfile::tempdir().unwrap();
     let rules = d.path().join("r.rules");
-    std::fs::write(&rules, "exact /a 301 /b host=example.org\nregex ^/a 302 /c\n").unwrap();
+    std::fs::write(
+        &rules,
+        "exact /a 301 /b host=example.org\nregex ^/a 302 /c\n",
+    )
+    .unwrap();
     let o = Command::new(bin())
-        .args(["rules", "explain", rules.to_str().unwrap(), "/a", "--host", "other.example"])
+        .args([
+            "rules",
+            "explain",
+            rules.to_str().unwrap(),
+            "/a",
+            "--host",
+            "other.example",
+        ])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
-    assert!(out.contains("r.rules:1:") && out.contains("host differs"), "{out}");
+    assert!(
+        out.contains("r.rules:1:") && out.contains("host differs"),
+        "{out}"
+    );
     assert!(out.contains("r.rules:2:") && out.contains("MATCH"), "{out}");
     assert!(out.contains("302 redirect to /c"), "{out}");
 }

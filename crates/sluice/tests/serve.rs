@@ -12,7 +12,14 @@ fn get(srv: &Server, path: &str, extra: &str) -> Resp {
 #[test]
 fn traversal_and_hidden_files_are_refused() {
     let srv = Server::start(&[]);
-    for p in ["/../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/sub/../../x", "/a%00b", "/a%5c..%5cb", "/..%2fetc"] {
+    for p in [
+        "/../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/sub/../../x",
+        "/a%00b",
+        "/a%5c..%5cb",
+        "/..%2fetc",
+    ] {
         let r = get(&srv, p, "");
         assert!(r.status == 400 || r.status == 404, "{p}: {}", r.status);
         assert!(!r.text().contains("root:"), "{p}");
@@ -27,7 +34,11 @@ fn symlinks_only_inside_the_root() {
     let dir = docroot();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("out.txt"), b"outside").unwrap();
-    symlink(outside.path().join("out.txt"), dir.path().join("escape.txt")).unwrap();
+    symlink(
+        outside.path().join("out.txt"),
+        dir.path().join("escape.txt"),
+    )
+    .unwrap();
     symlink(outside.path(), dir.path().join("escdir")).unwrap();
     symlink("hello.txt", dir.path().join("inside.txt")).unwrap();
     let srv = Server::start_in(dir, &[]);
@@ -50,10 +61,27 @@ fn content_type_validators_and_conditionals() {
     let etag = r.header("etag").unwrap().to_string();
     let lm = r.header("last-modified").unwrap().to_string();
     assert!(etag.starts_with('"') && etag.ends_with('"'));
-    assert_eq!(get(&srv, "/hello.txt", &format!("If-None-Match: {etag}\r\n")).status, 304);
-    assert_eq!(get(&srv, "/hello.txt", "If-None-Match: \"other\"\r\n").status, 200);
-    assert_eq!(get(&srv, "/hello.txt", &format!("If-Modified-Since: {lm}\r\n")).status, 304);
-    assert_eq!(get(&srv, "/hello.txt", "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n").status, 200);
+    assert_eq!(
+        get(&srv, "/hello.txt", &format!("If-None-Match: {etag}\r\n")).status,
+        304
+    );
+    assert_eq!(
+        get(&srv, "/hello.txt", "If-None-Match: \"other\"\r\n").status,
+        200
+    );
+    assert_eq!(
+        get(&srv, "/hello.txt", &format!("If-Modified-Since: {lm}\r\n")).status,
+        304
+    );
+    assert_eq!(
+        get(
+            &srv,
+            "/hello.txt",
+            "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+        )
+        .status,
+        200
+    );
     let r = get(&srv, "/hello.txt", &format!("If-None-Match: {etag}\r\n"));
     assert!(r.body.is_empty());
     assert_eq!(r.header("etag"), Some(etag.as_str()));
@@ -75,13 +103,27 @@ fn ranges() {
     assert_eq!(r.status, 416);
     assert_eq!(r.header("content-range"), Some("bytes */300000"));
     // If-Range with a stale validator: the whole file.
-    let r = get(&srv, "/big.bin", "Range: bytes=0-9\r\nIf-Range: \"stale\"\r\n");
+    let r = get(
+        &srv,
+        "/big.bin",
+        "Range: bytes=0-9\r\nIf-Range: \"stale\"\r\n",
+    );
     assert_eq!((r.status, r.body.len()), (200, 300_000));
-    let etag = get(&srv, "/big.bin", "").header("etag").unwrap().to_string();
-    let r = get(&srv, "/big.bin", &format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n"));
+    let etag = get(&srv, "/big.bin", "")
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let r = get(
+        &srv,
+        "/big.bin",
+        &format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n"),
+    );
     assert_eq!((r.status, r.body.len()), (206, 10));
     // A small (cached in memory) file serves ranges too.
-    assert_eq!(get(&srv, "/hello.txt", "Range: bytes=6-10\r\n").text(), "world");
+    assert_eq!(
+        get(&srv, "/hello.txt", "Range: bytes=6-10\r\n").text(),
+        "world"
+    );
 }
 
 #[test]
@@ -91,7 +133,9 @@ fn multipart_byteranges() {
     let r = get(&srv, "/big.bin", "Range: bytes=0-4,1000-1009,-3\r\n");
     assert_eq!(r.status, 206);
     let ct = r.header("content-type").unwrap();
-    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(ct);
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .expect(ct);
     let body = r.body.clone();
     let sep = format!("--{boundary}");
     let mut parts = Vec::new();
@@ -114,7 +158,11 @@ fn multipart_byteranges() {
     assert_eq!(parts[2].1, &big[299_997..]);
     // Too many ranges: the whole file instead.
     let many: Vec<String> = (0..40).map(|i| format!("{}-{}", i * 10, i * 10)).collect();
-    let r = get(&srv, "/big.bin", &format!("Range: bytes={}\r\n", many.join(",")));
+    let r = get(
+        &srv,
+        "/big.bin",
+        &format!("Range: bytes={}\r\n", many.join(",")),
+    );
     assert_eq!((r.status, r.body.len()), (200, 300_000));
 }
 
@@ -130,10 +178,16 @@ fn directories() {
     assert_eq!(r.header("location"), Some("/sub/?x=1"));
     assert_eq!(get(&srv, "/sub/", "").text(), "<h1>sub</h1>\n");
     let html = get(&srv, "/list/", "").text();
-    assert!(html.contains("<a href=\"a.txt\">a.txt</a>") && html.contains("b%20b.txt"), "{html}");
+    assert!(
+        html.contains("<a href=\"a.txt\">a.txt</a>") && html.contains("b%20b.txt"),
+        "{html}"
+    );
     assert!(html.contains("?sort=size"), "sortable");
     let json = get(&srv, "/list/", "Accept: application/json\r\n").text();
-    assert!(json.contains("\"name\": \"b b.txt\"") && json.contains("\"size\": 2"), "{json}");
+    assert!(
+        json.contains("\"name\": \"b b.txt\"") && json.contains("\"size\": 2"),
+        "{json}"
+    );
     let by_size = get(&srv, "/list/?format=json&sort=size&order=desc", "").text();
     assert!(by_size.find("b b.txt").unwrap() < by_size.find("a.txt").unwrap());
     assert_eq!(get(&srv, "/hello.txt/", "").status, 404);
@@ -144,15 +198,25 @@ fn io_modes_send_the_same_bytes() {
     let big = big_bytes();
     for mode in ["sendfile", "mmap", "read"] {
         let dir = docroot();
-        let cfg = dir.path().join(format!("../io-{mode}-{}.toml", std::process::id()));
-        std::fs::write(&cfg, format!("[files]\nio = \"{mode}\"\nbuffer_size = 1000\nsmall_file_max = 0\n")).unwrap();
+        let cfg = dir
+            .path()
+            .join(format!("../io-{mode}-{}.toml", std::process::id()));
+        std::fs::write(
+            &cfg,
+            format!("[files]\nio = \"{mode}\"\nbuffer_size = 1000\nsmall_file_max = 0\n"),
+        )
+        .unwrap();
         let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
         let r = get(&srv, "/big.bin", "");
         assert_eq!(r.body.len(), big.len(), "{mode}");
         assert!(r.body == big, "{mode}: bytes differ");
         let r = get(&srv, "/big.bin", "Range: bytes=5000-5999,7-8\r\n");
         assert_eq!(r.status, 206, "{mode}");
-        assert_eq!(get(&srv, "/hello.txt", "").text(), "hello world\n", "{mode}");
+        assert_eq!(
+            get(&srv, "/hello.txt", "").text(),
+            "hello world\n",
+            "{mode}"
+        );
         let _ = std::fs::remove_file(cfg);
     }
 }
@@ -171,44 +235,87 @@ fn offsets_above_four_gib() {
     let srv = Server::start_in(dir, &[]);
     let r = srv.get("HEAD /huge.iso HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r.header("content-length"), Some(len.to_string().as_str()));
-    let r = get(&srv, "/huge.iso", &format!("Range: bytes={}-{}\r\n", marker_at, marker_at + 17));
+    let r = get(
+        &srv,
+        "/huge.iso",
+        &format!("Range: bytes={}-{}\r\n", marker_at, marker_at + 17),
+    );
     assert_eq!(r.status, 206);
     assert_eq!(r.text(), "MARKER-BEYOND-4GIB");
     let r = get(&srv, "/huge.iso", "Range: bytes=-3\r\n");
-    assert_eq!(r.header("content-range"), Some(format!("bytes {}-{}/{}", len - 3, len - 1, len).as_str()));
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes {}-{}/{}", len - 3, len - 1, len).as_str())
+    );
 }
 
 #[test]
 fn curl_resume_range_head_and_conditional() {
-    assert!(curl_available(), "curl is needed (scripts/test.sh installs it)");
+    assert!(
+        curl_available(),
+        "curl is needed (scripts/test.sh installs it)"
+    );
     let srv = Server::start(&[]);
     let big = big_bytes();
     let out = tempfile::tempdir().unwrap();
     let part = out.path().join("big.part");
     // A download cut at 100,000 bytes, resumed with -C -.
     std::fs::write(&part, &big[..100_000]).unwrap();
-    let o = curl(&["-C", "-", "-o", part.to_str().unwrap(), &srv.url("/big.bin")]);
+    let o = curl(&[
+        "-C",
+        "-",
+        "-o",
+        part.to_str().unwrap(),
+        &srv.url("/big.bin"),
+    ]);
     assert!(o.status.success(), "{o:?}");
     assert!(std::fs::read(&part).unwrap() == big, "resumed file differs");
     // Resuming a complete file is not an error for curl (416 handled).
-    let o = curl(&["-C", "-", "-o", part.to_str().unwrap(), &srv.url("/big.bin")]);
+    let o = curl(&[
+        "-C",
+        "-",
+        "-o",
+        part.to_str().unwrap(),
+        &srv.url("/big.bin"),
+    ]);
     assert!(o.status.success(), "{o:?}");
 
     let o = curl(&["--range", "10-19", &srv.url("/big.bin")]);
     assert_eq!(o.stdout, &big[10..20]);
     let o = curl(&["-I", &srv.url("/big.bin")]);
     let head = String::from_utf8_lossy(&o.stdout);
-    assert!(head.starts_with("HTTP/1.1 200") && head.contains("Content-Length: 300000"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("Content-Length: 300000"),
+        "{head}"
+    );
     // -z: If-Modified-Since from a date in the future → 304, nothing written.
-    let o = curl(&["-z", "Sat, 01 Jan 2050 00:00:00 GMT", "-w", "%{http_code}", "-o", "/dev/null", &srv.url("/big.bin")]);
+    let o = curl(&[
+        "-z",
+        "Sat, 01 Jan 2050 00:00:00 GMT",
+        "-w",
+        "%{http_code}",
+        "-o",
+        "/dev/null",
+        &srv.url("/big.bin"),
+    ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "304");
     // --path-as-is traversal attempt.
-    let o = curl(&["--path-as-is", "-w", "%{http_code}", "-o", "/dev/null", &srv.url("/../../etc/passwd")]);
+    let o = curl(&[
+        "--path-as-is",
+        "-w",
+        "%{http_code}",
+        "-o",
+        "/dev/null",
+        &srv.url("/../../etc/passwd"),
+    ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "400");
     // Keep-alive across several URLs on one curl invocation.
     let o = curl(&["-v", &srv.url("/hello.txt"), &srv.url("/hello.txt")]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("Re-using existing connection") || err.contains("Reusing existing"), "{err}");
+    assert!(
+        err.contains("Re-using existing connection") || err.contains("Reusing existing"),
+        "{err}"
+    );
 }
 
 #[test]

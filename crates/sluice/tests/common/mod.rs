@@ -20,7 +20,11 @@ pub fn bin() -> &'static str {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A temporary document root with a few known files.
@@ -52,12 +56,24 @@ impl Server {
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
-        let stderr_path = dir.path().parent().unwrap().join(format!("sluice-stderr-{port}.log"));
+        let stderr_path = dir
+            .path()
+            .parent()
+            .unwrap()
+            .join(format!("sluice-stderr-{port}.log"));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let mut cmd = Command::new(bin());
-        cmd.arg("serve").arg(dir.path()).args(["--listen", &addr, "--workers", "2"]).args(extra);
+        cmd.arg("serve")
+            .arg(dir.path())
+            .args(["--listen", &addr, "--workers", "2"])
+            .args(extra);
         let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
-        let mut s = Server { child, addr, dir, stderr_path };
+        let mut s = Server {
+            child,
+            addr,
+            dir,
+            stderr_path,
+        };
         s.wait_ready();
         s
     }
@@ -66,7 +82,11 @@ impl Server {
         let out = self.child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line).unwrap();
-        assert!(line.contains("serving"), "server did not start: {line:?} {}", self.stderr());
+        assert!(
+            line.contains("serving"),
+            "server did not start: {line:?} {}",
+            self.stderr()
+        );
     }
 
     pub fn stderr(&self) -> String {
@@ -138,7 +158,10 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -171,7 +194,12 @@ impl Client {
                 let headers: Vec<(String, String)> = r
                     .headers
                     .iter()
-                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
                     .collect();
                 let len: usize = headers
                     .iter()
@@ -189,7 +217,11 @@ impl Client {
                 let end = (n + body_len).min(self.buf.len());
                 let body = self.buf[n..end].to_vec();
                 self.buf.drain(..end);
-                return Some(Resp { status, headers, body });
+                return Some(Resp {
+                    status,
+                    headers,
+                    body,
+                });
             }
             let k = self.s.read(&mut tmp).ok()?;
             if k == 0 {
@@ -223,5 +255,9 @@ pub fn curl_available() -> bool {
 }
 
 pub fn curl(args: &[&str]) -> std::process::Output {
-    Command::new("curl").args(["-s", "--max-time", "20"]).args(args).output().expect("curl")
+    Command::new("curl")
+        .args(["-s", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl")
 }
