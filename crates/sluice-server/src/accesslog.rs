@@ -67,6 +67,36 @@ impl Writer {
     }
 }
 
+/// What a log line needs from the request, kept until the response is done
+/// (the line records the bytes actually sent).
+#[derive(Debug)]
+pub struct Pending {
+    request_line: Vec<u8>,
+    status: u16,
+    referer: Vec<u8>,
+    user_agent: Vec<u8>,
+}
+
+impl Pending {
+    pub fn new(head: &sluice_http::RequestHead, status: u16) -> Pending {
+        let mut line = Vec::with_capacity(head.method_str.len() + head.target.len() + 10);
+        line.extend_from_slice(head.method_str.as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(head.target.as_bytes());
+        line.extend_from_slice(if head.minor == 0 {
+            b" HTTP/1.0"
+        } else {
+            b" HTTP/1.1"
+        });
+        Pending {
+            request_line: line,
+            status,
+            referer: head.referer.unwrap_or("").as_bytes().to_vec(),
+            user_agent: head.user_agent.unwrap_or("").as_bytes().to_vec(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Handle {
     tx: SyncSender<Vec<u8>>,
@@ -98,17 +128,9 @@ impl WorkerLog {
     }
 
     /// Append one combined-format line.
-    #[allow(clippy::too_many_arguments)]
-    pub fn line(
-        &mut self,
-        now: SystemTime,
-        peer: IpAddr,
-        request_line: &[u8],
-        status: u16,
-        bytes: u64,
-        referer: &[u8],
-        user_agent: &[u8],
-    ) {
+    pub fn line(&mut self, now: SystemTime, peer: IpAddr, p: &Pending, bytes: u64) {
+        let (request_line, status, referer, user_agent) =
+            (&p.request_line, p.status, &p.referer, &p.user_agent);
         if self.handle.is_none() {
             return;
         }

@@ -55,6 +55,8 @@ pub struct Outgoing {
     pub map: Option<MapWindow>,
     /// Body bytes sent so far (for the access log).
     pub sent: u64,
+    /// The access-log record, written when the response is done.
+    pub log: Option<crate::accesslog::Pending>,
 }
 
 impl Outgoing {
@@ -69,6 +71,7 @@ impl Outgoing {
         self.off = 0;
         self.map = None;
         self.sent = 0;
+        self.log = None;
     }
 
     /// Write as much as the socket takes. `head_len` bytes of `wbuf` at the start of

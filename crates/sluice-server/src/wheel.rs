@@ -11,59 +11,49 @@
 //! Insert and expiry are O(1) per entry. Time is passed in, never read here, so tests
 //! drive it without sleeping.
 
-use std::time::{Duration, Instant};
-
 /// What an entry names: a slab key and the connection generation it was made for
-/// (a slot reused by a new connection must not inherit an old timer).
-pub type Key = (usize, u32);
+/// (a slot reused by a new connection must not inherit an old timer). 8 bytes.
+pub type Key = (u32, u32);
 
+/// Times are milliseconds on the worker's own clock.
 pub struct Wheel {
     slots: Vec<Vec<Key>>,
-    tick: Duration,
-    origin: Instant,
+    tick_ms: u64,
     /// Last tick whose slot has been emptied.
     cur: u64,
 }
 
 impl Wheel {
-    pub fn new(now: Instant, tick: Duration, slots: usize) -> Self {
+    pub fn new(tick_ms: u64, slots: usize) -> Self {
         Wheel {
             slots: (0..slots).map(|_| Vec::new()).collect(),
-            tick,
-            origin: now,
+            tick_ms,
             cur: 0,
         }
     }
 
-    pub fn tick(&self) -> Duration {
-        self.tick
-    }
-
-    fn tick_ceil(&self, t: Instant) -> u64 {
-        let d = t.saturating_duration_since(self.origin).as_nanos();
-        let tk = self.tick.as_nanos();
-        d.div_ceil(tk) as u64
-    }
-
-    fn tick_floor(&self, t: Instant) -> u64 {
-        (t.saturating_duration_since(self.origin).as_nanos() / self.tick.as_nanos()) as u64
+    pub fn tick(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.tick_ms)
     }
 
     /// Schedule `key` to be reported at or after `at` (never before), or earlier if
     /// `at` is beyond one rotation. Returns when the entry will actually come up.
-    pub fn insert(&mut self, at: Instant, key: Key) -> Instant {
+    pub fn insert(&mut self, at: u64, key: Key) -> u64 {
         // Deadlines beyond one rotation land in a nearer slot and are re-inserted by
         // the caller when they come up early: the wheel never fires late, at worst early.
         let n = self.slots.len() as u64;
-        let t = self.tick_ceil(at).max(self.cur + 1).min(self.cur + n);
+        let t = at
+            .div_ceil(self.tick_ms)
+            .max(self.cur + 1)
+            .min(self.cur + n);
         self.slots[(t % n) as usize].push(key);
-        self.origin + self.tick * t as u32
+        t * self.tick_ms
     }
 
     /// Move time to `now`, appending every entry whose slot has passed to `due`.
     /// The caller checks each against the connection's real deadline.
-    pub fn advance(&mut self, now: Instant, due: &mut Vec<Key>) {
-        let target = self.tick_floor(now);
+    pub fn advance(&mut self, now: u64, due: &mut Vec<Key>) {
+        let target = now / self.tick_ms;
         let n = self.slots.len() as u64;
         if target > self.cur + n {
             for s in self.slots.iter_mut() {
@@ -93,40 +83,39 @@ mod tests {
 
     #[test]
     fn fires_not_before_deadline() {
-        let t0 = Instant::now();
-        let mut w = Wheel::new(t0, Duration::from_millis(100), 16);
-        w.insert(t0 + Duration::from_millis(250), (1, 0));
-        w.insert(t0 + Duration::from_millis(50), (2, 0));
+        let mut w = Wheel::new(100, 16);
+        w.insert(250, (1, 0));
+        w.insert(50, (2, 0));
         let mut due = Vec::new();
-        w.advance(t0 + Duration::from_millis(99), &mut due);
+        w.advance(99, &mut due);
         assert!(due.is_empty());
-        w.advance(t0 + Duration::from_millis(100), &mut due);
+        w.advance(100, &mut due);
         assert_eq!(due, vec![(2, 0)]);
         due.clear();
-        w.advance(t0 + Duration::from_millis(299), &mut due);
+        w.advance(299, &mut due);
         assert!(due.is_empty());
-        w.advance(t0 + Duration::from_millis(300), &mut due);
+        w.advance(300, &mut due);
         assert_eq!(due, vec![(1, 0)]);
         assert!(w.is_empty());
     }
 
     #[test]
     fn far_deadlines_come_up_early_and_big_jumps_flush_everything() {
-        let t0 = Instant::now();
-        let mut w = Wheel::new(t0, Duration::from_millis(10), 8);
-        w.insert(t0 + Duration::from_secs(10), (7, 3));
+        let mut w = Wheel::new(10, 8);
+        let at = w.insert(10_000, (7, 3));
+        assert_eq!(at, 80, "reported when it will really come up");
         let mut due = Vec::new();
-        w.advance(t0 + Duration::from_millis(80), &mut due);
+        w.advance(80, &mut due);
         assert_eq!(
             due,
             vec![(7, 3)],
             "beyond one rotation: reported early for re-insert"
         );
         due.clear();
-        for i in 0..5 {
-            w.insert(t0 + Duration::from_millis(100 + i * 10), (i as usize, 0));
+        for i in 0..5u32 {
+            w.insert(100 + u64::from(i) * 10, (i, 0));
         }
-        w.advance(t0 + Duration::from_secs(60), &mut due);
+        w.advance(60_000, &mut due);
         assert_eq!(due.len(), 5);
     }
 }

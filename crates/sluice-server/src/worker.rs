@@ -21,7 +21,7 @@
 //! Memory: an idle keep-alive connection holds no buffer (its read buffer goes back
 //! to the worker's pool), just its `Conn` record in the slab and one wheel entry.
 
-use crate::accesslog::WorkerLog;
+use crate::accesslog::{Pending, WorkerLog};
 use crate::phases::{self, PhaseCtx};
 use crate::send::{Flush, Outgoing};
 use crate::wheel::Wheel;
@@ -44,15 +44,20 @@ const LISTENER_BASE: usize = usize::MAX / 2;
 const READ_CHUNK: usize = 4096;
 const POOL_MAX: usize = 256;
 
+/// Milliseconds since the worker started: connection times are stored this way
+/// (8 bytes, not 16) because an idle connection's record is most of its memory.
+type Ms = u64;
+const NEVER: Ms = u64::MAX;
+
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// Waiting for (more of) a request head since `started`.
-    Head { started: Instant },
+    Head { started: Ms },
     /// Sending a response; `last` is the last time bytes moved.
-    Send { last: Instant },
+    Send { last: Ms },
     /// Keep-alive, nothing buffered.
-    Idle { since: Instant },
+    Idle { since: Ms },
 }
 
 struct Conn {
@@ -61,10 +66,12 @@ struct Conn {
     gen: u32,
     phase: Phase,
     rbuf: Vec<u8>,
-    out: Outgoing,
+    /// The response being sent; `None` between responses (pooled, so an idle
+    /// connection does not carry it).
+    out: Option<Box<Outgoing>>,
     /// Request-body bytes still to be read and thrown away.
     discard: u64,
-    requests: u64,
+    requests: u32,
     close_after: bool,
     read_blocked: bool,
     write_blocked: bool,
@@ -72,17 +79,9 @@ struct Conn {
     peer_closed: bool,
     /// epoll reported RDHUP: do not trust a short read to mean "drained".
     rdhup: bool,
-    deadline: Instant,
-    wheel_at: Option<Instant>,
-    log: Option<Box<PendingLog>>,
-}
-
-/// What the access log needs once the response is done (bytes are known then).
-struct PendingLog {
-    request_line: Vec<u8>,
-    status: u16,
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
+    deadline: Ms,
+    /// When this connection's live wheel entry comes up (`NEVER` if none).
+    wheel_at: Ms,
 }
 
 enum Step {
@@ -106,9 +105,12 @@ pub struct Worker {
     limits: Limits,
     date: DateCache,
     pool: Vec<Vec<u8>>,
+    out_pool: Vec<Box<Outgoing>>,
     log: WorkerLog,
     gen: u32,
     now: Instant,
+    epoch: Instant,
+    now_ms: Ms,
     max_conns: usize,
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
@@ -136,8 +138,11 @@ impl Worker {
             id,
             poll,
             listeners,
-            conns: Slab::with_capacity(1024),
-            wheel: Wheel::new(now, Duration::from_millis(100), 1024),
+            // Sized for the most connections this worker may hold, as nginx sizes its
+            // connection array: untouched pages cost no memory, and the slab never
+            // reallocates (and doubles) under a connection flood.
+            conns: Slab::with_capacity(max_conns.min(1 << 20)),
+            wheel: Wheel::new(100, 1024),
             limits: snap.limits(),
             shared,
             snap,
@@ -145,9 +150,12 @@ impl Worker {
             files,
             date: DateCache::default(),
             pool: Vec::new(),
+            out_pool: Vec::new(),
             log,
             gen: 0,
             now,
+            epoch: now,
+            now_ms: 0,
             max_conns,
             accept_paused_until: None,
             last_pressure_warn: None,
@@ -165,6 +173,7 @@ impl Worker {
                 }
             }
             self.now = Instant::now();
+            self.now_ms = self.now.duration_since(self.epoch).as_millis() as Ms;
             self.refresh_snapshot();
             for ev in events.iter() {
                 let t = ev.token().0;
@@ -188,9 +197,9 @@ impl Worker {
                 }
                 self.drive(t);
             }
-            self.wheel.advance(self.now, &mut due);
+            self.wheel.advance(self.now_ms, &mut due);
             for (key, gen) in due.drain(..) {
-                self.on_timer(key, gen);
+                self.on_timer(key as usize, gen);
             }
             if let Some(until) = self.accept_paused_until {
                 if self.now >= until {
@@ -247,7 +256,7 @@ impl Worker {
         let idle: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.out.is_idle() && c.rbuf.is_empty())
+            .filter(|(_, c)| c.out.is_none() && c.rbuf.is_empty())
             .map(|(k, _)| k)
             .collect();
         for k in idle {
@@ -274,7 +283,7 @@ impl Worker {
                 Ok((sock, addr)) => {
                     let _ = sock.set_nodelay(true);
                     self.gen = self.gen.wrapping_add(1);
-                    let now = self.now;
+                    let now = self.now_ms;
                     let entry = self.conns.vacant_entry();
                     let key = entry.key();
                     let mut conn = Conn {
@@ -283,7 +292,7 @@ impl Worker {
                         gen: self.gen,
                         phase: Phase::Head { started: now },
                         rbuf: Vec::new(),
-                        out: Outgoing::default(),
+                        out: None,
                         discard: 0,
                         requests: 0,
                         close_after: false,
@@ -291,9 +300,8 @@ impl Worker {
                         write_blocked: false,
                         peer_closed: false,
                         rdhup: false,
-                        deadline: now + self.snap.config.http.header_timeout,
-                        wheel_at: None,
-                        log: None,
+                        deadline: now + ms(self.snap.config.http.header_timeout),
+                        wheel_at: NEVER,
                     };
                     if self
                         .poll
@@ -307,8 +315,7 @@ impl Worker {
                     {
                         continue;
                     }
-                    let at = self.wheel.insert(conn.deadline, (key, conn.gen));
-                    conn.wheel_at = Some(at);
+                    conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
                     entry.insert(conn);
                     self.shared.stats[self.id]
                         .accepted
@@ -352,7 +359,7 @@ impl Worker {
     }
 
     fn on_timer(&mut self, key: usize, gen: u32) {
-        let now = self.now;
+        let now = self.now_ms;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -372,8 +379,8 @@ impl Worker {
             self.close(key);
             return;
         }
-        if c.wheel_at.is_none_or(|t| t <= now) {
-            c.wheel_at = Some(self.wheel.insert(c.deadline, (key, gen)));
+        if c.wheel_at <= now || c.wheel_at == NEVER {
+            c.wheel_at = self.wheel.insert(c.deadline, (key as u32, gen));
         }
     }
 
@@ -381,7 +388,11 @@ impl Worker {
         if let Some(mut c) = self.conns.try_remove(key) {
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-            recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
+            if let Some(mut out) = c.out.take() {
+                recycle(&mut self.pool, std::mem::take(&mut out.wbuf));
+                out.reset();
+                self.out_pool.push(out);
+            }
             self.shared.stats[self.id]
                 .closed
                 .fetch_add(1, Ordering::Relaxed);
@@ -397,46 +408,42 @@ impl Worker {
                 return;
             };
             // 1. Finish the response in flight.
-            if !c.out.is_idle() {
+            if let Some(out) = c.out.as_mut() {
                 if c.write_blocked {
                     return;
                 }
-                match c.out.flush(&c.sock, cfg_io, buffer_size) {
+                match out.flush(&c.sock, cfg_io, buffer_size) {
                     Ok(Flush::Blocked) => {
                         c.write_blocked = true;
-                        c.phase = Phase::Send { last: self.now };
-                        let d = self.now + self.snap.config.http.send_timeout;
+                        c.phase = Phase::Send { last: self.now_ms };
+                        let d = self.now_ms + ms(self.snap.config.http.send_timeout);
                         self.set_deadline(key, d);
                         return;
                     }
                     Ok(Flush::Done) => {
-                        let sent = c.out.sent;
-                        c.out.reset();
-                        if let Some(p) = c.log.take() {
-                            self.log.line(
-                                SystemTime::now(),
-                                c.peer,
-                                &p.request_line,
-                                p.status,
-                                sent,
-                                &p.referer,
-                                &p.user_agent,
-                            );
+                        let sent = out.sent;
+                        if let Some(p) = out.log.take() {
+                            self.log.line(SystemTime::now(), c.peer, &p, sent);
                         }
                         self.shared.stats[self.id]
                             .bytes
                             .fetch_add(sent, Ordering::Relaxed);
-                        let c = &mut self.conns[key];
                         if c.close_after {
                             self.close(key);
                             return;
                         }
+                        if let Some(mut out) = c.out.take() {
+                            recycle(&mut self.pool, std::mem::take(&mut out.wbuf));
+                            out.reset();
+                            self.out_pool.push(out);
+                        }
                         c.phase = if c.rbuf.is_empty() {
-                            Phase::Idle { since: self.now }
+                            Phase::Idle { since: self.now_ms }
                         } else {
-                            Phase::Head { started: self.now }
+                            Phase::Head {
+                                started: self.now_ms,
+                            }
                         };
-                        recycle(&mut self.pool, std::mem::take(&mut c.out.wbuf));
                     }
                     Err(e) => {
                         tracing::debug!(peer = %c.peer, error = %e, "send failed");
@@ -469,7 +476,9 @@ impl Worker {
                     }
                 }
                 if matches!(c.phase, Phase::Idle { .. }) && !c.rbuf.is_empty() {
-                    c.phase = Phase::Head { started: self.now };
+                    c.phase = Phase::Head {
+                        started: self.now_ms,
+                    };
                 }
             }
             // 3. Throw away a request body we are skipping.
@@ -479,7 +488,7 @@ impl Worker {
                 c.discard -= n as u64;
                 if c.discard > 0 {
                     if c.read_blocked {
-                        let d = self.now + self.snap.config.http.header_timeout;
+                        let d = self.now_ms + ms(self.snap.config.http.header_timeout);
                         self.set_deadline(key, d);
                         return;
                     }
@@ -503,9 +512,13 @@ impl Worker {
                         continue; // buffer had room and more may be readable
                     }
                     let d = match c.phase {
-                        Phase::Head { started } => started + self.snap.config.http.header_timeout,
-                        Phase::Idle { since } => since + self.snap.config.http.keepalive_timeout,
-                        Phase::Send { last } => last + self.snap.config.http.send_timeout,
+                        Phase::Head { started } => {
+                            started + ms(self.snap.config.http.header_timeout)
+                        }
+                        Phase::Idle { since } => {
+                            since + ms(self.snap.config.http.keepalive_timeout)
+                        }
+                        Phase::Send { last } => last + ms(self.snap.config.http.send_timeout),
                     };
                     if c.rbuf.is_empty() {
                         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
@@ -517,19 +530,19 @@ impl Worker {
         }
     }
 
-    fn set_deadline(&mut self, key: usize, d: Instant) {
+    fn set_deadline(&mut self, key: usize, d: Ms) {
         let c = &mut self.conns[key];
         c.deadline = d;
         // One live wheel entry per connection; add another only if it must fire sooner.
-        if c.wheel_at.is_none_or(|t| d < t) {
-            c.wheel_at = Some(self.wheel.insert(d, (key, c.gen)));
+        if d < c.wheel_at {
+            c.wheel_at = self.wheel.insert(d, (key as u32, c.gen));
         }
     }
 
     fn next_request(&mut self, key: usize) -> Step {
         let c = &mut self.conns[key];
         if c.rbuf.is_empty() || c.close_after {
-            return if c.close_after && c.out.is_idle() {
+            return if c.close_after && c.out.is_none() {
                 Step::Close
             } else {
                 Step::NeedMore
@@ -537,7 +550,7 @@ impl Worker {
         }
         let rbuf = std::mem::take(&mut c.rbuf);
         let parsed = parse_head(&rbuf, &self.limits);
-        let (resp, consumed, keep_alive, announce_keep_alive, head_only) = match parsed {
+        let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
                 self.conns[key].rbuf = rbuf;
                 return Step::NeedMore;
@@ -546,7 +559,7 @@ impl Worker {
                 tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
                 let mut r = Response::text(e.status(), Some(e.as_str()));
                 r.close = true;
-                (r, rbuf.len(), false, false, false)
+                (r, rbuf.len(), false, false, false, None)
             }
             Ok(Parsed::Complete(head)) => {
                 let mut ctx = PhaseCtx {
@@ -566,27 +579,10 @@ impl Worker {
                     _ => resp.close = true,
                 }
                 c.requests += 1;
-                if c.requests >= self.snap.config.http.keepalive_requests {
+                if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
                     resp.close = true;
                 }
-                if self.log.enabled() {
-                    let mut line =
-                        Vec::with_capacity(head.method_str.len() + head.target.len() + 10);
-                    line.extend_from_slice(head.method_str.as_bytes());
-                    line.push(b' ');
-                    line.extend_from_slice(head.target.as_bytes());
-                    line.extend_from_slice(if head.minor == 0 {
-                        b" HTTP/1.0"
-                    } else {
-                        b" HTTP/1.1"
-                    });
-                    c.log = Some(Box::new(PendingLog {
-                        request_line: line,
-                        status: resp.status,
-                        referer: head.referer.unwrap_or("").as_bytes().to_vec(),
-                        user_agent: head.user_agent.unwrap_or("").as_bytes().to_vec(),
-                    }));
-                }
+                let log = self.log.enabled().then(|| Pending::new(&head, resp.status));
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
@@ -596,6 +592,7 @@ impl Worker {
                     keep,
                     announce,
                     head.method() == Method::Head,
+                    log,
                 )
             }
         };
@@ -608,7 +605,9 @@ impl Worker {
         c.rbuf = rbuf;
         let close = resp.close || !keep_alive;
         c.close_after = close;
-        let wbuf = &mut c.out.wbuf;
+        let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
+        out.log = log;
+        let wbuf = &mut out.wbuf;
         if wbuf.capacity() == 0 {
             *wbuf = self.pool.pop().unwrap_or_default();
         }
@@ -625,9 +624,9 @@ impl Worker {
         wbuf.extend_from_slice(b"\r\n");
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless {
-            c.out.chunks = resp.body.into();
+            out.chunks = resp.body.into();
         }
-        c.phase = Phase::Send { last: self.now };
+        c.phase = Phase::Send { last: self.now_ms };
         Step::Responded
     }
 }
@@ -680,6 +679,10 @@ fn read_into(
             return Ok(ReadOutcome::Blocked);
         }
     }
+}
+
+fn ms(d: Duration) -> Ms {
+    d.as_millis() as Ms
 }
 
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
