@@ -28,6 +28,106 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RulesCmd,
     },
+    /// Load generator (like wrk) against any HTTP server, and the seeds' experiments.
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(subcommand)]
+        cmd: Option<BenchCmd>,
+        #[command(flatten)]
+        load: BenchArgs,
+    },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Target URL (http://host:port/path).
+    url: Option<String>,
+    /// Connections to keep open.
+    #[arg(short = 'c', long, default_value_t = 10)]
+    connections: usize,
+    /// How long to run, e.g. 10s, 500ms, 2m.
+    #[arg(short = 'd', long, default_value = "10s")]
+    duration: String,
+    /// Threads (default: one per core).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Open loop: total requests per second (latency counted from the intended send time).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// File of paths or URLs, one per line, requested at random (or in order with --in-order).
+    #[arg(long)]
+    urls: Option<PathBuf>,
+    /// With --urls: request them in file order, like siege -f without -i.
+    #[arg(long)]
+    in_order: bool,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// Extra request header, "Name: value"; repeatable.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+    /// A new connection per request.
+    #[arg(long)]
+    no_keepalive: bool,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    /// Follow same-server redirects, counting the chain as one transaction (siege).
+    #[arg(long)]
+    follow_redirects: bool,
+    /// Slow reader: bytes per second per connection.
+    #[arg(long)]
+    read_rate: Option<u64>,
+    /// Local addresses to spread connections over, e.g. 127.0.0.1,127.0.0.2.
+    #[arg(long, value_delimiter = ',')]
+    source_addrs: Vec<IpAddr>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "10s")]
+    timeout: String,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Run one of the seeds' experiments against one or more servers.
+    Run(ExperimentArgs),
+}
+
+#[derive(Args)]
+struct ExperimentArgs {
+    /// small-files, random-files, specweb, concurrency, single-download, redirects, buffer-sweep
+    experiment: String,
+    /// Server under test, URL or NAME=URL; repeatable (printed side by side).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// redirects: the same server without rules, one per --target.
+    #[arg(long = "baseline")]
+    baselines: Vec<String>,
+    /// Directory the servers serve; the experiment writes its files under DIR/sluice-bench/.
+    #[arg(long)]
+    docroot: Option<PathBuf>,
+    /// Where tables (CSV) and plots (SVG) go.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    #[arg(short = 'd', long, default_value = "10s")]
+    duration: String,
+    #[arg(short = 'c', long, default_value_t = 50)]
+    connections: usize,
+    #[arg(short = 't', long, default_value_t = 1)]
+    threads: usize,
+    /// buffer-sweep: the file to read.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    #[arg(long, default_value_t = 102_400)]
+    buffer_max: usize,
+    #[arg(long, default_value_t = 1024)]
+    buffer_step: usize,
+    #[arg(long, default_value_t = 10_000)]
+    max_concurrency: usize,
+    /// redirects: a path the rules redirect (e.g. the last rule's).
+    #[arg(long)]
+    redirect_path: Option<String>,
 }
 
 #[derive(Args)]
@@ -125,6 +225,39 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Bench {
+            cmd: Some(BenchCmd::Run(a)),
+            ..
+        } => {
+            let o = sluice_bench::experiments::ExpOptions {
+                targets: a
+                    .targets
+                    .iter()
+                    .map(|t| sluice_bench::experiments::Target::parse(t))
+                    .collect(),
+                baselines: a
+                    .baselines
+                    .iter()
+                    .map(|t| sluice_bench::experiments::Target::parse(t))
+                    .collect(),
+                duration: sluice_config::parse_duration(&a.duration).map_err(anyhow::Error::msg)?,
+                connections: a.connections,
+                threads: a.threads,
+                out_dir: a.out,
+                docroot: a.docroot,
+                file: a.file,
+                buffer_max: a.buffer_max,
+                buffer_step: a.buffer_step,
+                max_concurrency: a.max_concurrency,
+                redirect_path: a.redirect_path,
+                ..Default::default()
+            };
+            let text =
+                sluice_bench::experiments::run(&a.experiment, &o).map_err(anyhow::Error::msg)?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench { cmd: None, load } => bench(load),
         Cmd::Rules {
             cmd:
                 RulesCmd::Explain {
@@ -164,4 +297,66 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    let url = a.url.ok_or_else(|| {
+        anyhow::anyhow!("sluice bench URL -c N -d DURATION (or: sluice bench run EXPERIMENT)")
+    })?;
+    let (addr, host, path) =
+        sluice_bench::experiments::split_url(&url).map_err(anyhow::Error::msg)?;
+    let duration = sluice_config::parse_duration(&a.duration).map_err(anyhow::Error::msg)?;
+    let threads = a.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let opts = sluice_bench::Options {
+        addr,
+        host,
+        connections: a.connections.max(1),
+        threads,
+        duration,
+        rate: a.rate,
+        keepalive: !a.no_keepalive,
+        pipeline: a.pipeline.max(1),
+        method: a.method,
+        headers: a.headers,
+        timeout: sluice_config::parse_duration(&a.timeout).map_err(anyhow::Error::msg)?,
+        follow_redirects: a.follow_redirects,
+        read_rate: a.read_rate,
+        source_addrs: a.source_addrs,
+        max_requests: None,
+        progress: !a.json
+            && duration.as_secs() >= 3
+            && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let workload = match &a.urls {
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+            let list = sluice_bench::workload::read_list(&text);
+            anyhow::ensure!(!list.is_empty(), "{}: no URLs", f.display());
+            let pick = if a.in_order {
+                sluice_bench::Pick::Sequential
+            } else {
+                sluice_bench::Pick::Random
+            };
+            sluice_bench::Workload::new(list, pick, &opts)
+        }
+        None => sluice_bench::Workload::single(&path, &opts),
+    };
+    let r = sluice_bench::run(&opts, &workload)?;
+    let s = sluice_bench::Summary::new(
+        &url,
+        opts.threads.min(opts.connections),
+        opts.connections,
+        &r,
+    );
+    if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", s.human());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,686 @@
+//! The seeds' experiments, one function each, all built from the same pieces:
+//! a list of targets, the engine ([`crate::engine::run`]), a [`Table`] (printed, and
+//! written as CSV) and an SVG plot. Several targets are run point by point,
+//! interleaved, and printed side by side with ratios to the first target.
+//!
+//! Experiments that need files write them under `--docroot` (the directory the
+//! servers under test serve), in `sluice-bench/`, so every server gets the same files.
+//! New experiments (the attack experiments of the conditioning issue) add a match
+//! arm in [`run`] and a function here.
+
+use crate::engine::{self, Options, RunResult};
+use crate::plot::{line_svg, Series};
+use crate::report::{Summary, Table};
+use crate::workload::{Pick, Workload};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const NAMES: &[&str] = &[
+    "small-files",
+    "random-files",
+    "specweb",
+    "concurrency",
+    "single-download",
+    "redirects",
+    "buffer-sweep",
+];
+
+/// A server under test.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub name: String,
+    pub url: String,
+}
+
+impl Target {
+    /// `NAME=URL` or just `URL` (named by its host:port).
+    pub fn parse(s: &str) -> Target {
+        match s.split_once('=') {
+            Some((n, u)) if !n.contains('/') => Target {
+                name: n.to_string(),
+                url: u.to_string(),
+            },
+            _ => Target {
+                name: s
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string(),
+                url: s.to_string(),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ExpOptions {
+    pub targets: Vec<Target>,
+    /// Baselines for `redirects`: the same servers without rules, in target order.
+    pub baselines: Vec<Target>,
+    pub duration: Duration,
+    pub connections: usize,
+    pub threads: usize,
+    pub out_dir: PathBuf,
+    pub docroot: Option<PathBuf>,
+    /// `buffer-sweep`: the file to read (default: a 100 MiB file made in out_dir).
+    pub file: Option<PathBuf>,
+    pub buffer_max: usize,
+    pub buffer_step: usize,
+    /// `buffer-sweep`: bytes read per buffer size (the seed read 100 MB each time).
+    pub sweep_bytes: u64,
+    /// `concurrency`: the highest concurrency step.
+    pub max_concurrency: usize,
+    /// `redirects`: the path the last rule redirects.
+    pub redirect_path: Option<String>,
+}
+
+impl Default for ExpOptions {
+    fn default() -> Self {
+        ExpOptions {
+            targets: Vec::new(),
+            baselines: Vec::new(),
+            duration: Duration::from_secs(10),
+            connections: 50,
+            threads: 1,
+            out_dir: PathBuf::from("bench-out"),
+            docroot: None,
+            file: None,
+            buffer_max: 100 * 1024,
+            buffer_step: 1024,
+            sweep_bytes: 16 << 20,
+            max_concurrency: 10_000,
+            redirect_path: None,
+        }
+    }
+}
+
+/// Run one experiment; returns the report text (also written to `out_dir`).
+pub fn run(name: &str, o: &ExpOptions) -> Result<String, String> {
+    std::fs::create_dir_all(&o.out_dir).map_err(|e| format!("{}: {e}", o.out_dir.display()))?;
+    if name != "buffer-sweep" && o.targets.is_empty() {
+        return Err(format!("{name} needs at least one --target URL"));
+    }
+    let text = match name {
+        "small-files" => small_files(o)?,
+        "random-files" => random_files(o)?,
+        "specweb" => specweb(o)?,
+        "concurrency" => concurrency(o)?,
+        "single-download" => single_download(o)?,
+        "redirects" => redirects(o)?,
+        "buffer-sweep" => buffer_sweep(o)?,
+        other => {
+            return Err(format!(
+                "unknown experiment {other:?}; one of: {}",
+                NAMES.join(", ")
+            ))
+        }
+    };
+    let report = o.out_dir.join(format!("{name}.txt"));
+    std::fs::write(&report, &text).map_err(|e| format!("{}: {e}", report.display()))?;
+    Ok(text)
+}
+
+/// Split `http://host:port/path` into (addr, host header, path).
+pub fn split_url(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// URLs"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let with_port = if hostport.contains(':') && !hostport.ends_with(']') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:80")
+    };
+    use std::net::ToSocketAddrs;
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{url}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{url}: no address"))?;
+    let host = hostport
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(hostport)
+        .to_string();
+    Ok((addr, host, path.to_string()))
+}
+
+fn options_for(url: &str, o: &ExpOptions) -> Result<(Options, String), String> {
+    let (addr, host, path) = split_url(url)?;
+    let opts = Options {
+        addr,
+        host,
+        connections: o.connections,
+        threads: o.threads,
+        duration: o.duration,
+        ..Options::default()
+    };
+    Ok((opts, path))
+}
+
+fn base_path(p: &str) -> String {
+    p.trim_end_matches('/').to_string()
+}
+
+fn go(opts: &Options, w: &Workload) -> Result<RunResult, String> {
+    engine::run(opts, w).map_err(|e| format!("load run failed: {e}"))
+}
+
+fn docroot_dir(o: &ExpOptions) -> Option<PathBuf> {
+    o.docroot.as_ref().map(|d| d.join("sluice-bench"))
+}
+
+fn write_file(path: &Path, size: usize) -> Result<(), String> {
+    if std::fs::metadata(path)
+        .map(|m| m.len() as usize == size)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    std::fs::write(path, data).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn fmt(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+/// Seed 004 figs. 4-5: req/s and latency by file size, keep-alive and not.
+fn small_files(o: &ExpOptions) -> Result<String, String> {
+    const SIZES: [usize; 5] = [100, 1024, 10 * 1024, 100 * 1024, 1024 * 1024];
+    if let Some(d) = docroot_dir(o) {
+        for s in SIZES {
+            write_file(&d.join(format!("size-{s}.bin")), s)?;
+        }
+    }
+    let mut t = Table::new(&[
+        "target",
+        "size_bytes",
+        "keepalive",
+        "req_per_s",
+        "p50_us",
+        "p99_us",
+        "MiB_per_s",
+        "ratio",
+    ]);
+    let mut series = Vec::new();
+    for ka in [true, false] {
+        let mut first = vec![0.0; SIZES.len()];
+        let mut pts: Vec<Vec<(f64, f64)>> = vec![Vec::new(); o.targets.len()];
+        for (si, s) in SIZES.iter().enumerate() {
+            for (ti, tg) in o.targets.iter().enumerate() {
+                let (mut opts, p) = options_for(&tg.url, o)?;
+                opts.keepalive = ka;
+                let w = Workload::single(
+                    &format!("{}/sluice-bench/size-{s}.bin", base_path(&p)),
+                    &opts,
+                );
+                let r = go(&opts, &w)?;
+                let sm = Summary::new(&tg.url, opts.threads, opts.connections, &r);
+                if ti == 0 {
+                    first[si] = sm.requests_per_s;
+                }
+                pts[ti].push((*s as f64, sm.requests_per_s));
+                t.push(vec![
+                    tg.name.clone(),
+                    s.to_string(),
+                    ka.to_string(),
+                    fmt(sm.requests_per_s),
+                    sm.latency_us.p50.to_string(),
+                    sm.latency_us.p99.to_string(),
+                    fmt(sm.bytes_per_s / 1048576.0),
+                    format!("{:.2}", sm.requests_per_s / first[si].max(1e-9)),
+                ]);
+            }
+        }
+        for (ti, tg) in o.targets.iter().enumerate() {
+            series.push(Series {
+                name: format!("{} ({})", tg.name, if ka { "keep-alive" } else { "close" }),
+                points: pts[ti].clone(),
+            });
+        }
+    }
+    finish(
+        o,
+        "small-files",
+        &t,
+        "Requests/s by file size",
+        "file size (bytes)",
+        "requests/s",
+        &series,
+        true,
+    )
+}
+
+/// Seed 002 part three: 10,000 random 1 KiB files.
+fn random_files(o: &ExpOptions) -> Result<String, String> {
+    let paths = random_file_set(o)?;
+    let mut t = Table::new(&[
+        "target",
+        "req_per_s",
+        "p50_us",
+        "p99_us",
+        "availability",
+        "ratio",
+    ]);
+    let mut first = 0.0;
+    for (ti, tg) in o.targets.iter().enumerate() {
+        let sm = random_run(&tg.url, o, &paths)?;
+        if ti == 0 {
+            first = sm.requests_per_s;
+        }
+        t.push(vec![
+            tg.name.clone(),
+            fmt(sm.requests_per_s),
+            sm.latency_us.p50.to_string(),
+            sm.latency_us.p99.to_string(),
+            format!("{:.4}", sm.availability),
+            format!("{:.2}", sm.requests_per_s / first.max(1e-9)),
+        ]);
+    }
+    finish(o, "random-files", &t, "", "", "", &[], false)
+}
+
+fn random_file_set(o: &ExpOptions) -> Result<Vec<String>, String> {
+    if let Some(d) = docroot_dir(o) {
+        for i in 0..10_000 {
+            write_file(&d.join(format!("rf/{:02}/{i:05}.bin", i % 100)), 1024)?;
+        }
+    }
+    Ok((0..10_000)
+        .map(|i| format!("/sluice-bench/rf/{:02}/{i:05}.bin", i % 100))
+        .collect())
+}
+
+fn random_run(url: &str, o: &ExpOptions, paths: &[String]) -> Result<Summary, String> {
+    let (opts, p) = options_for(url, o)?;
+    let prefix = base_path(&p);
+    let w = Workload::new(
+        paths.iter().map(|x| format!("{prefix}{x}")).collect(),
+        Pick::Random,
+        &opts,
+    );
+    let r = go(&opts, &w)?;
+    Ok(Summary::new(url, opts.threads, opts.connections, &r))
+}
+
+/// Seed 004 figs. 6-7: a SpecWeb99-like file set (per directory: 4 classes of 9
+/// files, 0.1-0.9 KB, 1-9 KB, 10-90 KB, 100-900 KB), Zipf-popular, by data-set size.
+fn specweb(o: &ExpOptions) -> Result<String, String> {
+    let dir_counts = [5usize, 20, 60];
+    let mut t = Table::new(&[
+        "target",
+        "dirs",
+        "dataset_MiB",
+        "req_per_s",
+        "MiB_per_s",
+        "p99_us",
+    ]);
+    let mut pts: Vec<Vec<(f64, f64)>> = vec![Vec::new(); o.targets.len()];
+    for &dirs in &dir_counts {
+        let mut files = Vec::new();
+        let mut total = 0usize;
+        for d in 0..dirs {
+            for class in 0..4u32 {
+                for k in 1..=9usize {
+                    let size = k * 100 * 10usize.pow(class);
+                    let rel = format!("/sluice-bench/spec/dir{d:03}/class{class}_{k}");
+                    if let Some(root) = &o.docroot {
+                        write_file(&root.join(rel.trim_start_matches('/')), size)?;
+                    }
+                    total += size;
+                    files.push((rel, class, k));
+                }
+            }
+        }
+        // SpecWeb99's mix favours small classes (35/50/14/1 %); rank files by class
+        // then size and let Zipf make the top of that order hot.
+        files.sort_by_key(|(_, c, k)| (*c, *k));
+        let paths: Vec<String> = files.into_iter().map(|(p, _, _)| p).collect();
+        for (ti, tg) in o.targets.iter().enumerate() {
+            let (opts, p) = options_for(&tg.url, o)?;
+            let prefix = base_path(&p);
+            let w = Workload::zipf(
+                paths.iter().map(|x| format!("{prefix}{x}")).collect(),
+                1.0,
+                &opts,
+            );
+            let r = go(&opts, &w)?;
+            let sm = Summary::new(&tg.url, opts.threads, opts.connections, &r);
+            let mib = total as f64 / 1048576.0;
+            pts[ti].push((mib, sm.bytes_per_s / 1048576.0));
+            t.push(vec![
+                tg.name.clone(),
+                dirs.to_string(),
+                fmt(mib),
+                fmt(sm.requests_per_s),
+                fmt(sm.bytes_per_s / 1048576.0),
+                sm.latency_us.p99.to_string(),
+            ]);
+        }
+    }
+    let series: Vec<Series> = o
+        .targets
+        .iter()
+        .zip(pts)
+        .map(|(tg, p)| Series {
+            name: tg.name.clone(),
+            points: p,
+        })
+        .collect();
+    finish(
+        o,
+        "specweb",
+        &t,
+        "SpecWeb99-like throughput by data-set size",
+        "data set (MiB)",
+        "MiB/s",
+        &series,
+        false,
+    )
+}
+
+/// Seed 000: concurrent slow downloads, ramped until availability falls below 50%.
+fn concurrency(o: &ExpOptions) -> Result<String, String> {
+    const SIZE: usize = 256 * 1024;
+    const RATE: u64 = 64 * 1024;
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("download-256k.bin"), SIZE)?;
+    }
+    let mut steps = Vec::new();
+    let mut c = 100usize;
+    while c <= o.max_concurrency.min(19_000) {
+        steps.push(c);
+        c = if c < 1000 { c * 3 } else { c * 2 };
+    }
+    let mut t = Table::new(&[
+        "target",
+        "concurrency",
+        "downloads_done",
+        "availability",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "MiB_per_s",
+    ]);
+    let mut lat_pts: Vec<Vec<(f64, f64)>> = vec![Vec::new(); o.targets.len()];
+    let mut av_pts: Vec<Vec<(f64, f64)>> = vec![Vec::new(); o.targets.len()];
+    let mut breaking: Vec<Option<usize>> = vec![None; o.targets.len()];
+    for &n in &steps {
+        for (ti, tg) in o.targets.iter().enumerate() {
+            if breaking[ti].is_some() {
+                continue;
+            }
+            let (mut opts, p) = options_for(&tg.url, o)?;
+            opts.connections = n;
+            opts.threads = o.threads.max(1);
+            opts.read_rate = Some(RATE);
+            opts.timeout = Duration::from_secs(60);
+            let w = Workload::single(
+                &format!("{}/sluice-bench/download-256k.bin", base_path(&p)),
+                &opts,
+            );
+            let r = go(&opts, &w)?;
+            let sm = Summary::new(&tg.url, opts.threads, n, &r);
+            lat_pts[ti].push((n as f64, sm.latency_us.p50 as f64 / 1000.0));
+            av_pts[ti].push((n as f64, sm.availability * 100.0));
+            if sm.availability < 0.5 {
+                breaking[ti] = Some(n);
+            }
+            t.push(vec![
+                tg.name.clone(),
+                n.to_string(),
+                sm.requests.to_string(),
+                format!("{:.4}", sm.availability),
+                fmt(sm.latency_us.p50 as f64 / 1000.0),
+                fmt(sm.latency_us.p99 as f64 / 1000.0),
+                fmt(sm.latency_us.max as f64 / 1000.0),
+                fmt(sm.bytes_per_s / 1048576.0),
+            ]);
+        }
+    }
+    let names = |pts: Vec<Vec<(f64, f64)>>| -> Vec<Series> {
+        o.targets
+            .iter()
+            .zip(pts)
+            .map(|(tg, p)| Series {
+                name: tg.name.clone(),
+                points: p,
+            })
+            .collect()
+    };
+    line_svg(
+        &o.out_dir.join("concurrency-availability.svg"),
+        "Availability vs concurrent downloads",
+        "concurrent downloads",
+        "availability %",
+        &names(av_pts),
+        true,
+    )?;
+    let mut extra = String::new();
+    for (tg, b) in o.targets.iter().zip(&breaking) {
+        extra += &match b {
+            Some(n) => format!(
+                "{}: availability fell below 50% at {n} concurrent downloads\n",
+                tg.name
+            ),
+            None => format!(
+                "{}: availability stayed at or above 50% up to {} downloads\n",
+                tg.name,
+                steps.last().copied().unwrap_or(0)
+            ),
+        };
+    }
+    let mut text = finish(
+        o,
+        "concurrency",
+        &t,
+        "Download latency (p50) vs concurrency",
+        "concurrent downloads",
+        "p50 ms",
+        &names(lat_pts),
+        true,
+    )?;
+    text += &extra;
+    Ok(text)
+}
+
+/// Seed 000: one large download, MB/s (median of three).
+fn single_download(o: &ExpOptions) -> Result<String, String> {
+    const SIZE: usize = 256 << 20;
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("single-256m.bin"), SIZE)?;
+    }
+    let mut t = Table::new(&["target", "MiB_per_s", "seconds", "ratio"]);
+    let mut first = 0.0;
+    for (ti, tg) in o.targets.iter().enumerate() {
+        let mut speeds = Vec::new();
+        for _ in 0..3 {
+            let (mut opts, p) = options_for(&tg.url, o)?;
+            opts.connections = 1;
+            opts.threads = 1;
+            opts.max_requests = Some(1);
+            opts.duration = Duration::from_secs(600);
+            let w = Workload::single(
+                &format!("{}/sluice-bench/single-256m.bin", base_path(&p)),
+                &opts,
+            );
+            let r = go(&opts, &w)?;
+            if r.counts.succeeded != 1 {
+                return Err(format!("{}: the download failed ({:?})", tg.name, r.counts));
+            }
+            speeds.push((
+                r.counts.bytes as f64 / r.elapsed.as_secs_f64() / 1048576.0,
+                r.elapsed.as_secs_f64(),
+            ));
+        }
+        speeds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mbs, secs) = speeds[1];
+        if ti == 0 {
+            first = mbs;
+        }
+        t.push(vec![
+            tg.name.clone(),
+            fmt(mbs),
+            format!("{secs:.3}"),
+            format!("{:.2}", mbs / first.max(1e-9)),
+        ]);
+    }
+    finish(o, "single-download", &t, "", "", "", &[], false)
+}
+
+/// Seeds 001/002: (a) ordinary traffic with rules declared vs the same server without,
+/// (b) time per redirect on one keep-alive connection vs time per 1 KiB file.
+fn redirects(o: &ExpOptions) -> Result<String, String> {
+    if o.baselines.len() != o.targets.len() {
+        return Err(
+            "redirects needs one --baseline URL (the same server without rules) per --target"
+                .into(),
+        );
+    }
+    let paths = random_file_set(o)?;
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("size-1024.bin"), 1024)?;
+    }
+    let mut t = Table::new(&[
+        "target",
+        "req_per_s_with_rules",
+        "req_per_s_without",
+        "ratio",
+        "ms_per_redirect",
+        "ms_per_1k_file",
+    ]);
+    for (tg, base) in o.targets.iter().zip(&o.baselines) {
+        let with = random_run(&tg.url, o, &paths)?;
+        let without = random_run(&base.url, o, &paths)?;
+        let per = |path: &str| -> Result<f64, String> {
+            let (mut opts, _) = options_for(&tg.url, o)?;
+            opts.connections = 1;
+            opts.threads = 1;
+            opts.max_requests = Some(20_000);
+            let w = Workload::single(path, &opts);
+            let r = go(&opts, &w)?;
+            Ok(r.latency.mean() / 1000.0)
+        };
+        let redirect_ms = match &o.redirect_path {
+            Some(p) => fmt3(per(p)?),
+            None => "-".into(),
+        };
+        let file_ms = fmt3(per("/sluice-bench/size-1024.bin")?);
+        t.push(vec![
+            tg.name.clone(),
+            fmt(with.requests_per_s),
+            fmt(without.requests_per_s),
+            format!(
+                "{:.3}",
+                with.requests_per_s / without.requests_per_s.max(1e-9)
+            ),
+            redirect_ms,
+            file_ms,
+        ]);
+    }
+    finish(o, "redirects", &t, "", "", "", &[], false)
+}
+
+fn fmt3(x: f64) -> String {
+    format!("{x:.4}")
+}
+
+/// Seed 003: read a file with every buffer size in a range; bytes/s per size.
+fn buffer_sweep(o: &ExpOptions) -> Result<String, String> {
+    let file = match &o.file {
+        Some(f) => f.clone(),
+        None => {
+            let f = o.out_dir.join("sweep-100m.bin");
+            write_file(&f, 100 << 20)?;
+            f
+        }
+    };
+    let mut sizes: Vec<usize> = vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+    let mut s = o.buffer_step.max(1);
+    while s <= o.buffer_max {
+        sizes.push(s);
+        s += o.buffer_step.max(1);
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut t = Table::new(&["buffer_bytes", "MiB_per_s"]);
+    let mut pts = Vec::new();
+    let mut buf = vec![0u8; o.buffer_max.max(512)];
+    // Warm the page cache so the sweep measures the read path, not the disk.
+    let _ = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut best = (0usize, 0.0f64);
+    for &size in &sizes {
+        let mut f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        // Tiny buffers read fewer bytes, so the sweep ends in reasonable time.
+        let limit = o
+            .sweep_bytes
+            .min((size as u64).saturating_mul(1 << 16))
+            .max(1 << 16);
+        let start = Instant::now();
+        let mut total = 0u64;
+        while total < limit {
+            match f.read(&mut buf[..size]) {
+                Ok(0) => break,
+                Ok(n) => total += n as u64,
+                Err(e) => return Err(format!("{}: {e}", file.display())),
+            }
+        }
+        let mbs = total as f64 / start.elapsed().as_secs_f64() / 1048576.0;
+        if mbs > best.1 {
+            best = (size, mbs);
+        }
+        pts.push((size as f64, mbs));
+        t.push(vec![size.to_string(), fmt(mbs)]);
+    }
+    let series = [Series {
+        name: file.display().to_string(),
+        points: pts,
+    }];
+    let mut text = finish(
+        o,
+        "buffer-sweep",
+        &t,
+        "Read throughput by buffer size",
+        "buffer size (bytes)",
+        "MiB/s",
+        &series,
+        true,
+    )?;
+    text += &format!(
+        "best buffer: {} bytes ({:.0} MiB/s); for sluice: [files] buffer_size = {}\n",
+        best.0,
+        best.1,
+        best.0.max(512)
+    );
+    Ok(text)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    o: &ExpOptions,
+    name: &str,
+    t: &Table,
+    title: &str,
+    xl: &str,
+    yl: &str,
+    series: &[Series],
+    log_x: bool,
+) -> Result<String, String> {
+    let csv = o.out_dir.join(format!("{name}.csv"));
+    std::fs::write(&csv, t.csv()).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let mut text = t.text();
+    text += &format!("csv: {}\n", csv.display());
+    if !series.is_empty() && series.iter().any(|s| !s.points.is_empty()) {
+        let svg = o.out_dir.join(format!("{name}.svg"));
+        line_svg(&svg, title, xl, yl, series, log_x)?;
+        text += &format!("plot: {}\n", svg.display());
+    }
+    Ok(text)
+}

@@ -1,0 +1,220 @@
+//! The engine against tiny servers started in the test: counts and error classes
+//! must be exact.
+
+use sluice_bench::engine::{run, Options};
+use sluice_bench::workload::Workload;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A keep-alive server whose answer to the n-th request (1-based, across all
+/// connections) is `answer(n, path)`.
+fn serve(answer: impl Fn(u64, &str) -> Vec<u8> + Send + Sync + 'static) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    let n = Arc::new(AtomicU64::new(0));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let answer = answer.clone();
+            let n = n.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                        buf.drain(..end + 4);
+                        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                        let k = n.fetch_add(1, Ordering::SeqCst) + 1;
+                        if s.write_all(&answer(k, &path)).is_err() {
+                            return;
+                        }
+                        if head.contains("Connection: close") {
+                            return;
+                        }
+                    }
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&tmp[..k]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn ok(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn opts(addr: std::net::SocketAddr) -> Options {
+    Options {
+        addr,
+        connections: 1,
+        threads: 1,
+        duration: Duration::from_secs(20),
+        max_requests: Some(300),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn every_third_500_gives_availability_two_thirds() {
+    let addr = serve(|k, _| {
+        if k % 3 == 0 {
+            b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n".to_vec()
+        } else {
+            ok("hello")
+        }
+    });
+    for pipeline in [1, 3] {
+        let o = Options {
+            pipeline,
+            ..opts(addr)
+        };
+        let r = run(&o, &Workload::single("/x", &o)).unwrap();
+        let c = &r.counts;
+        assert_eq!(r.latency.len(), 300, "pipeline {pipeline}");
+        assert_eq!(
+            c.status_5xx * 3,
+            r.latency.len(),
+            "pipeline {pipeline}: {c:?}"
+        );
+        assert_eq!(c.status_2xx, 2 * c.status_5xx, "{c:?}");
+        assert_eq!(c.attempted, 300, "{c:?}");
+        assert_eq!(c.succeeded as f64 / c.attempted as f64, 2.0 / 3.0);
+    }
+}
+
+#[test]
+fn refused_connections_are_connect_errors() {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap(); // bound, then dropped: nothing listens
+    let o = Options {
+        duration: Duration::from_millis(300),
+        max_requests: None,
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert!(r.counts.err_connect > 0, "{:?}", r.counts);
+    assert_eq!(r.counts.succeeded, 0);
+    assert_eq!(r.latency.len(), 0);
+}
+
+#[test]
+fn followed_redirect_is_one_transaction() {
+    let addr = serve(|_, path| {
+        if path == "/old" {
+            b"HTTP/1.1 302 Found\r\nLocation: /new\r\nContent-Length: 0\r\n\r\n".to_vec()
+        } else {
+            ok("new")
+        }
+    });
+    let o = Options {
+        follow_redirects: true,
+        max_requests: Some(50),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/old", &o)).unwrap();
+    assert_eq!(r.counts.attempted, 50, "{:?}", r.counts);
+    assert_eq!(r.counts.status_2xx, 50);
+    assert_eq!(r.counts.redirects_followed, 50);
+    assert_eq!(r.counts.status_3xx, 0);
+    // Without following, the 302 itself is the (successful) answer.
+    let o = Options {
+        max_requests: Some(50),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/old", &o)).unwrap();
+    assert_eq!((r.counts.status_3xx, r.counts.redirects_followed), (50, 0));
+}
+
+#[test]
+fn chunked_and_connection_close_responses() {
+    let addr = serve(|k, _| {
+        if k % 2 == 0 {
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec()
+        } else {
+            ok("plain")
+        }
+    });
+    let o = Options {
+        max_requests: Some(100),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.status_2xx, 100, "{:?}", r.counts);
+    assert_eq!(r.counts.err_parse + r.counts.err_reset, 0);
+
+    let addr = serve(|_, _| {
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let o = Options {
+        keepalive: false,
+        connections: 4,
+        max_requests: Some(100),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.status_2xx, 100, "{:?}", r.counts);
+}
+
+#[test]
+fn open_loop_keeps_the_rate() {
+    let addr = serve(|_, _| ok("x"));
+    let o = Options {
+        rate: Some(500.0),
+        connections: 4,
+        duration: Duration::from_secs(2),
+        max_requests: None,
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    let n = r.latency.len();
+    assert!((900..=1010).contains(&n), "{n} requests in 2 s at 500/s");
+}
+
+#[test]
+fn slow_reader_is_slow() {
+    let big = "z".repeat(64 * 1024);
+    let addr = serve(move |_, _| ok(&big));
+    let o = Options {
+        read_rate: Some(64 * 1024),
+        max_requests: Some(3),
+        ..opts(addr)
+    };
+    let t = std::time::Instant::now();
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.status_2xx, 3);
+    // 3 x 64 KiB at 64 KiB/s: at least two full refill periods.
+    assert!(
+        t.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn several_source_addresses() {
+    let addr = serve(|_, _| ok("x"));
+    let o = Options {
+        connections: 4,
+        source_addrs: vec!["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()],
+        max_requests: Some(40),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.status_2xx, 40, "{:?}", r.counts);
+    let _ = TcpStream::connect(addr);
+}

@@ -1,0 +1,120 @@
+//! `sluice bench` against `sluice serve`, through the command line.
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn bench_json_against_sluice_serve() {
+    let srv = Server::start(&[]);
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/hello.txt"),
+            "-c",
+            "8",
+            "-d",
+            "1s",
+            "-t",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let requests = v["requests"].as_u64().unwrap();
+    assert!(requests > 100, "{v}");
+    assert_eq!(v["counts"]["status_2xx"].as_u64(), Some(requests));
+    assert_eq!(v["availability"].as_f64(), Some(1.0));
+    assert_eq!(v["counts"]["err_reset"].as_u64(), Some(0));
+    assert!(v["latency_us"]["p99"].as_u64().unwrap() >= v["latency_us"]["p50"].as_u64().unwrap());
+
+    // A URL list, in order, with a 404 among them: counted as 4xx, not success.
+    let list = srv.root().join("urls.txt");
+    std::fs::write(&list, "/hello.txt\n/missing\n").unwrap();
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/"),
+            "-c",
+            "1",
+            "-t",
+            "1",
+            "-d",
+            "1s",
+            "--urls",
+            list.to_str().unwrap(),
+            "--in-order",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (ok, nf) = (
+        v["counts"]["status_2xx"].as_u64().unwrap(),
+        v["counts"]["status_4xx"].as_u64().unwrap(),
+    );
+    assert!(ok > 10 && ok.abs_diff(nf) <= 1, "{v}");
+    assert!((v["availability"].as_f64().unwrap() - 0.5).abs() < 0.01);
+}
+
+#[test]
+fn experiments_write_tables_and_plots() {
+    let srv = Server::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("f.bin");
+    std::fs::write(&file, vec![1u8; 1 << 20]).unwrap();
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            "run",
+            "buffer-sweep",
+            "--file",
+            file.to_str().unwrap(),
+            "--buffer-max",
+            "8192",
+            "--buffer-step",
+            "4096",
+        ])
+        .args(["--out", out.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("best buffer:") && text.contains("buffer_size ="),
+        "{o:?}"
+    );
+    assert!(
+        out.path().join("buffer-sweep.svg").exists()
+            && out.path().join("buffer-sweep.csv").exists()
+    );
+
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            "run",
+            "random-files",
+            "--target",
+            &format!("sluice={}", srv.url("/")),
+        ])
+        .args([
+            "--docroot",
+            srv.root().to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+            "-d",
+            "1s",
+            "-c",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("sluice"))
+        .expect(&text);
+    // availability column: every random file exists, so 1.0000
+    assert!(row.contains("1.0000"), "{text}");
+}
