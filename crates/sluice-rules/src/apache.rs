@@ -90,9 +90,13 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
                         poisoned = true;
                         continue 'lines;
                     }
-                    p => CondTest::Regex(
-                        RegexPattern::new(p.to_string(), nocase, false).map_err(&err)?,
-                    ),
+                    p => CondTest::Regex({
+                        // A condition is never indexed: drop the hint.
+                        let mut r =
+                            RegexPattern::new(p.to_string(), nocase, false).map_err(&err)?;
+                        r.hint = None;
+                        r
+                    }),
                 };
                 conds.push(Cond {
                     subject,

@@ -49,11 +49,21 @@ impl Ids {
     }
 }
 
-fn add(map: &mut FxHashMap<Box<str>, Ids>, key: &str, id: u32) {
-    match map.get_mut(key) {
+/// Exact and prefix keys are stored as 64-bit hashes, not strings: the rule's own
+/// check compares the text anyway, so a collision only adds a candidate, and a
+/// million exact rules do not keep every path twice.
+type KeyMap = FxHashMap<u64, Ids>;
+
+fn key(s: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(s.as_bytes())
+}
+
+fn add(map: &mut KeyMap, k: &str, id: u32) {
+    match map.get_mut(&key(k)) {
         Some(ids) => ids.push(id),
         None => {
-            map.insert(key.into(), Ids::One(id));
+            map.insert(key(k), Ids::One(id));
         }
     }
 }
@@ -98,31 +108,33 @@ pub struct Counts {
 
 #[derive(Default)]
 pub struct Index {
-    exact: FxHashMap<Box<str>, Ids>,
-    exact_ci: FxHashMap<Box<str>, Ids>,
-    prefix: FxHashMap<Box<str>, Ids>,
-    prefix_ci: FxHashMap<Box<str>, Ids>,
+    exact: KeyMap,
+    exact_ci: KeyMap,
+    prefix: KeyMap,
+    prefix_ci: KeyMap,
     lit: LiteralIndex,
     lit_ci: LiteralIndex,
     always: Vec<u32>,
     pub counts: Counts,
 }
 
-enum Strategy {
+/// How the index selects one regex rule (worked out at parse time).
+#[derive(Debug)]
+pub enum Strategy {
     Exact(String, bool),
     Literals(Vec<Vec<u8>>, bool),
     Always,
 }
 
 impl Index {
-    pub fn build(rules: &[Rule]) -> Index {
+    pub fn build(rules: &mut [Rule]) -> Index {
         let mut ix = Index::default();
         let mut lits: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
         let mut lits_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
-        for (i, r) in rules.iter().enumerate() {
+        for (i, r) in rules.iter_mut().enumerate() {
             let id = i as u32;
             let nocase = r.flags.nocase;
-            match &r.pattern {
+            match &mut r.pattern {
                 Pattern::Exact(p) => {
                     ix.counts.exact += 1;
                     if nocase {
@@ -139,33 +151,35 @@ impl Index {
                         add(&mut ix.prefix, p, id)
                     }
                 }
-                Pattern::Regex(re) => match classify(re.full_source(), re.strip_slash) {
-                    Strategy::Exact(p, ci) => {
-                        ix.counts.exact += 1;
-                        if ci {
-                            add(&mut ix.exact_ci, &p.to_ascii_lowercase(), id)
-                        } else {
-                            add(&mut ix.exact, &p, id)
+                Pattern::Regex(re) => {
+                    match re.hint.take().map(|b| *b).unwrap_or(Strategy::Always) {
+                        Strategy::Exact(p, ci) => {
+                            ix.counts.exact += 1;
+                            if ci {
+                                add(&mut ix.exact_ci, &p.to_ascii_lowercase(), id)
+                            } else {
+                                add(&mut ix.exact, &p, id)
+                            }
                         }
-                    }
-                    Strategy::Literals(ls, ci) => {
-                        ix.counts.literal += 1;
-                        let target = if ci { &mut lits_ci } else { &mut lits };
-                        for l in ls {
-                            let l = if ci { l.to_ascii_lowercase() } else { l };
-                            match target.get_mut(&l) {
-                                Some(ids) => ids.push(id),
-                                None => {
-                                    target.insert(l, Ids::One(id));
+                        Strategy::Literals(ls, ci) => {
+                            ix.counts.literal += 1;
+                            let target = if ci { &mut lits_ci } else { &mut lits };
+                            for l in ls {
+                                let l = if ci { l.to_ascii_lowercase() } else { l };
+                                match target.get_mut(&l) {
+                                    Some(ids) => ids.push(id),
+                                    None => {
+                                        target.insert(l, Ids::One(id));
+                                    }
                                 }
                             }
                         }
+                        Strategy::Always => {
+                            ix.counts.always += 1;
+                            ix.always.push(id);
+                        }
                     }
-                    Strategy::Always => {
-                        ix.counts.always += 1;
-                        ix.always.push(id);
-                    }
-                },
+                }
             }
         }
         ix.lit = LiteralIndex::build(lits, false);
@@ -177,13 +191,13 @@ impl Index {
 
     /// Candidate rule indices for `path`, ascending and without duplicates.
     pub fn candidates(&self, path: &str, out: &mut Vec<u32>) {
-        if let Some(ids) = self.exact.get(path) {
+        if let Some(ids) = self.exact.get(&key(path)) {
             ids.extend_into(out);
         }
         let lower = (!self.exact_ci.is_empty() || !self.prefix_ci.is_empty())
             .then(|| path.to_ascii_lowercase());
         if let Some(l) = &lower {
-            if let Some(ids) = self.exact_ci.get(l.as_str()) {
+            if let Some(ids) = self.exact_ci.get(&key(l)) {
                 ids.extend_into(out);
             }
         }
@@ -207,19 +221,19 @@ impl Index {
 
 /// Probe every key a segment-prefix rule could have for this path: the path itself,
 /// and at each `/`, the text before it and the text through it.
-fn probe_prefixes(map: &FxHashMap<Box<str>, Ids>, path: &str, out: &mut Vec<u32>) {
-    if let Some(ids) = map.get(path) {
+fn probe_prefixes(map: &KeyMap, path: &str, out: &mut Vec<u32>) {
+    if let Some(ids) = map.get(&key(path)) {
         ids.extend_into(out);
     }
     for (k, b) in path.bytes().enumerate() {
         if b == b'/' {
             if k > 0 {
-                if let Some(ids) = map.get(&path[..k]) {
+                if let Some(ids) = map.get(&key(&path[..k])) {
                     ids.extend_into(out);
                 }
             }
             if k + 1 < path.len() {
-                if let Some(ids) = map.get(&path[..=k]) {
+                if let Some(ids) = map.get(&key(&path[..=k])) {
                     ids.extend_into(out);
                 }
             }
@@ -230,22 +244,11 @@ fn probe_prefixes(map: &FxHashMap<Box<str>, Ids>, path: &str, out: &mut Vec<u32>
 /// Literal sets larger than this are not worth indexing.
 const MAX_LITERALS: usize = 32;
 
-fn classify(full_source: &str, strip_slash: bool) -> Strategy {
-    // Case-insensitivity (NC) is a leading (?i): index the case-sensitive form with an
-    // ASCII-case-insensitive automaton (matching is ASCII-only, like Apache's PCRE).
-    let (src, ci) = match full_source.strip_prefix("(?i)") {
-        Some(s) => (s, true),
-        None => (full_source, false),
-    };
-    let Ok(hir) = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(src)
-    else {
-        return Strategy::Always;
-    };
-    if let Some(lit) = anchored_literal(&hir) {
+/// Pick the strategy for a regex from its (case-sensitive) parse. Case-insensitive
+/// rules (NC) are indexed with an ASCII-case-insensitive automaton; matching is
+/// ASCII-only too (like Apache's PCRE), so a match always contains the literal.
+pub fn classify(hir: &Hir, strip_slash: bool, ci: bool) -> Strategy {
+    if let Some(lit) = anchored_literal(hir) {
         let path = if strip_slash { format!("/{lit}") } else { lit };
         return Strategy::Exact(path, ci);
     }
@@ -254,7 +257,7 @@ fn classify(full_source: &str, strip_slash: bool) -> Strategy {
         .filter_map(|kind| {
             let mut ex = Extractor::new();
             ex.kind(kind);
-            let seq = ex.extract(&hir);
+            let seq = ex.extract(hir);
             let lits = seq.literals()?;
             if lits.is_empty()
                 || lits.len() > MAX_LITERALS
@@ -297,6 +300,20 @@ fn anchored_literal(hir: &Hir) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn classify(src: &str, strip_slash: bool) -> Strategy {
+        let (s, ci) = match src.strip_prefix("(?i)") {
+            Some(s) => (s, true),
+            None => (src, false),
+        };
+        let hir = regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .utf8(false)
+            .build()
+            .parse(s)
+            .unwrap();
+        super::classify(&hir, strip_slash, ci)
+    }
 
     #[test]
     fn strategies() {

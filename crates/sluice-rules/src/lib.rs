@@ -80,6 +80,7 @@ pub struct RuleSet {
     rules: Vec<Rule>,
     maps: Maps,
     index: compiled::Index,
+    files: Vec<std::sync::Arc<str>>,
     pub warnings: Vec<String>,
 }
 
@@ -119,11 +120,12 @@ impl RuleSet {
         // Stable: file order is kept within each class.
         rules.sort_by_key(|r| r.class);
         rules.shrink_to_fit();
-        let index = compiled::Index::build(&rules);
+        let index = compiled::Index::build(&mut rules);
         RuleSet {
             rules,
             maps: ctx.maps,
             index,
+            files: ctx.files,
             warnings: ctx.warnings,
         }
     }
@@ -175,6 +177,16 @@ impl RuleSet {
         Outcome::Pass
     }
 
+    fn describe(&self, r: &Rule) -> String {
+        let file = self
+            .files
+            .get(r.source.file as usize)
+            .map(|f| &**f)
+            .unwrap_or("?");
+        let src = line_text(file, r.source.line as usize).unwrap_or_default();
+        format!("{}:{}: {}", file, r.source.line, src.trim())
+    }
+
     /// Which rule matched and why the candidates before it did not.
     pub fn explain(&self, req: &Request) -> String {
         use std::fmt::Write;
@@ -188,7 +200,7 @@ impl RuleSet {
             let r = &self.rules[i as usize];
             match r.check(req, &self.maps) {
                 Ok(o) => {
-                    let _ = writeln!(out, "  {}: MATCH ({})", describe(r), kind(r));
+                    let _ = writeln!(out, "  {}: MATCH ({})", self.describe(r), kind(r));
                     matched = Some((i, o));
                     break;
                 }
@@ -198,7 +210,7 @@ impl RuleSet {
                         Miss::Pattern => "pattern does not match".to_string(),
                         Miss::Cond(n) => format!("condition #{} fails", n + 1),
                     };
-                    let _ = writeln!(out, "  {}: no: {why}", describe(r));
+                    let _ = writeln!(out, "  {}: no: {why}", self.describe(r));
                 }
             }
         }
@@ -224,11 +236,6 @@ impl RuleSet {
         }
         out
     }
-}
-
-fn describe(r: &Rule) -> String {
-    let src = line_text(&r.source.file, r.source.line as usize).unwrap_or_default();
-    format!("{}:{}: {}", r.source.file, r.source.line, src.trim())
 }
 
 fn kind(r: &Rule) -> &'static str {

@@ -74,7 +74,8 @@ pub struct Ctx {
     pub rules: Vec<Rule>,
     pub maps: Maps,
     pub warnings: Vec<String>,
-    file_name: Option<(String, Arc<str>)>,
+    /// Rule sources name files by their index here.
+    pub files: Vec<Arc<str>>,
 }
 
 impl Ctx {
@@ -84,20 +85,18 @@ impl Ctx {
             rules: Vec::new(),
             maps: Maps::default(),
             warnings: Vec::new(),
-            file_name: None,
+            files: Vec::new(),
         }
     }
 
-    fn file_arc(&mut self, file: &Path) -> Arc<str> {
+    /// The file's number in the file table (added on first use).
+    fn file_index(&mut self, file: &Path) -> u16 {
         let s = file.display().to_string();
-        match &self.file_name {
-            Some((k, a)) if *k == s => a.clone(),
-            _ => {
-                let a: Arc<str> = s.clone().into();
-                self.file_name = Some((s, a.clone()));
-                a
-            }
+        if let Some(i) = self.files.iter().rposition(|f| **f == *s) {
+            return i as u16;
         }
+        self.files.push(s.into());
+        (self.files.len() - 1).min(u16::MAX as usize) as u16
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -113,15 +112,15 @@ impl Ctx {
         flags: Flags,
     ) {
         let source = Source {
-            file: self.file_arc(file),
+            file: self.file_index(file),
             line: line as u32,
         };
         self.rules.push(Rule {
             source,
             class,
             pattern,
-            host,
-            conds,
+            host: host.map(String::into_boxed_str),
+            conds: conds.into_boxed_slice(),
             action,
             flags,
         });

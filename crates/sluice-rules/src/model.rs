@@ -6,12 +6,13 @@
 use crate::template::{Expand, Template};
 use crate::{Maps, Outcome, Request};
 use regex::bytes::{Captures, Regex};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// Where a rule came from, for errors and `explain`.
 #[derive(Clone, Debug)]
 pub struct Source {
-    pub file: Arc<str>,
+    /// Index into the rule set's file table (8 bytes per rule instead of a path).
+    pub file: u16,
     pub line: u32,
 }
 
@@ -22,7 +23,7 @@ pub enum Pattern {
     Exact(String),
     /// Apache `Redirect` semantics: the path is this or continues with `/` after it.
     Prefix(String),
-    Regex(RegexPattern),
+    Regex(Box<RegexPattern>),
 }
 
 /// A regex, parsed at load time (so syntax errors are reported with file and line)
@@ -34,22 +35,32 @@ pub struct RegexPattern {
     /// without its leading `/`, as Apache does in `.htaccess` files.
     pub strip_slash: bool,
     compiled: OnceLock<Option<Regex>>,
+    /// How the index should select this rule, worked out from the one parse that
+    /// validated it; taken (and freed) when the index is built.
+    pub(crate) hint: Option<Box<crate::compiled::Strategy>>,
 }
 
 impl RegexPattern {
-    pub fn new(source: String, nocase: bool, strip_slash: bool) -> Result<Self, String> {
-        let full = wrap(&source, nocase);
-        regex_syntax::ParserBuilder::new()
+    pub fn new(source: String, nocase: bool, strip_slash: bool) -> Result<Box<Self>, String> {
+        // Parse the case-sensitive form once: it validates the syntax ((?i) cannot
+        // make a valid pattern invalid) and gives the literals the index needs.
+        let hir = regex_syntax::ParserBuilder::new()
             .unicode(false)
             .utf8(false)
             .build()
-            .parse(&full)
+            .parse(&source)
             .map_err(|e| format!("bad regex {source:?}: {}", first_line(&e.to_string())))?;
-        Ok(RegexPattern {
-            source: full,
+        let hint = Some(Box::new(crate::compiled::classify(
+            &hir,
+            strip_slash,
+            nocase,
+        )));
+        Ok(Box::new(RegexPattern {
+            source: wrap(&source, nocase),
             strip_slash,
             compiled: OnceLock::new(),
-        })
+            hint,
+        }))
     }
 
     /// The pattern as compiled (with the case flag folded in).
@@ -143,7 +154,7 @@ impl Var {
 
 #[derive(Debug)]
 pub enum CondTest {
-    Regex(RegexPattern),
+    Regex(Box<RegexPattern>),
     /// `-f`: a regular file exists at the expanded path.
     IsFile,
     /// `-d`: a directory exists at the expanded path.
@@ -206,8 +217,8 @@ pub struct Rule {
     pub class: Class,
     pub pattern: Pattern,
     /// Native rules may name a host (ASCII-case-insensitive equality).
-    pub host: Option<String>,
-    pub conds: Vec<Cond>,
+    pub host: Option<Box<str>>,
+    pub conds: Box<[Cond]>,
     pub action: Action,
     pub flags: Flags,
 }
