@@ -18,7 +18,7 @@
 //! literal-indexed rules.
 
 use crate::model::{Pattern, Rule};
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, Anchored, Input, MatchKind, StartKind};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use regex_syntax::hir::{Hir, HirKind, Look};
 use rustc_hash::FxHashMap;
@@ -73,23 +73,69 @@ struct LiteralIndex {
     ac: Option<AhoCorasick>,
     /// Aho-Corasick pattern id → rules that need that literal.
     rules: Vec<Ids>,
+    /// Anchored indexes only: pattern id → the longest other literal that is a
+    /// prefix of it (`NONE` if none). An anchored search finds the longest literal
+    /// that starts the path; this chain yields all the shorter ones. (Aho-Corasick
+    /// cannot do anchored *overlapping* searches, and does not need to here.)
+    parent: Vec<u32>,
+    anchored: bool,
 }
 
+const NONE: u32 = u32::MAX;
+
 impl LiteralIndex {
-    fn build(lits: FxHashMap<Vec<u8>, Ids>, case_insensitive: bool) -> LiteralIndex {
+    fn build(
+        lits: FxHashMap<Vec<u8>, Ids>,
+        case_insensitive: bool,
+        anchored: bool,
+    ) -> LiteralIndex {
         if lits.is_empty() {
             return LiteralIndex::default();
         }
         let (pats, rules): (Vec<Vec<u8>>, Vec<Ids>) = lits.into_iter().unzip();
-        let ac = AhoCorasick::builder()
-            .ascii_case_insensitive(case_insensitive)
-            .build(&pats)
-            .ok();
-        LiteralIndex { ac, rules }
+        let mut b = AhoCorasick::builder();
+        b.ascii_case_insensitive(case_insensitive);
+        let mut parent = Vec::new();
+        if anchored {
+            // Anchored: the search walks only as far as the path's prefix matches a
+            // literal, so a miss costs a byte or two whatever the number of rules.
+            b.start_kind(StartKind::Anchored)
+                .match_kind(MatchKind::LeftmostLongest);
+            let id: FxHashMap<&[u8], u32> = pats
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.as_slice(), i as u32))
+                .collect();
+            parent = pats
+                .iter()
+                .map(|p| {
+                    (1..p.len())
+                        .rev()
+                        .find_map(|n| id.get(&p[..n]).copied())
+                        .unwrap_or(NONE)
+                })
+                .collect();
+        }
+        let ac = b.build(&pats).ok();
+        LiteralIndex {
+            ac,
+            rules,
+            parent,
+            anchored,
+        }
     }
 
     fn candidates(&self, path: &str, out: &mut Vec<u32>) {
-        if let Some(ac) = &self.ac {
+        let Some(ac) = &self.ac else { return };
+        if self.anchored {
+            if let Ok(Some(m)) = ac.try_find(Input::new(path).anchored(Anchored::Yes)) {
+                let mut k = m.pattern().as_usize() as u32;
+                while k != NONE {
+                    self.rules[k as usize].extend_into(out);
+                    k = self.parent[k as usize];
+                }
+            }
+        } else {
             for m in ac.find_overlapping_iter(path) {
                 self.rules[m.pattern().as_usize()].extend_into(out);
             }
@@ -114,6 +160,8 @@ pub struct Index {
     prefix_ci: KeyMap,
     lit: LiteralIndex,
     lit_ci: LiteralIndex,
+    anchored: LiteralIndex,
+    anchored_ci: LiteralIndex,
     always: Vec<u32>,
     pub counts: Counts,
 }
@@ -122,6 +170,9 @@ pub struct Index {
 #[derive(Debug)]
 pub enum Strategy {
     Exact(String, bool),
+    /// One of these literals starts every path the regex matches.
+    Anchored(Vec<Vec<u8>>, bool),
+    /// One of these literals occurs in every path the regex matches.
     Literals(Vec<Vec<u8>>, bool),
     Always,
 }
@@ -131,6 +182,8 @@ impl Index {
         let mut ix = Index::default();
         let mut lits: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
         let mut lits_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
+        let mut anch: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
+        let mut anch_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
         for (i, r) in rules.iter_mut().enumerate() {
             let id = i as u32;
             let nocase = r.flags.nocase;
@@ -161,9 +214,24 @@ impl Index {
                                 add(&mut ix.exact, &p, id)
                             }
                         }
-                        Strategy::Literals(ls, ci) => {
+                        Strategy::Literals(ls, ci) | Strategy::Anchored(ls, ci)
+                            if ls.is_empty() =>
+                        {
+                            let _ = ci;
+                            ix.counts.always += 1;
+                            ix.always.push(id);
+                        }
+                        strategy @ (Strategy::Literals(..) | Strategy::Anchored(..)) => {
                             ix.counts.literal += 1;
-                            let target = if ci { &mut lits_ci } else { &mut lits };
+                            let (ls, ci, target) = match strategy {
+                                Strategy::Anchored(ls, ci) => {
+                                    (ls, ci, if ci { &mut anch_ci } else { &mut anch })
+                                }
+                                Strategy::Literals(ls, ci) => {
+                                    (ls, ci, if ci { &mut lits_ci } else { &mut lits })
+                                }
+                                _ => unreachable!("matched above"),
+                            };
                             for l in ls {
                                 let l = if ci { l.to_ascii_lowercase() } else { l };
                                 match target.get_mut(&l) {
@@ -182,8 +250,10 @@ impl Index {
                 }
             }
         }
-        ix.lit = LiteralIndex::build(lits, false);
-        ix.lit_ci = LiteralIndex::build(lits_ci, true);
+        ix.lit = LiteralIndex::build(lits, false, false);
+        ix.lit_ci = LiteralIndex::build(lits_ci, true, false);
+        ix.anchored = LiteralIndex::build(anch, false, true);
+        ix.anchored_ci = LiteralIndex::build(anch_ci, true, true);
         ix.exact.shrink_to_fit();
         ix.prefix.shrink_to_fit();
         ix
@@ -209,6 +279,8 @@ impl Index {
                 probe_prefixes(&self.prefix_ci, l, out);
             }
         }
+        self.anchored.candidates(path, out);
+        self.anchored_ci.candidates(path, out);
         self.lit.candidates(path, out);
         self.lit_ci.candidates(path, out);
         out.extend_from_slice(&self.always);
@@ -252,27 +324,37 @@ pub fn classify(hir: &Hir, strip_slash: bool, ci: bool) -> Strategy {
         let path = if strip_slash { format!("/{lit}") } else { lit };
         return Strategy::Exact(path, ci);
     }
-    let best = [ExtractKind::Prefix, ExtractKind::Suffix]
+    let usable = |kind: ExtractKind| -> Option<(usize, Vec<Vec<u8>>)> {
+        let mut ex = Extractor::new();
+        ex.kind(kind);
+        let seq = ex.extract(hir);
+        let lits = seq.literals()?;
+        if lits.is_empty()
+            || lits.len() > MAX_LITERALS
+            || lits.iter().any(|l| l.as_bytes().is_empty())
+        {
+            return None;
+        }
+        let min = lits.iter().map(|l| l.as_bytes().len()).min().unwrap_or(0);
+        Some((min, lits.iter().map(|l| l.as_bytes().to_vec()).collect()))
+    };
+    let prefix = usable(ExtractKind::Prefix);
+    // `^`-anchored with a literal prefix (most redirect rules): the most selective
+    // key there is, and the cheapest to search.
+    if hir.properties().look_set_prefix().contains(Look::Start) {
+        if let Some((_, ls)) = &prefix {
+            let ls = if strip_slash {
+                ls.iter().map(|l| [b"/".as_slice(), l].concat()).collect()
+            } else {
+                ls.clone()
+            };
+            return Strategy::Anchored(ls, ci);
+        }
+    }
+    // Otherwise the longer of the prefix and suffix literal sets, searched anywhere.
+    let best = [prefix, usable(ExtractKind::Suffix)]
         .into_iter()
-        .filter_map(|kind| {
-            let mut ex = Extractor::new();
-            ex.kind(kind);
-            let seq = ex.extract(hir);
-            let lits = seq.literals()?;
-            if lits.is_empty()
-                || lits.len() > MAX_LITERALS
-                || lits.iter().any(|l| l.as_bytes().is_empty())
-            {
-                return None;
-            }
-            let min = lits.iter().map(|l| l.as_bytes().len()).min().unwrap_or(0);
-            Some((
-                min,
-                lits.iter()
-                    .map(|l| l.as_bytes().to_vec())
-                    .collect::<Vec<_>>(),
-            ))
-        })
+        .flatten()
         .max_by_key(|(min, _)| *min);
     match best {
         // One-byte literals (like "/") would make every path a candidate.
@@ -325,10 +407,21 @@ mod tests {
             matches!(classify(r"^old\.html$", true), Strategy::Exact(p, false) if p == "/old.html")
         );
         assert!(
-            matches!(classify(r"^/docs/(.*)$", false), Strategy::Literals(l, false) if l == vec![b"/docs/".to_vec()])
+            matches!(classify(r"^/docs/(.*)$", false), Strategy::Anchored(l, false) if l == vec![b"/docs/".to_vec()])
         );
         assert!(matches!(classify(r"\.php$", false), Strategy::Literals(..)));
-        assert!(matches!(classify(r"^/(.*)$", false), Strategy::Always));
+        assert!(matches!(
+            classify(r"^/(.*)$", false),
+            Strategy::Anchored(..)
+        ));
+        assert!(
+            matches!(classify(r"^docs/(.*)$", true), Strategy::Anchored(l, false) if l == vec![b"/docs/".to_vec()])
+        );
+        assert!(matches!(
+            classify(r"/docs/(.*)$", false),
+            Strategy::Literals(..)
+        ));
+        assert!(matches!(classify(r"^(.*)$", false), Strategy::Always));
         assert!(matches!(classify(r".*", false), Strategy::Always));
     }
 }
