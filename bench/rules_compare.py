@@ -61,7 +61,7 @@ LAST = {
 
 
 def apache_conf(kind):
-    mods = ["mpm_event", "unixd", "authz_core", "mime", "alias", "rewrite", "dir"]
+    mods = ["mpm_event", "authz_core", "mime", "alias", "rewrite", "dir"]
     os.makedirs(f"{WORK}/apache-run", exist_ok=True)
     load = "\n".join(f"LoadModule {m}_module /usr/lib/apache2/modules/mod_{m}.so" for m in mods)
     include = f"Include {WORK}/{kind}.conf" if kind != "none" else ""
@@ -106,8 +106,8 @@ def nginx_conf(kind):
     elif kind == "nginx-regex":
         body = "".join(f"  location ~ ^/nr/{i}/(.*)$ {{ return 301 /new/{i}/$1; }}\n" for i in range(N))
     elif kind == "nginx-map":
-        extra_http = "map $uri $redir {\n  default \"\";\n" + "".join(
-            f"  /nm/{i}.html /new/{i}.html;\n" for i in range(N)) + "}\nmap_hash_bucket_size 128;\nmap_hash_max_size 65536;\n"
+        extra_http = "map_hash_bucket_size 128;\n  map_hash_max_size 65536;\n  map $uri $redir {\n  default \"\";\n" + "".join(
+            f"  /nm/{i}.html /new/{i}.html;\n" for i in range(N)) + "}\n"
         body = "  if ($redir) { return 301 $redir; }\n"
     conf = f"""worker_processes 2;
 pid {WORK}/nginx/nginx.pid;

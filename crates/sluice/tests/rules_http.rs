@@ -82,3 +82,55 @@ fn explain_names_the_rule_and_the_reason() {
     assert!(out.contains("r.rules:2:") && out.contains("MATCH"), "{out}");
     assert!(out.contains("302 redirect to /c"), "{out}");
 }
+
+#[test]
+fn reload_swaps_rules_and_keeps_them_when_the_new_file_is_broken() {
+    let dir = docroot();
+    let base = dir.path().parent().unwrap().to_path_buf();
+    let rules = base.join(format!("reload-rules-{}.conf", std::process::id()));
+    let cfg = base.join(format!("reload-rules-{}.toml", std::process::id()));
+    std::fs::write(&rules, "Redirect 301 /a /first\n").unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[rules]\nfiles = [{:?}]\n", rules.to_str().unwrap()),
+    )
+    .unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let loc = |srv: &Server| {
+        srv.get("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
+            .header("location")
+            .map(str::to_string)
+    };
+    assert_eq!(loc(&srv).as_deref(), Some("/first"));
+
+    std::fs::write(&rules, "Redirect 301 /a /second\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = std::time::Instant::now();
+    while loc(&srv).as_deref() != Some("/second") {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "new rules not applied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    std::fs::write(
+        &rules,
+        "Redirect 301 /a /third\nRewriteEngine On\nRewriteRule ^/a /x [P]\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        loc(&srv).as_deref(),
+        Some("/second"),
+        "a broken rules file must leave the old rules serving"
+    );
+    let err = srv.stderr();
+    assert!(
+        err.contains("reload failed") && err.contains(":3:"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(rules);
+    let _ = std::fs::remove_file(cfg);
+}
