@@ -9,7 +9,7 @@
 //! arm in [`run`] and a function here.
 
 use crate::engine::{self, Options, RunResult};
-use crate::plot::{line_svg, Series};
+use crate::plot::{line, Series};
 use crate::report::{Summary, Table};
 use crate::workload::{Pick, Workload};
 use std::io::Read;
@@ -455,8 +455,8 @@ fn concurrency(o: &ExpOptions) -> Result<String, String> {
             })
             .collect()
     };
-    line_svg(
-        &o.out_dir.join("concurrency-availability.svg"),
+    line(
+        &o.out_dir.join("concurrency-availability"),
         "Availability vs concurrent downloads",
         "concurrent downloads",
         "availability %",
@@ -678,9 +678,9 @@ fn finish(
     let mut text = t.text();
     text += &format!("csv: {}\n", csv.display());
     if !series.is_empty() && series.iter().any(|s| !s.points.is_empty()) {
-        let svg = o.out_dir.join(format!("{name}.svg"));
-        line_svg(&svg, title, xl, yl, series, log_x)?;
-        text += &format!("plot: {}\n", svg.display());
+        for written in line(&o.out_dir.join(name), title, xl, yl, series, log_x)? {
+            text += &format!("plot: {written}\n");
+        }
     }
     Ok(text)
 }
