@@ -83,7 +83,7 @@ impl Default for Options {
 }
 
 /// Counters of one run (or one thread's share of it).
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     /// Transactions started (a followed redirect is part of its transaction).
     pub attempted: u64,
@@ -104,7 +104,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, o: &Counts) {
+    pub fn add(&mut self, o: &Counts) {
         self.attempted += o.attempted;
         self.succeeded += o.succeeded;
         self.status_2xx += o.status_2xx;

@@ -39,6 +39,30 @@ pub struct Summary {
     pub latency_us: Latency,
     pub availability: f64,
     pub counts: Counts,
+    /// Only for `--processes` children: the latency histogram, HDR V2 format, hex.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram_v2_hex: Option<String>,
+}
+
+/// Serialize a histogram for a parent process to merge (HDR V2, hex-encoded).
+pub fn histogram_to_hex(h: &hdrhistogram::Histogram<u64>) -> String {
+    let mut buf = Vec::new();
+    let _ = hdrhistogram::serialization::Serializer::serialize(
+        &mut hdrhistogram::serialization::V2Serializer::new(),
+        h,
+        &mut buf,
+    );
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn histogram_from_hex(s: &str) -> Option<hdrhistogram::Histogram<u64>> {
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut std::io::Cursor::new(bytes?))
+        .ok()
 }
 
 impl Summary {
@@ -69,6 +93,7 @@ impl Summary {
                 0.0
             },
             counts: r.counts.clone(),
+            histogram_v2_hex: None,
         }
     }
 
@@ -177,6 +202,18 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn histogram_round_trip() {
+        let mut h = crate::engine::new_histogram();
+        for v in [10u64, 200, 3000, 3000, 40_000] {
+            h.record(v).unwrap();
+        }
+        let back = super::histogram_from_hex(&super::histogram_to_hex(&h)).unwrap();
+        assert_eq!(back.len(), 5);
+        assert_eq!(back.value_at_quantile(0.5), h.value_at_quantile(0.5));
+        assert_eq!(back.max(), h.max());
+    }
+
     #[test]
     fn units() {
         assert_eq!(super::us(999), "999us");

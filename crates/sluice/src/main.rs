@@ -4,7 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 
 #[derive(Parser)]
 #[command(
@@ -86,7 +86,14 @@ struct BenchArgs {
     /// Per-request timeout.
     #[arg(long, default_value = "10s")]
     timeout: String,
+    /// Split the connections (and rate) over this many processes, each with its own
+    /// descriptor limit, and merge their results: how one box opens 100,000+ connections.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
 }
+
+/// Set by a `--processes` parent in each child: "INDEX/COUNT".
+const CHILD_ENV: &str = "SLUICE_BENCH_CHILD";
 
 #[derive(Subcommand)]
 enum BenchCmd {
@@ -347,14 +354,84 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         None => sluice_bench::Workload::single(&path, &opts),
     };
+    let child = std::env::var(CHILD_ENV).ok();
+    if a.processes > 1 && child.is_none() {
+        return fan_out(&url, &opts, a.processes, a.json);
+    }
+    let mut opts = opts;
+    if let Some((k, n)) = child.as_deref().and_then(|c| c.split_once('/')) {
+        let (k, n): (usize, usize) = (k.parse()?, n.parse()?);
+        opts.connections = (opts.connections / n + usize::from(k < opts.connections % n)).max(1);
+        opts.rate = opts.rate.map(|r| r / n as f64);
+        opts.progress = false;
+    }
     let r = sluice_bench::run(&opts, &workload)?;
-    let s = sluice_bench::Summary::new(
+    let mut s = sluice_bench::Summary::new(
         &url,
         opts.threads.min(opts.connections),
         opts.connections,
         &r,
     );
+    if child.is_some() {
+        s.histogram_v2_hex = Some(sluice_bench::report::histogram_to_hex(&r.latency));
+        println!("{}", serde_json::to_string(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", s.human());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run the same command in `n` child processes and merge their counts and histograms.
+fn fan_out(
+    url: &str,
+    opts: &sluice_bench::Options,
+    n: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let children: Vec<std::process::Child> = (0..n)
+        .map(|k| {
+            Command::new(&exe)
+                .args(&args)
+                .env(CHILD_ENV, format!("{k}/{n}"))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut counts = sluice_bench::engine::Counts::default();
+    let mut latency = sluice_bench::engine::new_histogram();
+    let mut elapsed = std::time::Duration::ZERO;
+    for c in children {
+        let out = c.wait_with_output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "a bench process failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let part: sluice_bench::engine::Counts = serde_json::from_value(v["counts"].clone())?;
+        counts.add(&part);
+        let h = v["histogram_v2_hex"]
+            .as_str()
+            .and_then(sluice_bench::report::histogram_from_hex)
+            .ok_or_else(|| anyhow::anyhow!("a bench process sent no histogram"))?;
+        latency.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        elapsed = elapsed.max(std::time::Duration::from_secs_f64(
+            v["duration_s"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    let r = sluice_bench::RunResult {
+        counts,
+        latency,
+        elapsed,
+    };
+    let s = sluice_bench::Summary::new(url, opts.threads, opts.connections, &r);
+    if json {
         println!("{}", serde_json::to_string(&s)?);
     } else {
         print!("{}", s.human());

@@ -118,3 +118,38 @@ fn experiments_write_tables_and_plots() {
     // availability column: every random file exists, so 1.0000
     assert!(row.contains("1.0000"), "{text}");
 }
+
+#[test]
+fn several_processes_merge_their_results() {
+    let srv = Server::start(&[]);
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/hello.txt"),
+            "-c",
+            "6",
+            "-d",
+            "1s",
+            "-t",
+            "1",
+            "--processes",
+            "3",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let requests = v["requests"].as_u64().unwrap();
+    assert!(requests > 100, "{v}");
+    assert_eq!(
+        v["counts"]["status_2xx"].as_u64(),
+        Some(requests),
+        "histogram and counts agree"
+    );
+    assert_eq!(v["connections"].as_u64(), Some(6));
+    assert!(
+        v.get("histogram_v2_hex").is_none(),
+        "the merged result has no child histogram"
+    );
+}
