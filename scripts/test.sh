@@ -19,7 +19,17 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
 echo "== cargo test --workspace"
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
 
 echo "== fuzz targets (build only; run them with: cd fuzz && cargo +nightly fuzz run parse_head)"
 cargo build --quiet --manifest-path fuzz/Cargo.toml --bins
+
+# One closing line with the totals over every test binary (cargo prints one line per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
