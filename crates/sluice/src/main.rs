@@ -86,6 +86,14 @@ struct BenchArgs {
     /// Per-request timeout.
     #[arg(long, default_value = "10s")]
     timeout: String,
+    /// Ramp: `c:START:STEP:MAX` (connections) or `rate:START:STEP:MAX` (open-loop
+    /// req/s), each step running for -d, until availability drops below
+    /// --stop-availability. Prints one row per step.
+    #[arg(long)]
+    ramp: Option<String>,
+    /// Ramp stop condition: availability (successful / attempted) below this.
+    #[arg(long, default_value_t = 0.5)]
+    stop_availability: f64,
     /// Split the connections (and rate) over this many processes, each with its own
     /// descriptor limit, and merge their results: how one box opens 100,000+ connections.
     #[arg(long, default_value_t = 1)]
@@ -354,6 +362,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         None => sluice_bench::Workload::single(&path, &opts),
     };
+    if let Some(spec) = &a.ramp {
+        return ramp(&url, &opts, &workload, spec, a.stop_availability, a.json);
+    }
     let child = std::env::var(CHILD_ENV).ok();
     if a.processes > 1 && child.is_none() {
         return fan_out(&url, &opts, a.processes, a.json);
@@ -435,6 +446,71 @@ fn fan_out(
         println!("{}", serde_json::to_string(&s)?);
     } else {
         print!("{}", s.human());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Step connections or rate up until availability falls below `stop`.
+fn ramp(
+    url: &str,
+    opts: &sluice_bench::Options,
+    workload: &sluice_bench::Workload,
+    spec: &str,
+    stop: f64,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let bad =
+        || anyhow::anyhow!("--ramp {spec:?}: expected c:START:STEP:MAX or rate:START:STEP:MAX");
+    let [what, start, step, max] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let (start, step, max): (f64, f64, f64) = (start.parse()?, step.parse()?, max.parse()?);
+    anyhow::ensure!(*what == "c" || *what == "rate", bad());
+    anyhow::ensure!(start > 0.0 && step > 0.0 && max >= start, bad());
+    let mut rows = Vec::new();
+    if !json {
+        println!(
+            "{:>10}  {:>12}  {:>10}  {:>10}  {:>12}",
+            what, "req/s", "p50", "p99", "availability"
+        );
+    }
+    let mut x = start;
+    while x <= max {
+        let mut o = opts.clone();
+        o.progress = false;
+        if *what == "c" {
+            o.connections = x as usize;
+        } else {
+            o.rate = Some(x);
+        }
+        let r = sluice_bench::run(&o, workload)?;
+        let s = sluice_bench::Summary::new(url, o.threads.min(o.connections), o.connections, &r);
+        if !json {
+            println!(
+                "{:>10}  {:>12.1}  {:>10}  {:>10}  {:>11.2}%",
+                x,
+                s.requests_per_s,
+                sluice_bench::report::us(s.latency_us.p50),
+                sluice_bench::report::us(s.latency_us.p99),
+                s.availability * 100.0
+            );
+        }
+        let low = s.availability < stop;
+        rows.push(serde_json::json!({ "step": x, "summary": s }));
+        if low {
+            if !json {
+                println!(
+                    "availability fell below {:.0}% at {what} = {x}",
+                    stop * 100.0
+                );
+            }
+            break;
+        }
+        x += step;
+    }
+    if json {
+        println!("{}", serde_json::to_string(&rows)?);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -153,3 +153,50 @@ fn several_processes_merge_their_results() {
         "the merged result has no child histogram"
     );
 }
+
+#[test]
+fn ramp_steps_until_the_stop_condition() {
+    let srv = Server::start(&[]);
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/hello.txt"),
+            "-d",
+            "300ms",
+            "-t",
+            "1",
+            "--ramp",
+            "c:1:2:5",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let steps: Vec<u64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["summary"]["connections"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 3, 5]);
+    // Every request to a missing file fails: the ramp stops after its first step.
+    let o = Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/missing"),
+            "-d",
+            "300ms",
+            "-t",
+            "1",
+            "--ramp",
+            "c:1:1:5",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("availability fell below 50% at c = 1"),
+        "{text}"
+    );
+}
