@@ -49,6 +49,19 @@ impl Ids {
     }
 }
 
+/// Index rule `id` under each of its literals (lowercased for case-insensitive sets).
+fn add_literals(target: &mut FxHashMap<Vec<u8>, Ids>, ls: Vec<Vec<u8>>, ci: bool, id: u32) {
+    for l in ls {
+        let l = if ci { l.to_ascii_lowercase() } else { l };
+        match target.get_mut(&l) {
+            Some(ids) => ids.push(id),
+            None => {
+                target.insert(l, Ids::One(id));
+            }
+        }
+    }
+}
+
 /// Exact and prefix keys are stored as 64-bit hashes, not strings: the rule's own
 /// check compares the text anyway, so a collision only adds a candidate, and a
 /// million exact rules do not keep every path twice.
@@ -214,33 +227,13 @@ impl Index {
                                 add(&mut ix.exact, &p, id)
                             }
                         }
-                        Strategy::Literals(ls, ci) | Strategy::Anchored(ls, ci)
-                            if ls.is_empty() =>
-                        {
-                            let _ = ci;
-                            ix.counts.always += 1;
-                            ix.always.push(id);
-                        }
-                        strategy @ (Strategy::Literals(..) | Strategy::Anchored(..)) => {
+                        Strategy::Anchored(ls, ci) => {
                             ix.counts.literal += 1;
-                            let (ls, ci, target) = match strategy {
-                                Strategy::Anchored(ls, ci) => {
-                                    (ls, ci, if ci { &mut anch_ci } else { &mut anch })
-                                }
-                                Strategy::Literals(ls, ci) => {
-                                    (ls, ci, if ci { &mut lits_ci } else { &mut lits })
-                                }
-                                _ => unreachable!("matched above"),
-                            };
-                            for l in ls {
-                                let l = if ci { l.to_ascii_lowercase() } else { l };
-                                match target.get_mut(&l) {
-                                    Some(ids) => ids.push(id),
-                                    None => {
-                                        target.insert(l, Ids::One(id));
-                                    }
-                                }
-                            }
+                            add_literals(if ci { &mut anch_ci } else { &mut anch }, ls, ci, id);
+                        }
+                        Strategy::Literals(ls, ci) => {
+                            ix.counts.literal += 1;
+                            add_literals(if ci { &mut lits_ci } else { &mut lits }, ls, ci, id);
                         }
                         Strategy::Always => {
                             ix.counts.always += 1;

@@ -77,10 +77,8 @@ impl StaticHandler {
             Err(_) => return Response::text(400, Some("bad path")),
         };
         match self.cache.lookup(&self.root, &norm.rel, now) {
-            Entry::File(info) if norm.trailing_slash => {
-                let _ = info;
-                Response::text(404, None)
-            }
+            // "/file.txt/" names a directory that is not there.
+            Entry::File(_) if norm.trailing_slash => Response::text(404, None),
             Entry::File(info) => self.file(head, &info),
             Entry::Dir if !norm.trailing_slash => {
                 let mut loc = String::with_capacity(raw_path.len() + 1);
