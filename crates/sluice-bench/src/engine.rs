@@ -693,10 +693,8 @@ impl Thread {
                 }
                 Body::UntilClose => return false,
             }
-            if matches!(self.conns[i].body, Body::Length(0)) {
-                if self.complete(i, now) {
-                    return true;
-                }
+            if matches!(self.conns[i].body, Body::Length(0)) && self.complete(i, now) {
+                return true;
             }
         }
         // A zero-length body completes without more data.

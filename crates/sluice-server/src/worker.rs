@@ -105,6 +105,9 @@ pub struct Worker {
     limits: Limits,
     date: DateCache,
     pool: Vec<Vec<u8>>,
+    /// Boxed on purpose: a `Conn` holds `Option<Box<Outgoing>>`, and the pool hands
+    /// the same allocations back and forth without moving the struct.
+    #[allow(clippy::vec_box)]
     out_pool: Vec<Box<Outgoing>>,
     log: WorkerLog,
     gen: u32,
