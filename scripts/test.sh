@@ -15,8 +15,19 @@ if ((${#need[@]})); then
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is needed (https://rustup.rs)"; exit 1; }
 
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
+if cargo fmt --version >/dev/null 2>&1; then
+    echo "== cargo fmt --check"
+    cargo fmt --all -- --check
+else
+    echo "== rustfmt not installed (rustup component add rustfmt): format check skipped"
+fi
+
+if cargo clippy --version >/dev/null 2>&1; then
+    echo "== cargo clippy (warnings are errors)"
+    cargo clippy --quiet --workspace --all-targets -- -D warnings
+else
+    echo "== clippy not installed (rustup component add clippy): lint skipped"
+fi
 
 echo "== cargo test --workspace"
 log=$(mktemp)

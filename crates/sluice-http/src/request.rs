@@ -158,8 +158,10 @@ impl<'a> RequestHead<'a> {
     }
 }
 
-/// The result of feeding bytes to the parser.
+/// The result of feeding bytes to the parser. Returned by value once per request
+/// and never stored, so the size difference costs nothing; boxing would allocate.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed<'a> {
     /// A whole head; the body (if any) starts at `head.head_len`.
     Complete(RequestHead<'a>),

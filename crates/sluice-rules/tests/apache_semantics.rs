@@ -26,7 +26,9 @@ fn redirect(status: u16, loc: &str) -> Outcome {
 #[test]
 fn cases() {
     let on = "RewriteEngine On\n";
-    let cases: Vec<(String, &str, Option<&str>, Option<&str>, Outcome)> = vec![
+    // (rules, path, query, host, expected)
+    type Case<'a> = (String, &'a str, Option<&'a str>, Option<&'a str>, Outcome);
+    let cases: Vec<Case> = vec![
         ("Redirect /old /new".into(), "/old/a/b", None, None, redirect(302, "/new/a/b")),
         ("Redirect permanent /old http://x.example/new".into(), "/old", Some("q=1"), None, redirect(301, "http://x.example/new?q=1")),
         ("Redirect 301 /old /new".into(), "/older", None, None, Outcome::Pass),

@@ -18,6 +18,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 enum Cmd {
     /// Serve files (default: the current directory on 127.0.0.1:8080).
     Serve(ServeArgs),
