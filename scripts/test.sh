@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command: installs what the tests need, then checks formatting, runs
+# The one test command: installs what the tests need, then checks formatting and lints, runs
 # every test in the workspace, and builds the fuzz targets. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
