@@ -114,6 +114,8 @@ pub struct Worker {
     now: Instant,
     epoch: Instant,
     now_ms: Ms,
+    /// Next sweep of the open-file cache.
+    next_expire_ms: Ms,
     max_conns: usize,
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
@@ -159,6 +161,7 @@ impl Worker {
             now,
             epoch: now,
             now_ms: 0,
+            next_expire_ms: 1000,
             max_conns,
             accept_paused_until: None,
             last_pressure_warn: None,
@@ -213,6 +216,10 @@ impl Worker {
                 }
             }
             self.log.tick(self.now);
+            if self.now_ms >= self.next_expire_ms {
+                self.next_expire_ms = self.now_ms + 1000;
+                self.files.expire(self.now);
+            }
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
                 self.begin_stop();
             }

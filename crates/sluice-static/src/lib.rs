@@ -62,6 +62,11 @@ impl StaticHandler {
         self.cache.len()
     }
 
+    /// Close cached files whose validity has passed (call about once a second).
+    pub fn expire(&mut self, now: Instant) {
+        self.cache.expire(now);
+    }
+
     /// Answer `head` for `raw_path` (percent-encoded; the request's own path, or the
     /// rules engine's rewrite of it). The caller has already checked the method.
     pub fn serve(

@@ -233,3 +233,76 @@ fn half_closed_client_still_gets_its_answer() {
     assert_eq!(r.status, 200);
     assert!(closed_within(&mut s, Duration::from_secs(2)));
 }
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn aborted_and_stalled_clients_leak_no_descriptors() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("eight.bin"), vec![3u8; 8 << 20]).unwrap();
+    let cfg = dir
+        .path()
+        .parent()
+        .unwrap()
+        .join(format!("leak-{}.toml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"1s\"\n",
+    )
+    .unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let pid = srv.child.id();
+    // Let the server settle, then take its baseline.
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .status,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let baseline = open_fds(pid);
+
+    let mut held = Vec::new();
+    for i in 0..60 {
+        let mut s = srv.connect();
+        match i % 3 {
+            // Start an 8 MiB download, read a little, then vanish (RST on close).
+            0 => {
+                s.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .unwrap();
+                let mut b = [0u8; 1024];
+                let _ = std::io::Read::read(&mut s, &mut b);
+                drop(s);
+            }
+            // Half a request head, then silence (held until the header deadline).
+            1 => {
+                s.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+                held.push(s);
+            }
+            // A finished request, then idle keep-alive (held until keepalive_timeout).
+            _ => {
+                s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .unwrap();
+                held.push(s);
+            }
+        }
+    }
+    assert!(
+        open_fds(pid) > baseline,
+        "the held connections should be open now"
+    );
+    let t = Instant::now();
+    while open_fds(pid) > baseline {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "descriptors leaked: {} open, baseline {baseline}",
+            open_fds(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(held);
+    let _ = std::fs::remove_file(cfg);
+}
