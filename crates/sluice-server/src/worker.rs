@@ -398,10 +398,8 @@ impl Worker {
         if let Some(mut c) = self.conns.try_remove(key) {
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-            if let Some(mut out) = c.out.take() {
-                recycle(&mut self.pool, std::mem::take(&mut out.wbuf));
-                out.reset();
-                self.out_pool.push(out);
+            if let Some(out) = c.out.take() {
+                release(out, &mut self.pool, &mut self.out_pool);
             }
             self.shared.stats[self.id]
                 .closed
@@ -442,10 +440,8 @@ impl Worker {
                             self.close(key);
                             return;
                         }
-                        if let Some(mut out) = c.out.take() {
-                            recycle(&mut self.pool, std::mem::take(&mut out.wbuf));
-                            out.reset();
-                            self.out_pool.push(out);
+                        if let Some(out) = c.out.take() {
+                            release(out, &mut self.pool, &mut self.out_pool);
                         }
                         c.phase = if c.rbuf.is_empty() {
                             Phase::Idle { since: self.now_ms }
@@ -693,6 +689,14 @@ fn read_into(
 
 fn ms(d: Duration) -> Ms {
     d.as_millis() as Ms
+}
+
+/// Return a finished response's send state (and its write buffer) to the pools.
+#[allow(clippy::vec_box)] // the pool of boxes the worker keeps (see `Worker::out_pool`)
+fn release(mut out: Box<Outgoing>, pool: &mut Vec<Vec<u8>>, out_pool: &mut Vec<Box<Outgoing>>) {
+    recycle(pool, std::mem::take(&mut out.wbuf));
+    out.reset();
+    out_pool.push(out);
 }
 
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.

@@ -1,25 +1,27 @@
 //! `sluice bench` against `sluice serve`, through the command line.
 mod common;
 use common::*;
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// Run `sluice` with these arguments and wait for it.
+fn sluice(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().unwrap()
+}
 
 #[test]
 fn bench_json_against_sluice_serve() {
     let srv = Server::start(&[]);
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            &srv.url("/hello.txt"),
-            "-c",
-            "8",
-            "-d",
-            "1s",
-            "-t",
-            "2",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        &srv.url("/hello.txt"),
+        "-c",
+        "8",
+        "-d",
+        "1s",
+        "-t",
+        "2",
+        "--json",
+    ]);
     assert!(o.status.success(), "{o:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let requests = v["requests"].as_u64().unwrap();
@@ -32,23 +34,20 @@ fn bench_json_against_sluice_serve() {
     // A URL list, in order, with a 404 among them: counted as 4xx, not success.
     let list = srv.root().join("urls.txt");
     std::fs::write(&list, "/hello.txt\n/missing\n").unwrap();
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            &srv.url("/"),
-            "-c",
-            "1",
-            "-t",
-            "1",
-            "-d",
-            "1s",
-            "--urls",
-            list.to_str().unwrap(),
-            "--in-order",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        &srv.url("/"),
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "-d",
+        "1s",
+        "--urls",
+        list.to_str().unwrap(),
+        "--in-order",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let (ok, nf) = (
         v["counts"]["status_2xx"].as_u64().unwrap(),
@@ -64,21 +63,19 @@ fn experiments_write_tables_and_plots() {
     let out = tempfile::tempdir().unwrap();
     let file = out.path().join("f.bin");
     std::fs::write(&file, vec![1u8; 1 << 20]).unwrap();
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            "run",
-            "buffer-sweep",
-            "--file",
-            file.to_str().unwrap(),
-            "--buffer-max",
-            "8192",
-            "--buffer-step",
-            "4096",
-        ])
-        .args(["--out", out.path().to_str().unwrap()])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        "run",
+        "buffer-sweep",
+        "--file",
+        file.to_str().unwrap(),
+        "--buffer-max",
+        "8192",
+        "--buffer-step",
+        "4096",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success() && text.contains("best buffer:") && text.contains("buffer_size ="),
@@ -89,26 +86,22 @@ fn experiments_write_tables_and_plots() {
             && out.path().join("buffer-sweep.csv").exists()
     );
 
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            "run",
-            "random-files",
-            "--target",
-            &format!("sluice={}", srv.url("/")),
-        ])
-        .args([
-            "--docroot",
-            srv.root().to_str().unwrap(),
-            "--out",
-            out.path().to_str().unwrap(),
-            "-d",
-            "1s",
-            "-c",
-            "4",
-        ])
-        .output()
-        .unwrap();
+    let target = format!("sluice={}", srv.url("/"));
+    let o = sluice(&[
+        "bench",
+        "run",
+        "random-files",
+        "--target",
+        &target,
+        "--docroot",
+        srv.root().to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+        "-d",
+        "1s",
+        "-c",
+        "4",
+    ]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
     let row = text
@@ -122,22 +115,19 @@ fn experiments_write_tables_and_plots() {
 #[test]
 fn several_processes_merge_their_results() {
     let srv = Server::start(&[]);
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            &srv.url("/hello.txt"),
-            "-c",
-            "6",
-            "-d",
-            "1s",
-            "-t",
-            "1",
-            "--processes",
-            "3",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        &srv.url("/hello.txt"),
+        "-c",
+        "6",
+        "-d",
+        "1s",
+        "-t",
+        "1",
+        "--processes",
+        "3",
+        "--json",
+    ]);
     assert!(o.status.success(), "{o:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let requests = v["requests"].as_u64().unwrap();
@@ -157,20 +147,17 @@ fn several_processes_merge_their_results() {
 #[test]
 fn ramp_steps_until_the_stop_condition() {
     let srv = Server::start(&[]);
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            &srv.url("/hello.txt"),
-            "-d",
-            "300ms",
-            "-t",
-            "1",
-            "--ramp",
-            "c:1:2:5",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        &srv.url("/hello.txt"),
+        "-d",
+        "300ms",
+        "-t",
+        "1",
+        "--ramp",
+        "c:1:2:5",
+        "--json",
+    ]);
     assert!(o.status.success(), "{o:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let steps: Vec<u64> = v
@@ -181,19 +168,16 @@ fn ramp_steps_until_the_stop_condition() {
         .collect();
     assert_eq!(steps, [1, 3, 5]);
     // Every request to a missing file fails: the ramp stops after its first step.
-    let o = Command::new(bin())
-        .args([
-            "bench",
-            &srv.url("/missing"),
-            "-d",
-            "300ms",
-            "-t",
-            "1",
-            "--ramp",
-            "c:1:1:5",
-        ])
-        .output()
-        .unwrap();
+    let o = sluice(&[
+        "bench",
+        &srv.url("/missing"),
+        "-d",
+        "300ms",
+        "-t",
+        "1",
+        "--ramp",
+        "c:1:1:5",
+    ]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.contains("availability fell below 50% at c = 1"),
