@@ -81,10 +81,9 @@ fn experiments_write_tables_and_plots() {
         o.status.success() && text.contains("best buffer:") && text.contains("buffer_size ="),
         "{o:?}"
     );
-    assert!(
-        out.path().join("buffer-sweep.svg").exists()
-            && out.path().join("buffer-sweep.csv").exists()
-    );
+    for f in ["buffer-sweep.svg", "buffer-sweep.png", "buffer-sweep.csv"] {
+        assert!(out.path().join(f).exists(), "{f} missing: {text}");
+    }
 
     let target = format!("sluice={}", srv.url("/"));
     let o = sluice(&[
