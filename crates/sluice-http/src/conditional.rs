@@ -1,7 +1,12 @@
-//! Conditional requests: `If-None-Match`, `If-Modified-Since`, `If-Range` (RFC 9110 §13).
+//! Conditional requests: `If-Match`, `If-Unmodified-Since`, `If-None-Match`,
+//! `If-Modified-Since`, `If-Range` (RFC 9110 §13).
 //!
 //! Validators are passed in as the strong ETag text (with quotes) and the
 //! modification time in whole seconds, which is what `Last-Modified` can express.
+//! The order of evaluation is RFC 9110 §13.2.2's: a failed `If-Match` or
+//! `If-Unmodified-Since` is a 412 before anything else is looked at (download
+//! managers send `If-Match` with `Range` so they never stitch two versions of a
+//! file together).
 
 use crate::date;
 
@@ -10,23 +15,52 @@ use crate::date;
 pub enum Precondition {
     Proceed,
     NotModified,
+    /// 412 Precondition Failed.
+    Failed,
 }
 
-/// Evaluate `If-None-Match` (which, when present, makes `If-Modified-Since` ignored).
-pub fn evaluate(
-    if_none_match: Option<&str>,
-    if_modified_since: Option<&str>,
-    etag: &str,
-    mtime_secs: u64,
-) -> Precondition {
-    if let Some(inm) = if_none_match {
+/// The request's precondition headers (each `None` when absent).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Conditions<'a> {
+    pub if_match: Option<&'a str>,
+    pub if_unmodified_since: Option<&'a str>,
+    pub if_none_match: Option<&'a str>,
+    pub if_modified_since: Option<&'a str>,
+}
+
+impl<'a> Conditions<'a> {
+    pub fn of(h: &crate::RequestHead<'a>) -> Self {
+        Conditions {
+            if_match: h.if_match,
+            if_unmodified_since: h.if_unmodified_since,
+            if_none_match: h.if_none_match,
+            if_modified_since: h.if_modified_since,
+        }
+    }
+}
+
+/// Evaluate the preconditions of a GET/HEAD against a representation that exists.
+pub fn evaluate(c: &Conditions, etag: &str, mtime_secs: u64) -> Precondition {
+    // Step 1/2: If-Match (strong comparison), else If-Unmodified-Since.
+    if let Some(im) = c.if_match {
+        if !etag_list_matches_strong(im, etag) {
+            return Precondition::Failed;
+        }
+    } else if let Some(ius) = c.if_unmodified_since {
+        // An invalid date is ignored (§13.1.4).
+        if date::parse(ius).is_some_and(|t| mtime_secs > t) {
+            return Precondition::Failed;
+        }
+    }
+    // Step 3/4: If-None-Match (weak comparison), else If-Modified-Since.
+    if let Some(inm) = c.if_none_match {
         return if etag_list_matches_weak(inm, etag) {
             Precondition::NotModified
         } else {
             Precondition::Proceed
         };
     }
-    if let Some(ims) = if_modified_since {
+    if let Some(ims) = c.if_modified_since {
         if let Some(t) = date::parse(ims) {
             if mtime_secs <= t {
                 return Precondition::NotModified;
@@ -50,6 +84,13 @@ pub fn if_range_matches(if_range: &str, etag: &str, mtime_secs: u64) -> bool {
     date::parse(v) == Some(mtime_secs)
 }
 
+fn etag_list_matches_strong(list: &str, etag: &str) -> bool {
+    list.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || (!t.starts_with("W/") && !etag.starts_with("W/") && t == etag)
+    })
+}
+
 fn etag_list_matches_weak(list: &str, etag: &str) -> bool {
     let ours = etag.strip_prefix("W/").unwrap_or(etag);
     list.split(',').any(|t| {
@@ -63,6 +104,46 @@ mod tests {
     use super::*;
 
     const TAG: &str = "\"1f-5-3e8\"";
+
+    fn evaluate(inm: Option<&str>, ims: Option<&str>, etag: &str, t: u64) -> Precondition {
+        let c = Conditions {
+            if_none_match: inm,
+            if_modified_since: ims,
+            ..Default::default()
+        };
+        super::evaluate(&c, etag, t)
+    }
+
+    #[test]
+    fn if_match_and_if_unmodified_since() {
+        let ev = |im, ius, inm| {
+            let c = Conditions {
+                if_match: im,
+                if_unmodified_since: ius,
+                if_none_match: inm,
+                if_modified_since: None,
+            };
+            super::evaluate(&c, TAG, 784111777)
+        };
+        assert_eq!(ev(Some(TAG), None, None), Precondition::Proceed);
+        assert_eq!(
+            ev(Some("\"a\", \"1f-5-3e8\""), None, None),
+            Precondition::Proceed
+        );
+        assert_eq!(ev(Some("*"), None, None), Precondition::Proceed);
+        assert_eq!(ev(Some("\"other\""), None, None), Precondition::Failed);
+        // Weak tags never match strongly.
+        assert_eq!(ev(Some("W/\"1f-5-3e8\""), None, None), Precondition::Failed);
+        let before = "Sun, 06 Nov 1994 08:49:36 GMT";
+        let same = "Sun, 06 Nov 1994 08:49:37 GMT";
+        assert_eq!(ev(None, Some(before), None), Precondition::Failed);
+        assert_eq!(ev(None, Some(same), None), Precondition::Proceed);
+        assert_eq!(ev(None, Some("garbage"), None), Precondition::Proceed);
+        // If-Match present: If-Unmodified-Since is not consulted.
+        assert_eq!(ev(Some(TAG), Some(before), None), Precondition::Proceed);
+        // A passed If-Match still lets If-None-Match answer 304.
+        assert_eq!(ev(Some(TAG), None, Some(TAG)), Precondition::NotModified);
+    }
 
     #[test]
     fn if_none_match() {

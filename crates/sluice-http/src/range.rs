@@ -4,7 +4,13 @@
 //! representation is served), as the RFC allows. More than `max_ranges` ranges is
 //! treated the same way: a client asking for hundreds of tiny ranges gets the file
 //! once instead of a multipart response that costs us more than it costs them.
-
+//!
+//! Amplification (RFC 9110 §17.15): ranges that together ask for more bytes than the
+//! file holds, or where more than two overlap, are answered with the whole file
+//! (200), as nginx does; otherwise overlapping, adjacent and nearly adjacent ranges
+//! are coalesced (sorted by offset, which §14.3 allows), so a multipart body is
+//! never bigger than the file plus its part headers. Numerals too large for 64 bits
+//! saturate: a first-byte-pos past any file is unsatisfiable, not ignored.
 /// An inclusive byte range, already clamped to the representation length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteRange {
@@ -40,7 +46,7 @@ pub fn evaluate(header: &str, len: u64, max_ranges: usize) -> RangeResult {
     if !h[..eq].trim().eq_ignore_ascii_case("bytes") {
         return RangeResult::Full;
     }
-    let mut out = Vec::new();
+    let mut out: Vec<ByteRange> = Vec::new();
     let mut count = 0usize;
     for spec in h[eq + 1..].split(',') {
         let spec = spec.trim();
@@ -93,17 +99,47 @@ pub fn evaluate(header: &str, len: u64, max_ranges: usize) -> RangeResult {
         return RangeResult::Full;
     }
     if out.is_empty() {
-        RangeResult::Unsatisfiable
-    } else {
-        RangeResult::Partial(out)
+        return RangeResult::Unsatisfiable;
     }
+    if out.len() == 1 {
+        return RangeResult::Partial(out);
+    }
+    // Asking for more than the whole file, in any combination, gets the whole file.
+    let asked = out.iter().fold(0u64, |a, r| a.saturating_add(r.len()));
+    if asked > len {
+        return RangeResult::Full;
+    }
+    out.sort_by_key(|r| r.start);
+    let mut merged: Vec<ByteRange> = Vec::with_capacity(out.len());
+    let mut overlaps = 0;
+    for r in out {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => {
+                overlaps += 1;
+                if overlaps > 1 {
+                    return RangeResult::Full;
+                }
+                last.end = last.end.max(r.end);
+            }
+            // Adjacent, or a gap smaller than a part header: one part is cheaper.
+            Some(last) if r.start - last.end <= COALESCE_GAP => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    RangeResult::Partial(merged)
 }
 
+/// Ranges separated by fewer bytes than this are sent as one part: a multipart part
+/// header (boundary, Content-Type, Content-Range) costs about this much.
+const COALESCE_GAP: u64 = 80;
+
+/// A run of digits as a number; `u64::MAX` when it does not fit (a position past the
+/// end of any file). `None` when it is not a run of digits.
 fn parse_u64(s: &str) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    s.parse().ok()
+    Some(s.parse().unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -168,10 +204,55 @@ mod tests {
     }
 
     #[test]
+    fn amplification_is_refused() {
+        // Sixteen "0-" ranges of a 5 GiB file: the whole file once, not 80 GiB.
+        let five = 5u64 << 30;
+        let many = format!("bytes={}", vec!["0-"; 16].join(","));
+        assert_eq!(evaluate(&many, five, 16), RangeResult::Full);
+        // Three ranges that overlap one another: the whole file.
+        assert_eq!(
+            evaluate("bytes=0-9,5-14,10-19", 1000, 16),
+            RangeResult::Full
+        );
+        // One overlap is coalesced; so are adjacent and nearly adjacent ranges.
+        assert_eq!(
+            evaluate("bytes=0-99,50-149,500-599", 1000, 16),
+            RangeResult::Partial(vec![r(0, 149), r(500, 599)])
+        );
+        assert_eq!(
+            evaluate("bytes=10-19,0-9", 1000, 16),
+            RangeResult::Partial(vec![r(0, 19)])
+        );
+        assert_eq!(
+            evaluate("bytes=0-9,40-49,900-909", 1000, 16),
+            RangeResult::Partial(vec![r(0, 49), r(900, 909)])
+        );
+        // Together more than the file: whole file.
+        assert_eq!(evaluate("bytes=0-599,-500", 1000, 16), RangeResult::Full);
+    }
+
+    #[test]
+    fn huge_numerals_saturate() {
+        let big = "1".repeat(25);
+        assert_eq!(
+            evaluate(&format!("bytes={big}-"), 1000, 16),
+            RangeResult::Unsatisfiable
+        );
+        assert_eq!(
+            evaluate(&format!("bytes=0-{big}"), 1000, 16),
+            RangeResult::Partial(vec![r(0, 999)])
+        );
+        assert_eq!(
+            evaluate(&format!("bytes=-{big}"), 1000, 16),
+            RangeResult::Partial(vec![r(0, 999)])
+        );
+    }
+
+    #[test]
     fn multiple_and_cap() {
         assert_eq!(
-            evaluate("bytes=0-0, 2-3,-1", 10, 16),
-            RangeResult::Partial(vec![r(0, 0), r(2, 3), r(9, 9)])
+            evaluate("bytes=0-0, 200-300,-1", 1000, 16),
+            RangeResult::Partial(vec![r(0, 0), r(200, 300), r(999, 999)])
         );
         assert_eq!(evaluate("bytes=0-0,1-1,2-2", 10, 2), RangeResult::Full);
         // Unsatisfiable members are dropped when others remain.

@@ -7,13 +7,19 @@
 //! Refused shapes (each is a [`ParseError`] with its status code):
 //! - request line longer than [`Limits::max_request_line`] (414), head longer than
 //!   [`Limits::max_head`] or more than [`Limits::max_headers`] headers (431);
-//! - obs-fold, bad tokens, bare LF in odd places (httparse: 400);
+//! - a request-target holding raw `"` `#` `<` `>` `\` `^` `` ` `` `{` `|` `}` or
+//!   controls (400, RFC 9112 §3), a version other than `HTTP/1.d` (505 for another
+//!   major version, 400 for anything else; HTTP/1.2–1.9 are answered as 1.1);
+//! - obs-fold, bad tokens, bare CR in header lines (httparse: 400);
 //! - `Content-Length` together with `Transfer-Encoding`, duplicate or malformed
 //!   `Content-Length`, a `Transfer-Encoding` whose last coding is not `chunked` (400,
 //!   these are the request-smuggling shapes);
-//! - HTTP/1.1 without `Host`, or with more than one (400).
+//! - HTTP/1.1 without `Host`, with more than one, or with a value that is not a
+//!   `uri-host[:port]` (400; userinfo, markup, two ports and open IPv6 literals).
 //!
-//! Cost: one httparse pass over the head plus one pass over its headers.
+//! The request line is parsed here (a table lookup per byte), the header block by
+//! `httparse::parse_headers` (SIMD); cost is one pass over the head plus one pass
+//! over its headers.
 
 use memchr::memchr;
 
@@ -89,6 +95,7 @@ pub enum ParseError {
     BadVersion,
     MissingHost,
     DuplicateHost,
+    BadHost,
     BadContentLength,
     ConflictingFraming,
     BadTransferEncoding,
@@ -114,6 +121,7 @@ impl ParseError {
             ParseError::BadVersion => "unsupported HTTP version",
             ParseError::MissingHost => "missing Host header",
             ParseError::DuplicateHost => "more than one Host header",
+            ParseError::BadHost => "invalid Host",
             ParseError::BadContentLength => "invalid Content-Length",
             ParseError::ConflictingFraming => "both Content-Length and Transfer-Encoding",
             ParseError::BadTransferEncoding => "unsupported Transfer-Encoding",
@@ -132,19 +140,23 @@ pub struct RequestHead<'a> {
     pub path: &'a str,
     /// Query after `?`, without the `?`.
     pub query: Option<&'a str>,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    /// The digit after `HTTP/1.`: 0 for HTTP/1.0, 1 for HTTP/1.1; 2–9 (answered as
+    /// 1.1, RFC 9110 §2.5) are kept so the log shows what was sent.
     pub minor: u8,
     /// Host from absolute-form, else the `Host` header, port stripped.
     pub host: Option<&'a str>,
     pub keep_alive: bool,
     pub body: Option<BodyFraming>,
+    pub if_match: Option<&'a str>,
     pub if_none_match: Option<&'a str>,
+    pub if_unmodified_since: Option<&'a str>,
     pub if_modified_since: Option<&'a str>,
     pub if_range: Option<&'a str>,
     pub range: Option<&'a str>,
     pub accept: Option<&'a str>,
-    pub user_agent: Option<&'a str>,
-    pub referer: Option<&'a str>,
+    /// Raw bytes: obs-text (≥ 0x80) is legal here and must reach the log escaped.
+    pub user_agent: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
     /// Length of the head in bytes (the body, if any, starts here).
     pub head_len: usize,
 }
@@ -201,36 +213,31 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         }
     }
     let buf = &buf[start..];
-    match memchr(b'\n', buf) {
+    let nl = match memchr(b'\n', buf) {
         Some(i) if i > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
         None if buf.len() > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
         None => return Ok(Parsed::Partial),
-        Some(_) => {}
-    }
+        Some(i) => i,
+    };
+    let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
+    let rl = parse_request_line(line)?;
     let mut storage = [httparse::EMPTY_HEADER; 128];
     let max = limits.max_headers.min(storage.len());
-    let mut req = httparse::Request::new(&mut storage[..max]);
-    let status = match req.parse(buf) {
-        Ok(s) => s,
-        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(version_error(buf)),
-        Err(_) => return Err(ParseError::Malformed),
-    };
-    let head_len = match status {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => {
+    let (head_len, headers) = match httparse::parse_headers(&buf[nl + 1..], &mut storage[..max]) {
+        Ok(httparse::Status::Complete((n, hs))) => (nl + 1 + n, hs),
+        Ok(httparse::Status::Partial) => {
             if buf.len() > limits.max_head {
                 return Err(ParseError::HeadTooLarge);
             }
             return Ok(Parsed::Partial);
         }
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
+        Err(_) => return Err(ParseError::Malformed),
     };
     if head_len > limits.max_head {
         return Err(ParseError::HeadTooLarge);
     }
-    let method_str = req.method.ok_or(ParseError::Malformed)?;
-    let target = req.path.ok_or(ParseError::Malformed)?;
-    let minor = req.version.ok_or(ParseError::Malformed)?;
+    let (method_str, target, minor) = (rl.method, rl.target, rl.minor);
     let mut h = RequestHead {
         method: Some(Method::from_bytes(method_str)),
         method_str,
@@ -271,11 +278,25 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     let mut transfer_encoding: Option<&str> = None;
     let mut conn_close = false;
     let mut conn_keep = false;
-    for hd in req.headers.iter() {
+    for hd in headers.iter() {
         let name = hd.name;
-        let value = match std::str::from_utf8(hd.value) {
-            Ok(v) => v.trim(),
-            // Non-UTF-8 values are legal bytes but nothing we read needs them;
+        let raw = trim_ows(hd.value);
+        // Referer and User-Agent are kept as bytes: obs-text is legal there, and the
+        // access log escapes it rather than losing the field.
+        match name.len() {
+            7 if name.eq_ignore_ascii_case("referer") => {
+                h.referer = Some(raw);
+                continue;
+            }
+            10 if name.eq_ignore_ascii_case("user-agent") => {
+                h.user_agent = Some(raw);
+                continue;
+            }
+            _ => {}
+        }
+        let value = match std::str::from_utf8(raw) {
+            Ok(v) => v,
+            // Non-UTF-8 values are legal bytes but nothing else we read needs them;
             // refuse only on headers whose meaning we depend on.
             Err(_) => {
                 if name.eq_ignore_ascii_case("host")
@@ -296,8 +317,8 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             }
             5 if name.eq_ignore_ascii_case("range") => h.range = Some(value),
             6 if name.eq_ignore_ascii_case("accept") => h.accept = Some(value),
-            7 if name.eq_ignore_ascii_case("referer") => h.referer = Some(value),
             8 if name.eq_ignore_ascii_case("if-range") => h.if_range = Some(value),
+            8 if name.eq_ignore_ascii_case("if-match") => h.if_match = Some(value),
             10 if name.eq_ignore_ascii_case("connection") => {
                 if eq_token_list_has(value, "close") {
                     conn_close = true;
@@ -306,7 +327,6 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                     conn_keep = true;
                 }
             }
-            10 if name.eq_ignore_ascii_case("user-agent") => h.user_agent = Some(value),
             13 if name.eq_ignore_ascii_case("if-none-match") => h.if_none_match = Some(value),
             14 if name.eq_ignore_ascii_case("content-length") => {
                 let n = parse_content_length(value)?;
@@ -325,6 +345,9 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             }
             17 if name.eq_ignore_ascii_case("if-modified-since") => {
                 h.if_modified_since = Some(value)
+            }
+            19 if name.eq_ignore_ascii_case("if-unmodified-since") => {
+                h.if_unmodified_since = Some(value)
             }
             _ => {}
         }
@@ -347,20 +370,22 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         }
     });
 
+    // RFC 9112 §3.2: a Host that is not a valid uri-host[:port] is a 400, and so is
+    // an absolute-form authority of that shape (userinfo included).
+    for a in [authority, host_hdr].into_iter().flatten() {
+        if !valid_authority(a) {
+            return Err(ParseError::BadHost);
+        }
+    }
     h.host = match (authority, host_hdr) {
         (Some(a), _) => Some(split_host_port(a)),
         (None, Some(v)) => Some(split_host_port(v)),
         (None, None) => None,
     };
-    if minor == 1 && host_hdr.is_none() {
+    if minor >= 1 && host_hdr.is_none() {
         return Err(ParseError::MissingHost);
     }
-    if let Some(hh) = h.host {
-        if hh.bytes().any(|b| b == b'/' || b == b'\\' || b <= b' ') {
-            return Err(ParseError::Malformed);
-        }
-    }
-    h.keep_alive = if minor == 1 {
+    h.keep_alive = if minor >= 1 {
         !conn_close
     } else {
         conn_keep && !conn_close
@@ -368,24 +393,117 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     Ok(Parsed::Complete(h))
 }
 
-/// 505 only for a well-formed `HTTP/x.y` we do not speak; anything else is a
-/// malformed request line (e.g. a space inside the target).
-fn version_error(buf: &[u8]) -> ParseError {
-    let line = &buf[..memchr(b'\n', buf).unwrap_or(buf.len())];
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-    match parts.as_slice() {
-        [_, _, v]
-            if v.len() == 8
-                && v.starts_with(b"HTTP/")
-                && v[5].is_ascii_digit()
-                && v[6] == b'.'
-                && v[7].is_ascii_digit() =>
-        {
-            ParseError::BadVersion
-        }
-        _ => ParseError::Malformed,
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let s = v
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(v.len());
+    let e = v
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(s, |i| i + 1);
+    &v[s..e.max(s)]
+}
+
+/// Bytes allowed raw in a request-target: visible ASCII except the characters RFC 3986
+/// never allows unencoded (`"` `#` `<` `>` `\` `^` `` ` `` `{` `|` `}`), plus obs-text
+/// (≥ 0x80, which some clients send as raw UTF-8; it is percent-encoded wherever
+/// sluice writes a URL back).
+const fn target_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut i = 0x21;
+    while i < 256 {
+        t[i] = i != 0x7f;
+        i += 1;
     }
+    let bad = b"\"#<>\\^`{|}";
+    let mut j = 0;
+    while j < bad.len() {
+        t[bad[j] as usize] = false;
+        j += 1;
+    }
+    t
+}
+static TARGET_OK: [bool; 256] = target_table();
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The request line, split: method, target, minor version.
+struct RequestLine<'a> {
+    method: &'a str,
+    target: &'a str,
+    minor: u8,
+}
+
+/// Parse `method SP target SP HTTP/1.d` (the line, without its CRLF or LF).
+///
+/// Written here rather than taken from httparse because httparse refuses
+/// HTTP/1.2–1.9 (RFC 9110 §2.5 says to answer them as 1.1) and accepts raw `"`,
+/// `<`, `>`, `{`, `}`, `|`, `^`, `` ` `` and `#` in the target (RFC 9112 §3 does not).
+fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
+    let sp1 = memchr(b' ', line).ok_or(ParseError::Malformed)?;
+    let method = &line[..sp1];
+    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
+        return Err(ParseError::Malformed);
+    }
+    let rest = &line[sp1 + 1..];
+    let sp2 = memchr(b' ', rest).ok_or(ParseError::Malformed)?;
+    let target = &rest[..sp2];
+    let version = &rest[sp2 + 1..];
+    if target.is_empty() || !target.iter().all(|&b| TARGET_OK[b as usize]) {
+        return Err(ParseError::Malformed);
+    }
+    let minor = match version {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            if *major != b'1' {
+                return Err(ParseError::BadVersion);
+            }
+            minor - b'0'
+        }
+        _ => return Err(ParseError::Malformed),
+    };
+    // Both are ASCII (tchar) or checked bytes; the target may hold obs-text, which
+    // must be valid UTF-8 to be borrowed as text.
+    let method = std::str::from_utf8(method).map_err(|_| ParseError::Malformed)?;
+    let target = std::str::from_utf8(target).map_err(|_| ParseError::Malformed)?;
+    Ok(RequestLine {
+        method,
+        target,
+        minor,
+    })
+}
+
+/// Is `a` a valid `uri-host [ ":" port ]` (RFC 3986 §3.2.2, RFC 9112 §3.2)? Refuses
+/// userinfo (`a@b`), markup, a second colon and unclosed IPv6 literals.
+pub fn valid_authority(a: &str) -> bool {
+    let b = a.as_bytes();
+    let (host_ok, rest) = if let Some(inner) = b.strip_prefix(b"[") {
+        let Some(close) = memchr(b']', inner) else {
+            return false;
+        };
+        let lit = &inner[..close];
+        let ok = !lit.is_empty()
+            && lit
+                .iter()
+                .all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.');
+        (ok, &inner[close + 1..])
+    } else {
+        let end = memchr(b':', b).unwrap_or(b.len());
+        let ok = b[..end]
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&c));
+        (ok, &b[end..])
+    };
+    let port_ok = match rest {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    host_ok && port_ok
 }
 
 fn strip_scheme(t: &str) -> Option<&str> {
@@ -512,6 +630,69 @@ mod tests {
     }
 
     #[test]
+    fn hosts_and_targets() {
+        for host in ["a@b", "<script>", "x:80:80", "[::1", "a b", "h:8o", "[zz]"] {
+            let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(parse(&req).unwrap_err(), ParseError::BadHost, "{host}");
+        }
+        for host in [
+            "a",
+            "a.b:80",
+            "[::1]",
+            "[::1]:8080",
+            "127.0.0.1:1",
+            "xn--d1a.example",
+            "",
+        ] {
+            let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert!(matches!(parse(&req), Ok(Parsed::Complete(_))), "{host}");
+        }
+        assert_eq!(
+            parse("GET http://a@evil/ HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_err(),
+            ParseError::BadHost
+        );
+        for t in [
+            "/a#b", "/\"", "/<x>", "/{", "/}", "/|", "/^", "/`", "/a\\b", "/\x7f",
+        ] {
+            let req = format!("GET {t} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(parse(&req).unwrap_err(), ParseError::Malformed, "{t:?}");
+        }
+        let h = complete("GET /caf\u{e9}?x=%22 HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(h.path, "/caf\u{e9}");
+    }
+
+    #[test]
+    fn minor_versions_above_one_are_one_one() {
+        let h = complete("GET / HTTP/1.7\r\nHost: a\r\n\r\n");
+        assert_eq!(h.minor, 7);
+        assert!(h.keep_alive);
+        assert_eq!(
+            parse("GET / HTTP/1.2\r\n\r\n").unwrap_err(),
+            ParseError::MissingHost
+        );
+        for v in ["HTTP/2.0", "HTTP/0.9", "HTTP/3.1"] {
+            let req = format!("GET / {v}\r\nHost: a\r\n\r\n");
+            assert_eq!(parse(&req).unwrap_err().status(), 505, "{v}");
+        }
+        for v in ["HTTP/1.10", "HTTP/1", "http/1.1", "HTTP/1.x"] {
+            let req = format!("GET / {v}\r\nHost: a\r\n\r\n");
+            assert_eq!(parse(&req).unwrap_err().status(), 400, "{v}");
+        }
+    }
+
+    #[test]
+    fn obs_text_in_user_agent_is_kept() {
+        let req = b"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: caf\xe9 \r\nReferer: \xff\r\nIf-Match: \"e\"\r\nIf-Unmodified-Since: x\r\n\r\n";
+        let Parsed::Complete(h) = parse_head(req, &Limits::default()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(h.user_agent, Some(&b"caf\xe9"[..]));
+        assert_eq!(h.referer, Some(&b"\xff"[..]));
+        assert_eq!(h.if_match, Some("\"e\""));
+        assert_eq!(h.if_unmodified_since, Some("x"));
+    }
+
+    #[test]
     fn framing_is_reported() {
         let h = complete("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n");
         assert_eq!(h.framing(), BodyFraming::Length(12));
@@ -542,9 +723,18 @@ mod tests {
         fn split_point_does_not_change_result(split in 0usize..60) {
             let req = b"GET /p?q HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"x\"\r\n\r\n";
             let split = split.min(req.len());
-            // A prefix is either partial or (only at full length) complete.
+            // Every strict prefix is partial; feeding the rest completes the same head.
             let r = parse_head(&req[..split], &Limits::default()).unwrap();
             proptest::prop_assert!(matches!(r, Parsed::Partial) || split == req.len());
+            let mut buf = req[..split].to_vec();
+            buf.extend_from_slice(&req[split..]);
+            let Parsed::Complete(h) = parse_head(&buf, &Limits::default()).unwrap() else {
+                panic!("whole request is partial");
+            };
+            proptest::prop_assert_eq!(
+                (h.path, h.query, h.host, h.if_none_match, h.head_len),
+                ("/p", Some("q"), Some("h"), Some("\"x\""), req.len())
+            );
         }
     }
 }

@@ -24,6 +24,7 @@ pub fn reason(status: Status) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         410 => "Gone",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",
@@ -70,6 +71,40 @@ pub fn write_status_line(out: &mut Vec<u8>, status: Status) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Make a redirect target safe to send:
+/// - a path that starts with two or more `/` or `\` (a network-path reference such as
+///   `//evil.com/`, which browsers follow to another host; `/\evil.com` is read the same
+///   way) gets one `/`: a same-origin path stays on the origin even when a rule
+///   template's `$1` brought the extra slashes from the request;
+/// - controls, spaces, bytes ≥ 0x80 and the characters RFC 3986 never allows raw are
+///   percent-encoded, so no header can be split and no raw byte is echoed back.
+///
+/// Absolute URLs (`https://mirror.example/…`) that an operator wrote pass unchanged
+/// apart from the encoding.
+pub fn safe_location(loc: &str) -> std::borrow::Cow<'_, str> {
+    let b = loc.as_bytes();
+    let lead = b.iter().take_while(|&&c| c == b'/' || c == b'\\').count();
+    let needs_encoding = |c: u8| c <= b' ' || c >= 0x7f || b"\"<>\\^`{|}".contains(&c);
+    let rest = &b[lead..];
+    if lead <= 1 && !b.iter().any(|&c| c == b'\\' || needs_encoding(c)) {
+        return std::borrow::Cow::Borrowed(loc);
+    }
+    let mut out = String::with_capacity(loc.len() + 8);
+    if lead > 0 {
+        out.push('/');
+    }
+    for &c in rest {
+        if needs_encoding(c) {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[(c >> 4) as usize]));
+            out.push(char::from(b"0123456789ABCDEF"[(c & 15) as usize]));
+        } else {
+            out.push(c as char);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Escape text for an HTML body (listings, error pages).
 pub fn html_escape(s: &str, out: &mut String) {
     for c in s.chars() {
@@ -87,6 +122,28 @@ pub fn html_escape(s: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn locations_stay_on_the_origin() {
+        assert_eq!(safe_location("//evil.com/x/"), "/evil.com/x/");
+        assert_eq!(safe_location("/\\evil.com"), "/evil.com");
+        assert_eq!(safe_location("\\\\evil.com"), "/evil.com");
+        assert_eq!(safe_location("///a"), "/a");
+        assert_eq!(safe_location("/a//b/"), "/a//b/");
+        assert_eq!(
+            safe_location("/a b\r\nSet-Cookie: x"),
+            "/a%20b%0D%0ASet-Cookie:%20x"
+        );
+        assert_eq!(safe_location("/caf\u{e9}"), "/caf%C3%A9");
+        assert_eq!(safe_location("/a\\b"), "/a%5Cb");
+        assert_eq!(
+            safe_location("https://mirror.example/p?q=1#f"),
+            "https://mirror.example/p?q=1#f"
+        );
+        let r = Response::redirect(301, "//evil.com/..%2fsub/");
+        let h = String::from_utf8(r.headers.0).unwrap();
+        assert!(h.contains("Location: /evil.com/..%2fsub/\r\n"), "{h}");
+    }
+
     #[test]
     fn status_line() {
         let mut v = Vec::new();
@@ -159,11 +216,14 @@ impl Response {
         r
     }
 
-    /// A redirect with a small body naming the target.
+    /// A redirect with a small body naming the target. Every `Location` sluice sends
+    /// goes through here and [`safe_location`], so none can leave the origin by
+    /// accident or carry bytes a header may not hold.
     pub fn redirect(status: Status, location: &str) -> Self {
         let mut r = Response::new(status);
+        let location = safe_location(location);
         let body = format!("{status} {}: {location}\n", reason(status));
-        r.headers.add("Location", location);
+        r.headers.add("Location", &location);
         r.headers.add("Content-Type", "text/plain; charset=utf-8");
         r.headers.add_u64("Content-Length", body.len() as u64);
         r.body.push(Chunk::Owned(body.into_bytes()));

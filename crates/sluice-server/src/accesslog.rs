@@ -83,19 +83,48 @@ impl Pending {
         line.extend_from_slice(head.method_str.as_bytes());
         line.push(b' ');
         line.extend_from_slice(head.target.as_bytes());
-        line.extend_from_slice(if head.minor == 0 {
-            b" HTTP/1.0"
-        } else {
-            b" HTTP/1.1"
-        });
+        line.extend_from_slice(b" HTTP/1.");
+        line.push(b'0' + head.minor);
         Pending {
             request_line: line,
             status,
-            referer: head.referer.unwrap_or("").as_bytes().to_vec(),
-            user_agent: head.user_agent.unwrap_or("").as_bytes().to_vec(),
+            referer: head.referer.unwrap_or(b"").to_vec(),
+            user_agent: head.user_agent.unwrap_or(b"").to_vec(),
         }
     }
+
+    /// A request the parser refused (or that timed out half-sent): its first line as
+    /// received, cut at [`REJECTED_LINE_MAX`] bytes, so smuggling probes and
+    /// slowloris heads are visible in the log. Empty input logs as `-`.
+    pub fn rejected(raw: &[u8], status: u16) -> Pending {
+        let raw = match raw.iter().position(|&b| b != b'\r' && b != b'\n') {
+            Some(i) => &raw[i..],
+            None => &[],
+        };
+        let end = memchr::memchr(b'\n', raw).unwrap_or(raw.len());
+        let line = raw[..end].strip_suffix(b"\r").unwrap_or(&raw[..end]);
+        let mut request_line = line[..line.len().min(REJECTED_LINE_MAX)].to_vec();
+        if line.len() > REJECTED_LINE_MAX {
+            request_line.extend_from_slice(b"...");
+        }
+        if request_line.is_empty() {
+            request_line.push(b'-');
+        }
+        Pending {
+            request_line,
+            status,
+            referer: Vec::new(),
+            user_agent: Vec::new(),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
 }
+
+/// How much of a refused request's first line the log keeps.
+pub const REJECTED_LINE_MAX: usize = 256;
 
 #[derive(Clone)]
 pub struct Handle {
@@ -198,14 +227,21 @@ impl Drop for WorkerLog {
     }
 }
 
-/// Escape a client-supplied field for the log: quotes, backslashes and control bytes
-/// become `\xNN`, so a request cannot forge log lines.
+/// Escape a client-supplied field for the log as Apache's combined format does: `"`
+/// and `\` get a backslash (`\"`, `\\`), control bytes and bytes ≥ 0x7f become `\xNN`,
+/// so a request can neither forge a line nor blank its own field, and log analysers
+/// (goaccess, awstats) read the fields back.
 fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
     for &c in s {
-        if c == b'"' || c == b'\\' || !(0x20..0x7f).contains(&c) {
-            let _ = write!(out, "\\x{c:02x}");
-        } else {
-            out.push(c);
+        match c {
+            b'"' | b'\\' => {
+                out.push(b'\\');
+                out.push(c);
+            }
+            0x20..=0x7e => out.push(c),
+            _ => {
+                let _ = write!(out, "\\x{c:02x}");
+            }
         }
     }
 }
@@ -248,7 +284,16 @@ mod tests {
     #[test]
     fn escaping() {
         let mut v = Vec::new();
-        escape_into(&mut v, b"GET /\"x\n HTTP/1.1");
-        assert_eq!(v, b"GET /\\x22x\\x0a HTTP/1.1");
+        escape_into(&mut v, b"GET /\"x\n\\ caf\xe9 HTTP/1.1");
+        assert_eq!(v, b"GET /\\\"x\\x0a\\\\ caf\\xe9 HTTP/1.1");
+    }
+    #[test]
+    fn rejected_requests_keep_their_first_line() {
+        let p = Pending::rejected(b"\r\nPOST /x HTTP/1.1\r\nHost: a\r\n", 400);
+        assert_eq!(p.request_line, b"POST /x HTTP/1.1");
+        assert_eq!(Pending::rejected(b"", 408).request_line, b"-");
+        let long = vec![b'a'; 1000];
+        let p = Pending::rejected(&long, 414);
+        assert_eq!(p.request_line.len(), REJECTED_LINE_MAX + 3);
     }
 }

@@ -30,11 +30,13 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     // 2. Rules: redirects, rewrites, deny/gone, before the file system is touched,
     //    so a redirect costs no stat (seed 001).
     if let Some(rules) = ctx.snap.rules.as_deref() {
+        // Rules match text; a User-Agent with obs-text bytes is matched as lossy UTF-8.
+        let ua = head.user_agent.map(String::from_utf8_lossy);
         let req = sluice_rules::Request {
             path: head.path,
             query: head.query,
             host: head.host,
-            user_agent: head.user_agent,
+            user_agent: ua.as_deref(),
             remote_addr: Some(ctx.peer),
             root: Some(ctx.files.root().path()),
         };

@@ -53,8 +53,15 @@ pub struct Outgoing {
     /// Progress inside the front chunk (bytes written, or for `read` mode bytes read).
     pub off: u64,
     pub map: Option<MapWindow>,
-    /// Body bytes sent so far (for the access log).
+    /// Body bytes the socket has taken so far (for the access log, also when the
+    /// client goes away mid-transfer).
     pub sent: u64,
+    /// `wbuf` holds file bytes (`read` mode) rather than the head: count them in
+    /// `sent` when they are written, not when they are read.
+    wbuf_is_body: bool,
+    /// When the request's head began (worker ms): a request body still being
+    /// discarded after the response keeps this as its total deadline's start.
+    pub head_started: u64,
     /// The access-log record, written when the response is done.
     pub log: Option<crate::accesslog::Pending>,
 }
@@ -71,6 +78,8 @@ impl Outgoing {
         self.off = 0;
         self.map = None;
         self.sent = 0;
+        self.wbuf_is_body = false;
+        self.head_started = 0;
         self.log = None;
     }
 
@@ -165,8 +174,8 @@ impl Outgoing {
                         });
                     }
                     self.wbuf.truncate(n as usize);
+                    self.wbuf_is_body = true; // counted in `sent` as it is written
                     self.off += n as u64;
-                    self.sent += n as u64;
                     if self.off >= len {
                         // All of it is in wbuf now; the memory path sends it next.
                         self.chunks.pop_front();
@@ -288,10 +297,14 @@ impl Outgoing {
         let pending = self.wbuf.len() - self.wpos;
         let from_buf = n.min(pending);
         self.wpos += from_buf;
+        if self.wbuf_is_body {
+            self.sent += from_buf as u64;
+        }
         n -= from_buf;
         if self.wpos >= self.wbuf.len() {
             self.wbuf.clear();
             self.wpos = 0;
+            self.wbuf_is_body = false;
         }
         // Drop memory chunks that are now fully written (including empty ones).
         while let Some(c) = self.chunks.front() {

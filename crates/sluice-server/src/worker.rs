@@ -43,6 +43,10 @@ use std::time::{Duration, Instant, SystemTime};
 const LISTENER_BASE: usize = usize::MAX / 2;
 const READ_CHUNK: usize = 4096;
 const POOL_MAX: usize = 256;
+/// Longest a closing connection lingers to drain what the client still sends.
+const LINGER_MS: Ms = 2000;
+/// Most bytes a lingering connection discards before it is closed anyway.
+const LINGER_BYTES: u64 = 1 << 20;
 
 /// Milliseconds since the worker started: connection times are stored this way
 /// (8 bytes, not 16) because an idle connection's record is most of its memory.
@@ -58,6 +62,10 @@ enum Phase {
     Send { last: Ms },
     /// Keep-alive, nothing buffered.
     Idle { since: Ms },
+    /// The last response is written and our side is shut down; reading and
+    /// discarding what the client still sends (bounded in time and bytes) so that
+    /// closing does not send a RST that destroys the response's tail (RFC 9112 §9.6).
+    Linger { since: Ms },
 }
 
 struct Conn {
@@ -79,6 +87,9 @@ struct Conn {
     peer_closed: bool,
     /// epoll reported RDHUP: do not trust a short read to mean "drained".
     rdhup: bool,
+    /// Request bytes may be left unread when we close (a refused head, a body we
+    /// do not read): close by lingering, not at once.
+    linger: bool,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
@@ -310,6 +321,7 @@ impl Worker {
                         write_blocked: false,
                         peer_closed: false,
                         rdhup: false,
+                        linger: false,
                         deadline: now + ms(self.snap.config.http.header_timeout),
                         wheel_at: NEVER,
                     };
@@ -381,11 +393,26 @@ impl Worker {
                 Phase::Head { .. } => "header",
                 Phase::Send { .. } => "send",
                 Phase::Idle { .. } => "idle",
+                Phase::Linger { .. } => {
+                    // The lingering period is over: a normal end, not a timeout.
+                    self.close(key);
+                    return;
+                }
             };
             tracing::debug!(peer = %c.peer, kind, "timeout");
             self.shared.stats[self.id]
                 .timeouts
                 .fetch_add(1, Ordering::Relaxed);
+            if matches!(c.phase, Phase::Head { .. }) && c.out.is_none() && !c.rbuf.is_empty() {
+                // Part of a head arrived, and the rest did not in time: say so
+                // (best effort, one non-blocking send) and log it. A connection that
+                // sent nothing at all is closed silently.
+                send_now(&c.sock, b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+                if self.log.enabled() {
+                    let p = Pending::rejected(&c.rbuf, 408);
+                    self.log.line(SystemTime::now(), c.peer, &p, 0);
+                }
+            }
             self.close(key);
             return;
         }
@@ -398,7 +425,16 @@ impl Worker {
         if let Some(mut c) = self.conns.try_remove(key) {
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-            if let Some(out) = c.out.take() {
+            if let Some(mut out) = c.out.take() {
+                // A response cut short (client gone, send timeout, shutdown grace
+                // over) is logged too, with the bytes that did go out: on a mirror
+                // these aborted downloads are the lines an operator looks for.
+                if let Some(p) = out.log.take() {
+                    self.log.line(SystemTime::now(), c.peer, &p, out.sent);
+                }
+                self.shared.stats[self.id]
+                    .bytes
+                    .fetch_add(out.sent, Ordering::Relaxed);
                 release(out, &mut self.pool, &mut self.out_pool);
             }
             self.shared.stats[self.id]
@@ -415,6 +451,10 @@ impl Worker {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
+            if let Phase::Linger { .. } = c.phase {
+                self.drain_lingering(key);
+                return;
+            }
             // 1. Finish the response in flight.
             if let Some(out) = c.out.as_mut() {
                 if c.write_blocked {
@@ -436,14 +476,22 @@ impl Worker {
                         self.shared.stats[self.id]
                             .bytes
                             .fetch_add(sent, Ordering::Relaxed);
-                        if c.close_after {
-                            self.close(key);
-                            return;
-                        }
+                        let head_started = out.head_started;
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                         }
-                        c.phase = if c.rbuf.is_empty() {
+                        if c.close_after {
+                            self.finish_closing(key);
+                            return;
+                        }
+                        c.phase = if c.discard > 0 {
+                            // A request body is still to be skipped: it keeps the
+                            // head's total deadline (header_timeout from the head's
+                            // start), so trickling it cannot hold the connection.
+                            Phase::Head {
+                                started: head_started,
+                            }
+                        } else if c.rbuf.is_empty() {
                             Phase::Idle { since: self.now_ms }
                         } else {
                             Phase::Head {
@@ -494,7 +542,15 @@ impl Worker {
                 c.discard -= n as u64;
                 if c.discard > 0 {
                     if c.read_blocked {
-                        let d = self.now_ms + ms(self.snap.config.http.header_timeout);
+                        // Total, not per read: from the start of the request's head.
+                        let started = match c.phase {
+                            Phase::Head { started } => started,
+                            _ => self.now_ms,
+                        };
+                        let d = started + ms(self.snap.config.http.header_timeout);
+                        if c.rbuf.is_empty() {
+                            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+                        }
                         self.set_deadline(key, d);
                         return;
                     }
@@ -525,6 +581,7 @@ impl Worker {
                             since + ms(self.snap.config.http.keepalive_timeout)
                         }
                         Phase::Send { last } => last + ms(self.snap.config.http.send_timeout),
+                        Phase::Linger { since } => since + LINGER_MS,
                     };
                     if c.rbuf.is_empty() {
                         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
@@ -533,6 +590,66 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// The last response on a connection is written. Close it at once if the client
+    /// has nothing more in flight; otherwise shut down our sending side (the client
+    /// sees EOF after the whole response) and linger: read and discard for at most
+    /// [`LINGER_MS`] and [`LINGER_BYTES`], then close. Closing with unread bytes in
+    /// the socket would send a RST, and a RST makes the client's kernel drop
+    /// response bytes it has not yet handed to the application.
+    ///
+    /// "Nothing more in flight" is known when the client already sent EOF, and
+    /// checked with one non-blocking peek otherwise (bytes sent after a
+    /// `Connection: close` request may have arrived while the response went out).
+    fn finish_closing(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if c.peer_closed || (!c.linger && !unread_bytes_waiting(&c.sock)) {
+            self.close(key);
+            return;
+        }
+        recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+        // SAFETY: shutdown on our own open socket.
+        unsafe { libc::shutdown(c.sock.as_raw_fd(), libc::SHUT_WR) };
+        c.phase = Phase::Linger { since: self.now_ms };
+        c.discard = LINGER_BYTES;
+        c.read_blocked = false;
+        let d = self.now_ms + LINGER_MS;
+        self.set_deadline(key, d);
+        self.drain_lingering(key);
+    }
+
+    /// Read and throw away what a lingering client still sends; close on its EOF, on
+    /// an error, or once [`LINGER_BYTES`] have been discarded.
+    fn drain_lingering(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        let mut scratch = [0u8; 8192];
+        while !c.read_blocked {
+            // SAFETY: recv into a stack buffer of the given length.
+            let n = unsafe {
+                libc::recv(
+                    c.sock.as_raw_fd(),
+                    scratch.as_mut_ptr().cast(),
+                    scratch.len(),
+                    0,
+                )
+            };
+            if n < 0 {
+                match io::Error::last_os_error().kind() {
+                    io::ErrorKind::WouldBlock => c.read_blocked = true,
+                    io::ErrorKind::Interrupted => {}
+                    _ => break,
+                }
+                continue;
+            }
+            if n == 0 || n as u64 >= c.discard {
+                break;
+            }
+            c.discard -= n as u64;
+        }
+        if !c.read_blocked {
+            self.close(key);
         }
     }
 
@@ -555,6 +672,7 @@ impl Worker {
             };
         }
         let rbuf = std::mem::take(&mut c.rbuf);
+        let mut head_started = self.now_ms;
         let parsed = parse_head(&rbuf, &self.limits);
         let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
@@ -565,7 +683,14 @@ impl Worker {
                 tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
                 let mut r = Response::text(e.status(), Some(e.as_str()));
                 r.close = true;
-                (r, rbuf.len(), false, false, false, None)
+                // The framing can no longer be trusted: whatever else the client
+                // sends is drained after the answer, never parsed.
+                c.linger = true;
+                let log = self
+                    .log
+                    .enabled()
+                    .then(|| Pending::rejected(&rbuf, e.status()));
+                (r, rbuf.len(), false, false, false, log)
             }
             Ok(Parsed::Complete(head)) => {
                 let mut ctx = PhaseCtx {
@@ -580,9 +705,13 @@ impl Worker {
                     BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
                         c.discard = n
                     }
-                    // Too big to skip, or chunked: answer, then close, and never parse
-                    // the body as a request.
-                    _ => resp.close = true,
+                    // Too big to skip, or chunked: answer, then close (lingering, so
+                    // the unread body does not turn the close into a RST), and never
+                    // parse the body as a request.
+                    _ => {
+                        resp.close = true;
+                        c.linger = true;
+                    }
                 }
                 c.requests += 1;
                 if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
@@ -592,6 +721,10 @@ impl Worker {
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
+                head_started = match c.phase {
+                    Phase::Head { started } => started,
+                    _ => self.now_ms,
+                };
                 (
                     resp,
                     head.head_len,
@@ -611,8 +744,13 @@ impl Worker {
         c.rbuf = rbuf;
         let close = resp.close || !keep_alive;
         c.close_after = close;
+        // Anything pipelined after a response that closes the connection is unread.
+        if close && !c.rbuf.is_empty() {
+            c.linger = true;
+        }
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
+        out.head_started = head_started;
         let wbuf = &mut out.wbuf;
         if wbuf.capacity() == 0 {
             *wbuf = self.pool.pop().unwrap_or_default();
@@ -685,6 +823,36 @@ fn read_into(
             return Ok(ReadOutcome::Blocked);
         }
     }
+}
+
+/// Are request bytes waiting in the socket (one `recv(MSG_PEEK)`)? EOF and errors
+/// count as "no": there is nothing to protect the response from.
+fn unread_bytes_waiting(sock: &TcpStream) -> bool {
+    let mut b = 0u8;
+    // SAFETY: peek one byte into a local.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
+}
+
+/// One non-blocking send of a short, final message (a 408); failures are ignored
+/// because the connection is closed right after.
+fn send_now(sock: &TcpStream, msg: &[u8]) {
+    // SAFETY: send from a valid slice on our own socket.
+    unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 fn ms(d: Duration) -> Ms {

@@ -123,7 +123,9 @@ impl FileCache {
         }
         let len = meta.len();
         let mtime = meta.mtime().max(0) as u64;
-        let etag = format!("\"{:x}-{:x}-{:x}\"", meta.ino(), len, mtime);
+        // mtime (with nanoseconds) and size, like nginx: no inode numbers leak, and
+        // mirrors holding the same file at the same time give the same tag.
+        let etag = format!("\"{:x}.{:x}-{:x}\"", mtime, meta.mtime_nsec().max(0), len);
         let mut info = FileInfo {
             len,
             mtime,

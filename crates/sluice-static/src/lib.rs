@@ -20,7 +20,7 @@ pub mod path;
 
 use cache::{Entry, FileCache, FileInfo};
 use sluice_config::FilesSection;
-use sluice_http::conditional::{self, Precondition};
+use sluice_http::conditional::{self, Conditions, Precondition};
 use sluice_http::range::{self, RangeResult};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
@@ -86,8 +86,16 @@ impl StaticHandler {
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
             Entry::File(info) => self.file(head, &info),
             Entry::Dir if !norm.trailing_slash => {
-                let mut loc = String::with_capacity(raw_path.len() + 1);
-                loc.push_str(raw_path);
+                // Built from the normalized path, never the raw one: `//evil.com/..%2fsub`
+                // must not come back as a network-path reference to evil.com.
+                let mut loc = String::with_capacity(raw_path.len() + 2);
+                loc.push('/');
+                for (i, seg) in norm.rel.split('/').enumerate() {
+                    if i > 0 {
+                        loc.push('/');
+                    }
+                    listing::encode_segment(seg.as_bytes(), &mut loc);
+                }
                 loc.push('/');
                 if let Some(q) = query {
                     loc.push('?');
@@ -138,7 +146,7 @@ impl StaticHandler {
                 _ => {}
             }
         }
-        if head.accept.is_some_and(|a| a.contains("application/json")) {
+        if head.accept.is_some_and(listing::prefers_json) {
             json = true;
         }
         listing::sort(&mut items, key, desc);
@@ -147,7 +155,7 @@ impl StaticHandler {
         } else {
             let decoded = path::percent_decode(raw_path.as_bytes()).unwrap_or_default();
             (
-                listing::html(&String::from_utf8_lossy(&decoded), &items, key, desc),
+                listing::html(&decoded, &items, key, desc),
                 "text/html; charset=utf-8",
             )
         };
@@ -155,22 +163,28 @@ impl StaticHandler {
         r.headers.add("Content-Type", ctype);
         r.headers.add_u64("Content-Length", body.len() as u64);
         r.headers.add("Cache-Control", "no-cache");
+        r.headers.add("Vary", "Accept");
+        r.headers.add("X-Content-Type-Options", "nosniff");
+        r.headers.add("Content-Security-Policy", listing::CSP);
         r.body.push(Chunk::Owned(body));
         r
     }
 
     fn file(&mut self, head: &RequestHead, info: &Rc<FileInfo>) -> Response {
-        if conditional::evaluate(
-            head.if_none_match,
-            head.if_modified_since,
-            &info.etag,
-            info.mtime,
-        ) == Precondition::NotModified
-        {
-            let mut r = Response::new(304);
-            r.headers.add("ETag", &info.etag);
-            r.headers.add("Last-Modified", &info.last_modified);
-            return r;
+        match conditional::evaluate(&Conditions::of(head), &info.etag, info.mtime) {
+            Precondition::Proceed => {}
+            Precondition::NotModified => {
+                let mut r = Response::new(304);
+                r.headers.add("ETag", &info.etag);
+                r.headers.add("Last-Modified", &info.last_modified);
+                return r;
+            }
+            Precondition::Failed => {
+                let mut r = Response::text(412, None);
+                r.headers.add("ETag", &info.etag);
+                r.headers.add("Last-Modified", &info.last_modified);
+                return r;
+            }
         }
         let ranges = match head.range {
             Some(h)

@@ -6,18 +6,93 @@
 //! than they are browsed. Cost: one `readdir` plus one `lstat` per entry. Hidden
 //! entries are left out unless hidden files are served; symlinks are listed only if
 //! they open under the root's policy.
+//!
+//! A file name is attacker-controlled text on a mirror (anyone who can upload can
+//! name a file `javascript:alert(1)`), so every link is built the same way: the name
+//! is percent-encoded as one path segment (everything but unreserved characters and
+//! a few sub-delimiters, so `:` `&` `%` `?` `#` are always encoded), prefixed with
+//! `./` so its first segment can never read as a scheme (RFC 3986 §4.2), and the
+//! result is HTML-escaped for the attribute. Names with control characters or bytes
+//! that are not UTF-8 are shown with those bytes as `\xNN`, never raw and never
+//! hidden. The page carries a Content-Security-Policy that allows no script at all
+//! and only its own stylesheet (by hash).
 
 use crate::open::Root;
-use crate::path::percent_encode_path;
 use sluice_http::date;
 use sluice_http::response::html_escape;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
+/// The page's only style; [`CSP`] allows exactly this text by its SHA-256 hash (a
+/// unit test recomputes it, so editing one without the other fails).
+const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:2em}table{border-collapse:collapse}\
+td,th{padding:.2em 1.2em .2em 0;text-align:left}td.s{text-align:right;font-variant-numeric:tabular-nums}\
+tr:hover{background:#f3f3f3}a{text-decoration:none}";
+
+/// No scripts, no plugins, no frames, no foreign anything: only links and [`STYLE`].
+pub const CSP: &str =
+    "default-src 'none'; style-src 'sha256-1BT+G5vBsg15rs1DhTnXAi4lcrTLwI/RP7FfiiIyxeo='; \
+base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
+
 pub struct Item {
-    pub name: String,
+    /// The name as the file system has it (any bytes but `/` and NUL).
+    pub name: Vec<u8>,
     pub dir: bool,
     pub size: u64,
     pub mtime: u64,
+}
+
+impl Item {
+    /// The name for people: UTF-8 as is, controls and invalid bytes as `\xNN`.
+    pub fn display(&self) -> String {
+        visible(&self.name)
+    }
+
+    /// A relative link to this entry, safe in any position and in an attribute.
+    pub fn href(&self) -> String {
+        let mut h = String::with_capacity(self.name.len() + 8);
+        h.push_str("./");
+        encode_segment(&self.name, &mut h);
+        if self.dir {
+            h.push('/');
+        }
+        h
+    }
+}
+
+/// Percent-encode one path segment: keeps unreserved characters and `!$'()*+,;=@`.
+pub fn encode_segment(name: &[u8], out: &mut String) {
+    for &b in name {
+        if b.is_ascii_alphanumeric() || b"-._~!$'()*+,;=@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
+            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+        }
+    }
+}
+
+/// Bytes as text a person can read: valid UTF-8 stays, controls (C0, DEL, C1) and
+/// invalid bytes become `\xNN`.
+pub fn visible(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -33,20 +108,23 @@ pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<It
     let mut items = Vec::new();
     for ent in std::fs::read_dir(&dir)? {
         let Ok(ent) = ent else { continue };
-        let Ok(name) = ent.file_name().into_string() else {
-            continue;
-        };
-        if !show_hidden && name.starts_with('.') {
+        let name = ent.file_name().as_bytes().to_vec();
+        if !show_hidden && name.starts_with(b".") {
             continue;
         }
         let Ok(mut meta) = ent.metadata() else {
             continue;
         };
         if meta.file_type().is_symlink() {
+            // The opener works on text paths; a link with a non-UTF-8 name is left
+            // out rather than followed without the policy check.
+            let Ok(n) = std::str::from_utf8(&name) else {
+                continue;
+            };
             let child = if rel.is_empty() {
-                name.clone()
+                n.to_string()
             } else {
-                format!("{rel}/{name}")
+                format!("{rel}/{n}")
             };
             match root.open(&child).and_then(|f| f.metadata()) {
                 Ok(m) => meta = m,
@@ -86,7 +164,8 @@ pub fn json(items: &[Item]) -> Vec<u8> {
         .iter()
         .map(|i| {
             serde_json::json!({
-                "name": i.name,
+                "name": i.display(),
+                "href": i.href(),
                 "type": if i.dir { "directory" } else { "file" },
                 "size": i.size,
                 "mtime": i.mtime,
@@ -99,15 +178,16 @@ pub fn json(items: &[Item]) -> Vec<u8> {
     out
 }
 
-pub fn html(url_path: &str, items: &[Item], key: SortKey, desc: bool) -> Vec<u8> {
+/// The HTML page. `url_path` is the decoded request path (shown as the title).
+pub fn html(url_path: &[u8], items: &[Item], key: SortKey, desc: bool) -> Vec<u8> {
     let mut s = String::with_capacity(512 + items.len() * 160);
     let mut title = String::new();
-    html_escape(url_path, &mut title);
+    html_escape(&visible(url_path), &mut title);
     s.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\n<title>Index of ");
     s.push_str(&title);
-    s.push_str("</title>\n<style>body{font:15px/1.4 system-ui,sans-serif;margin:2em}table{border-collapse:collapse}\
-td,th{padding:.2em 1.2em .2em 0;text-align:left}td.s{text-align:right;font-variant-numeric:tabular-nums}\
-tr:hover{background:#f3f3f3}a{text-decoration:none}</style></head><body>\n<h1>Index of ");
+    s.push_str("</title>\n<style>");
+    s.push_str(STYLE);
+    s.push_str("</style></head><body>\n<h1>Index of ");
     s.push_str(&title);
     s.push_str("</h1>\n<table>\n<tr>");
     for (label, k, q) in [
@@ -131,14 +211,14 @@ tr:hover{background:#f3f3f3}a{text-decoration:none}</style></head><body>\n<h1>In
         ));
     }
     s.push_str("</tr>\n");
-    if url_path != "/" {
+    if url_path != b"/" {
         s.push_str("<tr><td><a href=\"../\">../</a></td><td class=\"s\">-</td><td></td></tr>\n");
     }
     for i in items {
         let mut href = String::new();
-        percent_encode_path(&i.name, &mut href);
+        html_escape(&i.href(), &mut href);
         let mut name = String::new();
-        html_escape(&i.name, &mut name);
+        html_escape(&i.display(), &mut name);
         let slash = if i.dir { "/" } else { "" };
         let size = if i.dir {
             "-".to_string()
@@ -146,13 +226,44 @@ tr:hover{background:#f3f3f3}a{text-decoration:none}</style></head><body>\n<h1>In
             human(i.size)
         };
         s.push_str(&format!(
-            "<tr><td><a href=\"{href}{slash}\">{name}{slash}</a></td><td class=\"s\" title=\"{}\">{size}</td><td>{}</td></tr>\n",
+            "<tr><td><a href=\"{href}\">{name}{slash}</a></td><td class=\"s\" title=\"{}\">{size}</td><td>{}</td></tr>\n",
             i.size,
             date::format(i.mtime)
         ));
     }
     s.push_str("</table>\n</body></html>\n");
     s.into_bytes()
+}
+
+/// Does this `Accept` value ask for JSON rather than HTML? JSON wins only when
+/// `application/json` has a non-zero q-value higher than HTML's (an explicit
+/// `text/html`, else `text/*`; `*/*` alone never turns a browser's request into JSON).
+pub fn prefers_json(accept: &str) -> bool {
+    let (mut json, mut html, mut text_any) = (None::<f32>, None::<f32>, None::<f32>);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let ty = parts.next().unwrap_or("").trim();
+        let mut q = 1.0f32;
+        for p in parts {
+            let p = p.trim();
+            if let Some(v) = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")) {
+                q = v.trim().parse::<f32>().unwrap_or(0.0).clamp(0.0, 1.0);
+            }
+        }
+        let slot = if ty.eq_ignore_ascii_case("application/json") {
+            &mut json
+        } else if ty.eq_ignore_ascii_case("text/html") {
+            &mut html
+        } else if ty.eq_ignore_ascii_case("text/*") {
+            &mut text_any
+        } else {
+            continue;
+        };
+        *slot = Some(slot.map_or(q, |old| old.max(q)));
+    }
+    let json = json.unwrap_or(0.0);
+    let html = html.or(text_any).unwrap_or(0.0);
+    json > 0.0 && json > html
 }
 
 fn human(n: u64) -> String {
@@ -176,42 +287,104 @@ mod tests {
 
     fn it(name: &str, dir: bool, size: u64, mtime: u64) -> Item {
         Item {
-            name: name.into(),
+            name: name.as_bytes().to_vec(),
             dir,
             size,
             mtime,
         }
     }
 
-    #[test]
-    fn sorting_keeps_directories_first() {
-        let mut v = vec![
-            it("b", false, 1, 3),
-            it("z", true, 0, 1),
-            it("a", false, 9, 2),
-        ];
-        sort(&mut v, SortKey::Size, true);
-        let names: Vec<_> = v.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, ["z", "a", "b"]);
-        sort(&mut v, SortKey::Name, false);
-        let names: Vec<_> = v.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, ["z", "a", "b"]);
-        sort(&mut v, SortKey::Date, false);
-        let names: Vec<_> = v.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, ["z", "a", "b"]);
+    fn names(v: &[Item]) -> Vec<String> {
+        v.iter().map(Item::display).collect()
     }
 
     #[test]
-    fn html_escapes_names() {
+    fn sorting_keeps_directories_first() {
+        // Name, size and date each give a different order of the three files.
+        let mut v = vec![
+            it("b", false, 1, 30),
+            it("z", true, 0, 1),
+            it("a", false, 9, 20),
+            it("c", false, 5, 10),
+        ];
+        sort(&mut v, SortKey::Name, false);
+        assert_eq!(names(&v), ["z", "a", "b", "c"]);
+        sort(&mut v, SortKey::Name, true);
+        assert_eq!(names(&v), ["z", "c", "b", "a"]);
+        sort(&mut v, SortKey::Size, false);
+        assert_eq!(names(&v), ["z", "b", "c", "a"]);
+        sort(&mut v, SortKey::Size, true);
+        assert_eq!(names(&v), ["z", "a", "c", "b"]);
+        sort(&mut v, SortKey::Date, false);
+        assert_eq!(names(&v), ["z", "c", "a", "b"]);
+        sort(&mut v, SortKey::Date, true);
+        assert_eq!(names(&v), ["z", "b", "a", "c"]);
+    }
+
+    #[test]
+    fn html_escapes_names_and_links() {
         let h = String::from_utf8(html(
-            "/x/",
-            &[it("<b>&.txt", false, 2048, 0)],
+            b"/x/",
+            &[
+                it("<b>&.txt", false, 2048, 0),
+                it("javascript:alert(document.domain)", false, 1, 0),
+                it("a&amp;b.txt", false, 1, 0),
+                it("javascript&colon;x", false, 1, 0),
+            ],
             SortKey::Name,
             false,
         ))
         .unwrap();
-        assert!(h.contains("&lt;b&gt;&amp;.txt"));
-        assert!(h.contains("href=\"%3Cb%3E&.txt\""));
+        assert!(h.contains(">&lt;b&gt;&amp;.txt<"), "{h}");
+        assert!(h.contains("href=\"./%3Cb%3E%26.txt\""), "{h}");
+        assert!(
+            h.contains("href=\"./javascript%3Aalert(document.domain)\""),
+            "{h}"
+        );
+        assert!(h.contains("href=\"./a%26amp;b.txt\""), "{h}");
+        assert!(h.contains("href=\"./javascript%26colon;x\""), "{h}");
+        assert!(!h.contains("href=\"javascript"), "{h}");
         assert!(h.contains("2.0 KiB"));
+    }
+
+    #[test]
+    fn odd_names_are_shown_escaped() {
+        let i = Item {
+            name: b"new\nline\x1b[31m\xff.txt".to_vec(),
+            dir: false,
+            size: 0,
+            mtime: 0,
+        };
+        assert_eq!(i.display(), "new\\x0aline\\x1b[31m\\xff.txt");
+        assert_eq!(i.href(), "./new%0Aline%1B%5B31m%FF.txt");
+        let j = String::from_utf8(json(&[i])).unwrap();
+        assert!(j.contains("new\\\\x0aline"), "{j}");
+    }
+
+    #[test]
+    fn accept_negotiation_uses_q_values() {
+        assert!(prefers_json("application/json"));
+        assert!(prefers_json("application/json, */*;q=0.1"));
+        assert!(prefers_json("text/html;q=0.5, application/json"));
+        assert!(!prefers_json("application/json;q=0"));
+        assert!(!prefers_json("application/json;q=0, */*"));
+        assert!(!prefers_json(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        ));
+        assert!(!prefers_json("text/html, application/json;q=0.9"));
+        assert!(!prefers_json("*/*"));
+        assert!(!prefers_json("application/jsonx"));
+    }
+
+    #[test]
+    fn csp_hash_matches_the_style() {
+        use base64::Engine;
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(STYLE.as_bytes());
+        let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+        assert!(
+            CSP.contains(&format!("'sha256-{b64}'")),
+            "update CSP: style hash is sha256-{b64}"
+        );
     }
 }

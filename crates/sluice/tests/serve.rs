@@ -179,7 +179,7 @@ fn directories() {
     assert_eq!(get(&srv, "/sub/", "").text(), "<h1>sub</h1>\n");
     let html = get(&srv, "/list/", "").text();
     assert!(
-        html.contains("<a href=\"a.txt\">a.txt</a>") && html.contains("b%20b.txt"),
+        html.contains("<a href=\"./a.txt\">a.txt</a>") && html.contains("./b%20b.txt"),
         "{html}"
     );
     assert!(html.contains("?sort=size"), "sortable");

@@ -78,6 +78,17 @@ impl Server {
         s
     }
 
+    /// Start with a config file (TOML text) kept inside the document root under a
+    /// hidden name (hidden files are not served by default).
+    pub fn start_with_config(dir: tempfile::TempDir, toml: &str, extra: &[&str]) -> Server {
+        let cfg = dir.path().join(".test-config.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let cfg = cfg.to_str().unwrap().to_string();
+        let mut args = vec!["--config", cfg.as_str()];
+        args.extend_from_slice(extra);
+        Self::start_in(dir, &args)
+    }
+
     fn wait_ready(&mut self) {
         let out = self.child.stdout.take().unwrap();
         let mut line = String::new();
@@ -260,4 +271,40 @@ pub fn curl(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("curl")
+}
+
+/// Wait until `path` holds at least `n` lines for which `pred` is true (the access log
+/// is flushed at least once a second); returns the whole text. Panics after `within`.
+pub fn wait_for_lines(
+    path: &Path,
+    n: usize,
+    within: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let t = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().filter(|l| pred(l)).count() >= n {
+            return text;
+        }
+        assert!(
+            t.elapsed() < within,
+            "wanted {n} matching lines in {}, have:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Read until EOF (or reset/timeout); returns the bytes and whether it ended cleanly.
+pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut b = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&b[..n]),
+            Err(_) => return (out, false),
+        }
+    }
 }
