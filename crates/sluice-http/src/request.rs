@@ -216,7 +216,16 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     let nl = match memchr(b'\n', buf) {
         Some(i) if i > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
         None if buf.len() > limits.max_request_line => return Err(ParseError::RequestLineTooLong),
-        None => return Ok(Parsed::Partial),
+        None => {
+            // Refuse at once what cannot become a request line (binary junk, a TLS
+            // hello): the method must be a short token, so a client cannot hold the
+            // connection until the deadline with bytes we already know are wrong.
+            let method_end = memchr(b' ', buf).unwrap_or(buf.len());
+            if !buf[..method_end].iter().all(|&b| is_tchar(b)) || method_end > MAX_METHOD {
+                return Err(ParseError::Malformed);
+            }
+            return Ok(Parsed::Partial);
+        }
         Some(i) => i,
     };
     let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
@@ -426,6 +435,9 @@ const fn target_table() -> [bool; 256] {
 }
 static TARGET_OK: [bool; 256] = target_table();
 
+/// Longest method accepted (`BASELINE-CONTROL` is 16).
+const MAX_METHOD: usize = 32;
+
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
@@ -445,7 +457,7 @@ struct RequestLine<'a> {
 fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
     let sp1 = memchr(b' ', line).ok_or(ParseError::Malformed)?;
     let method = &line[..sp1];
-    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
+    if method.is_empty() || method.len() > MAX_METHOD || !method.iter().all(|&b| is_tchar(b)) {
         return Err(ParseError::Malformed);
     }
     let rest = &line[sp1 + 1..];
@@ -659,6 +671,26 @@ mod tests {
         }
         let h = complete("GET /caf\u{e9}?x=%22 HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!(h.path, "/caf\u{e9}");
+    }
+
+    #[test]
+    fn junk_is_refused_before_a_newline() {
+        for junk in [
+            &b"\x00\x00\x00"[..],
+            b"\x16\x03\x01\x02",
+            b"GE\xff",
+            b"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ] {
+            assert_eq!(
+                parse_head(junk, &Limits::default()).unwrap_err(),
+                ParseError::Malformed,
+                "{junk:?}"
+            );
+        }
+        assert!(matches!(
+            parse_head(b"GET /partial", &Limits::default()),
+            Ok(Parsed::Partial)
+        ));
     }
 
     #[test]

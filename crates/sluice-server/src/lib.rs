@@ -82,6 +82,8 @@ pub struct Stats {
     pub requests: AtomicU64,
     pub bytes: AtomicU64,
     pub timeouts: AtomicU64,
+    /// Times this worker died (panic or event-loop error) and was replaced.
+    pub restarts: AtomicU64,
 }
 
 pub struct Shared {
@@ -216,43 +218,37 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
         .map_err(|e| format!("signals: {e}"))?;
 
-    // Workers own Rc-based caches, so each is built on its own thread; construction
-    // errors come back here so start-up fails with one clear message.
-    let mut threads = Vec::new();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    for (id, ls) in per_worker.into_iter().enumerate() {
-        let wl_handle = log_writer.as_ref().map(|w| w.handle());
-        let shared = shared.clone();
-        let ready = ready_tx.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("sluice-w{id}"))
-                .spawn(move || {
-                    let wl = accesslog::WorkerLog::new(wl_handle);
-                    let w = match worker::Worker::new(id, ls, shared, wl, max_conns) {
-                        Ok(w) => {
-                            let _ = ready.send(Ok(()));
-                            w
-                        }
-                        Err(e) => {
-                            let _ = ready.send(Err(format!("worker {id}: {e}")));
-                            return;
-                        }
-                    };
-                    if let Err(e) = w.run() {
-                        tracing::error!(worker = id, error = %e, "worker stopped");
-                    }
-                })
-                .map_err(|e| format!("spawn: {e}"))?,
-        );
+    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<WorkerExit>();
+    let spawn = |id: usize| -> Result<std::thread::JoinHandle<()>, String> {
+        // Each worker gets its own descriptors for the listeners; the originals stay
+        // here, so a worker that dies does not close a listening socket (nor lose the
+        // connections waiting in its backlog) and its replacement takes them over.
+        let mut ls = Vec::with_capacity(per_worker[id].len());
+        for l in &per_worker[id] {
+            ls.push(clone_listener(l).map_err(|e| format!("worker {id}: {e}"))?);
+        }
+        spawn_worker(WorkerSpawn {
+            id,
+            listeners: ls,
+            shared: shared.clone(),
+            log: log_writer.as_ref().map(|w| w.handle()),
+            max_conns,
+            exits: exit_tx.clone(),
+        })
+    };
+    let mut threads = Vec::with_capacity(workers);
+    for id in 0..workers {
+        threads.push(Some(spawn(id)?));
     }
-    drop(ready_tx);
-    for _ in 0..threads.len() {
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+    // Start-up: every worker must build (its file handler opens the root), or the
+    // server does not start at all.
+    let mut ready = 0;
+    while ready < workers {
+        match exit_rx.recv() {
+            Ok(WorkerExit::Ready(_)) => ready += 1,
+            Ok(WorkerExit::Failed(id, e)) | Ok(WorkerExit::Panicked(id, e)) => {
                 shared.stop.store(true, Ordering::Relaxed);
-                return Err(e);
+                return Err(format!("worker {id}: {e}"));
             }
             Err(_) => return Err("a worker exited during start-up".into()),
         }
@@ -266,23 +262,134 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    for sig in signals.forever() {
-        match sig {
-            SIGHUP => reload(&shared, config_path.as_deref(), &ov),
-            _ => {
-                tracing::info!("stopping: finishing in-flight responses");
-                shared.stop.store(true, Ordering::Relaxed);
-                break;
+    // The main thread's loop: signals, and worker supervision. A worker that panics
+    // (a bug: nothing a client sends should do that) is logged loudly and replaced
+    // at once; its connections are lost, the listeners are not. More than
+    // MAX_RESTARTS deaths within a minute means something is badly wrong: the process
+    // stops and exits non-zero, so a supervisor (systemd) restarts it whole.
+    const MAX_RESTARTS: usize = 5;
+    let mut deaths: std::collections::VecDeque<std::time::Instant> = Default::default();
+    let mut failure: Option<String> = None;
+    'main: loop {
+        for sig in signals.pending() {
+            match sig {
+                SIGHUP => reload(&shared, config_path.as_deref(), &ov),
+                _ => {
+                    tracing::info!("stopping: finishing in-flight responses");
+                    break 'main;
+                }
             }
         }
+        match exit_rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(WorkerExit::Panicked(id, msg)) | Ok(WorkerExit::Failed(id, msg)) => {
+                shared.stats[id].restarts.fetch_add(1, Ordering::Relaxed);
+                if let Some(t) = threads[id].take() {
+                    let _ = t.join();
+                }
+                let now = std::time::Instant::now();
+                deaths.retain(|t| now.duration_since(*t).as_secs() < 60);
+                deaths.push_back(now);
+                if deaths.len() > MAX_RESTARTS {
+                    tracing::error!(
+                        worker = id,
+                        "worker died ({msg}); {} deaths within a minute: stopping the server",
+                        deaths.len()
+                    );
+                    failure = Some(format!(
+                        "workers died {} times within a minute (last: {msg})",
+                        deaths.len()
+                    ));
+                    break 'main;
+                }
+                tracing::error!(worker = id, "worker died ({msg}); restarting it");
+                match spawn(id) {
+                    Ok(t) => threads[id] = Some(t),
+                    Err(e) => {
+                        failure = Some(format!("cannot restart worker {id}: {e}"));
+                        break 'main;
+                    }
+                }
+            }
+            Ok(WorkerExit::Ready(id)) => tracing::warn!(worker = id, "worker restarted"),
+            Err(_) => {}
+        }
     }
-    for t in threads {
+    shared.stop.store(true, Ordering::Relaxed);
+    for t in threads.into_iter().flatten() {
         let _ = t.join();
     }
     if let Some(w) = log_writer {
         w.finish();
     }
-    Ok(())
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// What a worker thread reports to the main thread.
+enum WorkerExit {
+    /// Built and serving.
+    Ready(usize),
+    /// Could not build, or its event loop failed (an I/O error from epoll).
+    Failed(usize, String),
+    /// Panicked, with the panic message.
+    Panicked(usize, String),
+}
+
+struct WorkerSpawn {
+    id: usize,
+    listeners: Vec<mio::net::TcpListener>,
+    shared: Arc<Shared>,
+    log: Option<accesslog::Handle>,
+    max_conns: usize,
+    exits: std::sync::mpsc::Sender<WorkerExit>,
+}
+
+/// Start one worker thread. Workers own Rc-based caches, so each is built on its own
+/// thread; that it is ready, or how it ended, comes back on `exits`.
+fn spawn_worker(w: WorkerSpawn) -> Result<std::thread::JoinHandle<()>, String> {
+    let id = w.id;
+    std::thread::Builder::new()
+        .name(format!("sluice-w{id}"))
+        .spawn(move || {
+            let exits = w.exits.clone();
+            // Unwind safety: everything the closure owns dies with it; the only
+            // shared state is atomics and the snapshot mutex (poison-tolerant).
+            let body = std::panic::AssertUnwindSafe(move || {
+                let wl = accesslog::WorkerLog::new(w.log);
+                let worker = worker::Worker::new(id, w.listeners, w.shared, wl, w.max_conns)
+                    .map_err(|e| e.to_string())?;
+                let _ = w.exits.send(WorkerExit::Ready(id));
+                worker.run().map_err(|e| e.to_string())
+            });
+            let exit = match std::panic::catch_unwind(body) {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => WorkerExit::Failed(id, e),
+                Err(payload) => WorkerExit::Panicked(id, panic_message(payload.as_ref())),
+            };
+            let _ = exits.send(exit);
+        })
+        .map_err(|e| format!("spawn: {e}"))
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = if let Some(s) = p.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        "?"
+    };
+    format!("panicked: {what}")
+}
+
+fn clone_listener(l: &mio::net::TcpListener) -> std::io::Result<mio::net::TcpListener> {
+    use std::os::fd::AsFd;
+    let fd = l.as_fd().try_clone_to_owned()?;
+    Ok(mio::net::TcpListener::from_std(
+        std::net::TcpListener::from(fd),
+    ))
 }
 
 fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {

@@ -131,6 +131,9 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
     stopping: Option<Instant>,
+    /// Test hook: a request for exactly this path panics the worker (set only by
+    /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
+    panic_path: Option<String>,
 }
 
 impl Worker {
@@ -177,6 +180,7 @@ impl Worker {
             accept_paused_until: None,
             last_pressure_warn: None,
             stopping: None,
+            panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
         })
     }
 
@@ -693,6 +697,9 @@ impl Worker {
                 (r, rbuf.len(), false, false, false, log)
             }
             Ok(Parsed::Complete(head)) => {
+                if self.panic_path.as_deref() == Some(head.path) {
+                    panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
+                }
                 let mut ctx = PhaseCtx {
                     snap: &self.snap,
                     files: &mut self.files,

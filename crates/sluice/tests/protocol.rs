@@ -153,26 +153,103 @@ fn size_limits() {
 #[test]
 fn garbage_never_kills_the_server() {
     let srv = Server::start(&[]);
-    let junk: Vec<Vec<u8>> = vec![
-        vec![0u8; 1000],
-        b"\xff\xfe\r\n\r\n".to_vec(),
-        b"GET \x00 HTTP/1.1\r\n\r\n".to_vec(),
-        b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n".to_vec(),
-        b"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n".to_vec(),
-        b"GET / HTTP/9.9\r\nHost: a\r\n\r\n".to_vec(),
-        b"GET /%%%% HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
-        b"GET * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
-        b"GET /a HTTP/1.1\r\nHost: a\r\nRange: bytes=99999999999999999999999-\r\n\r\n".to_vec(),
+    assert_eq!(srv.worker_threads(), ["sluice-w0", "sluice-w1"]);
+    // Each piece of junk gets an error status (or, for bytes that are not a request
+    // at all, at least a closed connection) — never a hang, never a dead worker.
+    let junk: Vec<(Vec<u8>, u16)> = vec![
+        (vec![0u8; 1000], 400),
+        (b"\xff\xfe\r\n\r\n".to_vec(), 400),
+        (b"GET \x00 HTTP/1.1\r\n\r\n".to_vec(), 400),
+        (b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n".to_vec(), 400),
+        (b"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n".to_vec(), 400),
+        (b"GET / HTTP/9.9\r\nHost: a\r\n\r\n".to_vec(), 505),
+        (b"GET /%%%% HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".to_vec(), 400),
+        (b"GET * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".to_vec(), 400),
+        (
+            b"GET /big.bin HTTP/1.1\r\nHost: a\r\nRange: bytes=99999999999999999999999-\r\nConnection: close\r\n\r\n"
+                .to_vec(),
+            416,
+        ),
     ];
-    for j in junk {
+    for (j, want) in junk {
         let mut s = srv.connect();
         let _ = s.write_all(&j);
-        let _ = closed_within(&mut s, Duration::from_millis(300));
+        let r = read_response(&mut s, false);
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(want),
+            "{:?}",
+            String::from_utf8_lossy(&j)
+        );
+        assert!(
+            closed_within(&mut s, Duration::from_secs(3)),
+            "left open after {:?}",
+            String::from_utf8_lossy(&j[..j.len().min(40)])
+        );
     }
     assert_eq!(
         srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status,
         200
     );
+    assert_eq!(srv.worker_threads(), ["sluice-w0", "sluice-w1"]);
+    assert!(!srv.stderr().contains("panicked"), "{}", srv.stderr());
+}
+
+#[test]
+fn a_panicking_worker_is_logged_and_replaced() {
+    let srv = Server::start_in_env(docroot(), &[("SLUICE_TEST_PANIC_PATH", "/__panic__")], &[]);
+    assert_eq!(srv.worker_threads(), ["sluice-w0", "sluice-w1"]);
+    let mut s = srv.connect();
+    s.write_all(b"GET /__panic__ HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(
+        read_response(&mut s, false).is_none(),
+        "the panicking request got an answer"
+    );
+    let t = Instant::now();
+    while !srv.stderr().contains("restarting it") {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no restart logged: {}",
+            srv.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = srv.stderr();
+    assert!(err.contains("worker died (panicked: test hook"), "{err}");
+    // Back to full strength: both workers exist and every connection is answered.
+    let t = Instant::now();
+    while srv.worker_threads() != ["sluice-w0", "sluice-w1"] {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            srv.worker_threads()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..40 {
+        assert_eq!(
+            srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .status,
+            200
+        );
+    }
+    // A worker that keeps dying takes the process down, non-zero, for systemd.
+    let mut srv = srv;
+    let t = Instant::now();
+    let code = loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "never gave up");
+        if let Ok(mut s) = std::net::TcpStream::connect(&srv.addr) {
+            let _ = s.write_all(b"GET /__panic__ HTTP/1.1\r\nHost: a\r\n\r\n");
+            let _ = read_response(&mut s, false);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(1), "{}", srv.stderr());
+    assert!(srv.stderr().contains("within a minute"), "{}", srv.stderr());
 }
 
 #[test]

@@ -54,6 +54,11 @@ impl Server {
     }
 
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        Self::start_in_env(dir, &[], extra)
+    }
+
+    /// Start with extra environment variables (test hooks, log filters).
+    pub fn start_in_env(dir: tempfile::TempDir, env: &[(&str, &str)], extra: &[&str]) -> Server {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let stderr_path = dir
@@ -66,7 +71,8 @@ impl Server {
         cmd.arg("serve")
             .arg(dir.path())
             .args(["--listen", &addr, "--workers", "2"])
-            .args(extra);
+            .args(extra)
+            .envs(env.iter().copied());
         let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let mut s = Server {
             child,
@@ -98,6 +104,23 @@ impl Server {
             "server did not start: {line:?} {}",
             self.stderr()
         );
+    }
+
+    /// Names of the server's worker threads (`sluice-w0`, …) alive right now.
+    pub fn worker_threads(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .map(|d| {
+                d.filter_map(|e| {
+                    let e = e.ok()?;
+                    let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                    let comm = comm.trim().to_string();
+                    comm.starts_with("sluice-w").then_some(comm)
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
     }
 
     pub fn stderr(&self) -> String {
