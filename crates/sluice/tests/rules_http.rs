@@ -6,7 +6,7 @@ use std::process::Command;
 #[test]
 fn apache_redirects_and_rewrites_over_http() {
     let dir = docroot();
-    let rules = dir.path().parent().unwrap().join("rules-http.conf");
+    let rules = dir.path().join(".rules-http.conf");
     std::fs::write(
         &rules,
         "# seed-style file\n\
@@ -120,7 +120,7 @@ fn reload_swaps_rules_and_keeps_them_when_the_new_file_is_broken() {
     )
     .unwrap();
     srv.signal(libc::SIGHUP);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_for_stderr(&srv, "reload failed");
     assert_eq!(
         loc(&srv).as_deref(),
         Some("/second"),

@@ -194,34 +194,6 @@ fn directories() {
 }
 
 #[test]
-fn io_modes_send_the_same_bytes() {
-    let big = big_bytes();
-    for mode in ["sendfile", "mmap", "read"] {
-        let dir = docroot();
-        let cfg = dir
-            .path()
-            .join(format!("../io-{mode}-{}.toml", std::process::id()));
-        std::fs::write(
-            &cfg,
-            format!("[files]\nio = \"{mode}\"\nbuffer_size = 1000\nsmall_file_max = 0\n"),
-        )
-        .unwrap();
-        let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
-        let r = get(&srv, "/big.bin", "");
-        assert_eq!(r.body.len(), big.len(), "{mode}");
-        assert!(r.body == big, "{mode}: bytes differ");
-        let r = get(&srv, "/big.bin", "Range: bytes=5000-5999,7-8\r\n");
-        assert_eq!(r.status, 206, "{mode}");
-        assert_eq!(
-            get(&srv, "/hello.txt", "").text(),
-            "hello world\n",
-            "{mode}"
-        );
-        let _ = std::fs::remove_file(cfg);
-    }
-}
-
-#[test]
 fn offsets_above_four_gib() {
     let dir = docroot();
     let path = dir.path().join("huge.iso");

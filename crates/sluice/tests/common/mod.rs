@@ -59,6 +59,24 @@ impl Server {
 
     /// Start with extra environment variables (test hooks, log filters).
     pub fn start_in_env(dir: tempfile::TempDir, env: &[(&str, &str)], extra: &[&str]) -> Server {
+        // A free port found by binding :0 can be taken by another test before the
+        // server binds it: retry with a new port when that is why start-up failed.
+        let mut dir = Some(dir);
+        for attempt in 0.. {
+            match Self::try_start(dir.take().unwrap(), env, extra) {
+                Ok(s) => return s,
+                Err((d, why)) if attempt < 5 && why.contains("cannot listen") => dir = Some(d),
+                Err((_, why)) => panic!("server did not start: {why}"),
+            }
+        }
+        unreachable!()
+    }
+
+    fn try_start(
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Result<Server, (tempfile::TempDir, String)> {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let stderr_path = dir
@@ -80,8 +98,16 @@ impl Server {
             dir,
             stderr_path,
         };
-        s.wait_ready();
-        s
+        match s.wait_ready() {
+            Ok(()) => Ok(s),
+            Err(why) => {
+                let _ = s.child.kill();
+                let _ = s.child.wait();
+                // Move the directory out; the guard's Drop only kills and cleans up.
+                let dir = std::mem::replace(&mut s.dir, tempfile::tempdir().unwrap());
+                Err((dir, why))
+            }
+        }
     }
 
     /// Start with a config file (TOML text) kept inside the document root under a
@@ -95,15 +121,22 @@ impl Server {
         Self::start_in(dir, &args)
     }
 
-    fn wait_ready(&mut self) {
+    /// Wait (at most 20 s, never forever) for the "serving" line on stdout.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let out = self.child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(out).read_line(&mut line).unwrap();
-        assert!(
-            line.contains("serving"),
-            "server did not start: {line:?} {}",
-            self.stderr()
-        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+        if line.contains("serving") {
+            return Ok(());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Err(format!("{line:?} {}", self.stderr()))
     }
 
     /// Names of the server's worker threads (`sluice-w0`, …) alive right now.
@@ -330,4 +363,29 @@ pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, bool) {
             Err(_) => return (out, false),
         }
     }
+}
+
+/// Wait (up to 5 s) until the server's stderr contains `what`.
+pub fn wait_for_stderr(srv: &Server, what: &str) {
+    let t = Instant::now();
+    while !srv.stderr().contains(what) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no {what:?} on stderr: {}",
+            srv.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Read a response head byte by byte and stop exactly at its blank line, so what
+/// is read next is the body.
+pub fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "EOF inside a head");
+        head.push(b[0]);
+    }
+    head
 }

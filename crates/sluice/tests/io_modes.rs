@@ -1,0 +1,183 @@
+//! `files.io = "sendfile" | "mmap" | "read"` send the same bytes, for whole files,
+//! ranges that straddle the read buffer, the mmap window and 4 GiB, and multipart
+//! answers; and each mode is really the one used (told apart by the server's own
+//! read counters in /proc/PID/io).
+mod common;
+use common::*;
+use std::os::unix::fs::FileExt;
+
+const BUF: u64 = 1000;
+const WINDOW: u64 = 4 << 20; // send.rs MAP_WINDOW
+const FOUR_GIB: u64 = 1 << 32;
+
+fn pattern(len: u64) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn get(srv: &Server, path: &str, extra: &str) -> Resp {
+    let mut s = srv.connect();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    read_response(&mut s, false).expect("no response")
+}
+
+/// (rchar, syscr) of a process: bytes read through read-like calls and their count.
+/// `sendfile` adds to both; `pread` adds to both, once per call; pages of an mmap
+/// add to neither.
+fn proc_io(pid: u32) -> (u64, u64) {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    let field = |k: &str| -> u64 {
+        t.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (field("rchar:"), field("syscr:"))
+}
+
+/// Split a multipart/byteranges body into (Content-Range, bytes) parts.
+fn multipart(r: &Resp) -> Vec<(String, Vec<u8>)> {
+    let ct = r.header("content-type").unwrap();
+    let boundary = ct.split("boundary=").nth(1).expect("boundary");
+    let delim = format!("\r\n--{boundary}");
+    let body = &r.body;
+    let mut parts = Vec::new();
+    let mut pos = 0;
+    let find = |from: usize, pat: &[u8]| {
+        body[from..]
+            .windows(pat.len())
+            .position(|w| w == pat)
+            .map(|i| i + from)
+    };
+    while let Some(start) = find(pos, delim.as_bytes()) {
+        let after = start + delim.len();
+        if body[after..].starts_with(b"--") {
+            assert_eq!(
+                &body[after..],
+                b"--\r\n",
+                "trailing bytes after the last part"
+            );
+            return parts;
+        }
+        let head_end = find(after, b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&body[after..head_end]).into_owned();
+        let cr = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Range: "))
+            .unwrap()
+            .to_string();
+        let (a, b) = cr
+            .trim_start_matches("bytes ")
+            .split('/')
+            .next()
+            .unwrap()
+            .split_once('-')
+            .unwrap();
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        let data_start = head_end + 4;
+        parts.push((
+            cr.clone(),
+            body[data_start..data_start + (b - a + 1)].to_vec(),
+        ));
+        pos = data_start + (b - a + 1);
+    }
+    panic!("no closing delimiter");
+}
+
+#[test]
+fn every_io_mode_sends_the_same_bytes_and_is_the_one_used() {
+    let len = 9 << 20; // more than two mmap windows
+    let data = pattern(len);
+    for mode in ["sendfile", "mmap", "read"] {
+        let dir = docroot();
+        std::fs::write(dir.path().join("nine.bin"), &data).unwrap();
+        // A sparse file past 4 GiB with a marker across the 2^32 boundary.
+        let f = std::fs::File::create(dir.path().join("huge.iso")).unwrap();
+        f.set_len(FOUR_GIB + (64 << 20)).unwrap();
+        f.write_all_at(b"ACROSS-4GIB!", FOUR_GIB - 6).unwrap();
+        drop(f);
+        let srv = Server::start_with_config(
+            dir,
+            &format!("[files]\nio = \"{mode}\"\nbuffer_size = {BUF}\nsmall_file_max = 0\n"),
+            &[],
+        );
+        let pid = srv.child.id();
+
+        let (rc0, sc0) = proc_io(pid);
+        let r = get(&srv, "/nine.bin", "");
+        assert_eq!(r.body.len() as u64, len, "{mode}");
+        assert!(r.body == data, "{mode}: bytes differ");
+        let (rc1, sc1) = proc_io(pid);
+        let (read_bytes, read_calls) = (rc1 - rc0, sc1 - sc0);
+        match mode {
+            // sendfile counts the file's bytes in a handful of calls (2 MiB each).
+            "sendfile" => assert!(
+                read_bytes >= len && read_calls < len / BUF / 10,
+                "{mode}: {read_bytes} B in {read_calls} calls"
+            ),
+            // read: one pread per buffer.
+            "read" => assert!(
+                read_bytes >= len && read_calls >= len / BUF,
+                "{mode}: {read_bytes} B in {read_calls} calls"
+            ),
+            // mmap: the file's pages are never "read".
+            _ => assert!(read_bytes < len / 10, "{mode}: {read_bytes} B read"),
+        }
+
+        // Single ranges across the read buffer, the mmap window and 4 GiB.
+        for (a, b) in [
+            (BUF - 1, BUF + 1),
+            (3 * BUF - 7, 7 * BUF + 3),
+            (WINDOW - 5, WINDOW + 5),
+            (WINDOW - 1, 2 * WINDOW + 1),
+            (len - 10, len - 1),
+        ] {
+            let r = get(&srv, "/nine.bin", &format!("Range: bytes={a}-{b}\r\n"));
+            assert_eq!(r.status, 206, "{mode} {a}-{b}");
+            assert!(
+                r.body == data[a as usize..=b as usize],
+                "{mode} {a}-{b}: bytes differ"
+            );
+        }
+        let (a, b) = (FOUR_GIB - 6, FOUR_GIB + 5);
+        let r = get(&srv, "/huge.iso", &format!("Range: bytes={a}-{b}\r\n"));
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (206, "ACROSS-4GIB!"),
+            "{mode}"
+        );
+
+        // Multipart: every part's bytes and Content-Range.
+        let r = get(
+            &srv,
+            "/nine.bin",
+            &format!("Range: bytes=5-15,{}-{},{}-\r\n", BUF - 2, BUF + 2, len - 3),
+        );
+        assert_eq!(r.status, 206, "{mode}");
+        let parts = multipart(&r);
+        let want = [(5, 15), (BUF - 2, BUF + 2), (len - 3, len - 1)];
+        assert_eq!(parts.len(), want.len(), "{mode}");
+        for ((cr, bytes), (a, b)) in parts.iter().zip(want) {
+            assert_eq!(cr, &format!("bytes {a}-{b}/{len}"), "{mode}");
+            assert!(
+                bytes[..] == data[a as usize..=b as usize],
+                "{mode} part {cr}"
+            );
+        }
+        assert_eq!(
+            r.header("content-length")
+                .unwrap()
+                .parse::<usize>()
+                .unwrap(),
+            r.body.len(),
+            "{mode}"
+        );
+    }
+}
