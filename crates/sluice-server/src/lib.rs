@@ -317,7 +317,6 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     shared.stop.store(true, Ordering::Relaxed);
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
-    drop(spawn);
     drop(per_worker);
     for t in threads.into_iter().flatten() {
         let _ = t.join();
