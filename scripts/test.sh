@@ -32,10 +32,15 @@ fi
 echo "== cargo test --workspace"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# A hung test must fail the run, not stall CI until its own limit: the whole test run
+# gets TEST_TIMEOUT (default 30 minutes; today it takes a few).
 set +e
-cargo test --workspace 2>&1 | tee "$log"
+timeout --kill-after=30s "${TEST_TIMEOUT:-30m}" cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+    echo "cargo test did not finish within ${TEST_TIMEOUT:-30m}: a test hangs"
+fi
 
 echo "== fuzz targets (build only; run them with: cd fuzz && cargo +nightly fuzz run parse_head)"
 cargo build --quiet --manifest-path fuzz/Cargo.toml --bins

@@ -53,7 +53,8 @@ pub struct Options {
     pub read_rate: Option<u64>,
     /// Spread connections over these local addresses (many 127.0.0.x for >28K).
     pub source_addrs: Vec<IpAddr>,
-    /// Stop after this many completed transactions (for tests and sweeps).
+    /// Stop after this many ended transactions, successful or not (for tests and
+    /// sweeps).
     pub max_requests: Option<u64>,
     /// Print a progress line to stderr once a second.
     pub progress: bool,
@@ -392,6 +393,7 @@ impl Thread {
                 if now.duration_since(p.start) > self.o.timeout {
                     let n = c.inflight.len() as u64;
                     self.counts.err_timeout += n;
+                    self.ended(n);
                     self.reset_conn(i, now, false);
                     continue;
                 }
@@ -443,6 +445,7 @@ impl Thread {
             Err(_) => {
                 self.counts.attempted += 1;
                 self.counts.err_connect += 1;
+                self.ended(1);
                 self.conns[i].retry_at = Some(now + Duration::from_millis(10));
                 return;
             }
@@ -454,7 +457,9 @@ impl Thread {
             .register(&mut sock, Token(i), Interest::READABLE | Interest::WRITABLE)
             .is_err()
         {
+            self.counts.attempted += 1;
             self.counts.err_connect += 1;
+            self.ended(1);
             self.conns[i].retry_at = Some(now + Duration::from_millis(10));
             return;
         }
@@ -473,6 +478,7 @@ impl Thread {
             _ => {
                 self.counts.attempted += 1;
                 self.counts.err_connect += 1;
+                self.ended(1);
                 self.conns[i].sock = None;
                 self.conns[i].retry_at = Some(now + Duration::from_millis(10));
                 return;
@@ -536,6 +542,7 @@ impl Thread {
                 Err(_) => {
                     let n = c.inflight.len() as u64;
                     self.counts.err_reset += n;
+                    self.ended(n);
                     self.reset_conn(i, now, false);
                     return;
                 }
@@ -598,6 +605,7 @@ impl Thread {
                 Err(_) => {
                     let n = self.conns[i].inflight.len() as u64;
                     self.counts.err_reset += n;
+                    self.ended(n);
                     self.reset_conn(i, now, true);
                     return;
                 }
@@ -612,6 +620,7 @@ impl Thread {
         }
         let n = self.conns[i].inflight.len() as u64;
         self.counts.err_reset += n;
+        self.ended(n);
         self.reset_conn(i, now, true);
     }
 
@@ -636,7 +645,9 @@ impl Thread {
                                 c.head.extend_from_slice(data);
                             }
                             if c.head.len() > 64 * 1024 {
-                                self.counts.err_parse += c.inflight.len() as u64;
+                                let n = c.inflight.len() as u64;
+                                self.counts.err_parse += n;
+                                self.ended(n);
                                 self.reset_conn(i, now, true);
                                 return true;
                             }
@@ -669,7 +680,9 @@ impl Thread {
                             }
                         }
                         Err(_) => {
-                            self.counts.err_parse += c.inflight.len() as u64;
+                            let n = c.inflight.len() as u64;
+                            self.counts.err_parse += n;
+                            self.ended(n);
                             self.reset_conn(i, now, true);
                             return true;
                         }
@@ -702,6 +715,13 @@ impl Thread {
             return self.complete(i, now);
         }
         false
+    }
+
+    /// `n` transactions ended in failure: they count towards `max_requests` like
+    /// completed ones (a run against a server that only fails still ends).
+    fn ended(&mut self, n: u64) {
+        self.completed += n;
+        self.done_total.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A response is complete; returns true if the connection was replaced.

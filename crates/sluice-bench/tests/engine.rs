@@ -4,21 +4,34 @@
 use sluice_bench::engine::{run, Options};
 use sluice_bench::workload::Workload;
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A keep-alive server whose answer to the n-th request (1-based, across all
 /// connections) is `answer(n, path)`.
 fn serve(answer: impl Fn(u64, &str) -> Vec<u8> + Send + Sync + 'static) -> std::net::SocketAddr {
+    serve_recording(answer).0
+}
+
+/// As [`serve`], also recording the peer address of every connection.
+fn serve_recording(
+    answer: impl Fn(u64, &str) -> Vec<u8> + Send + Sync + 'static,
+) -> (std::net::SocketAddr, Arc<Mutex<Vec<IpAddr>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let answer = Arc::new(answer);
     let n = Arc::new(AtomicU64::new(0));
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let seen = peers.clone();
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
+            if let Ok(p) = s.peer_addr() {
+                seen.lock().unwrap().push(p.ip());
+            }
             let answer = answer.clone();
             let n = n.clone();
             std::thread::spawn(move || {
@@ -42,6 +55,23 @@ fn serve(answer: impl Fn(u64, &str) -> Vec<u8> + Send + Sync + 'static) -> std::
                         Ok(k) => buf.extend_from_slice(&tmp[..k]),
                     }
                 }
+            });
+        }
+    });
+    (addr, peers)
+}
+
+/// A server that accepts and reads, then does `then` with each connection.
+fn serve_raw(then: fn(TcpStream)) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                let _ = s.read(&mut b);
+                then(s)
             });
         }
     });
@@ -207,7 +237,7 @@ fn slow_reader_is_slow() {
 
 #[test]
 fn several_source_addresses() {
-    let addr = serve(|_, _| ok("x"));
+    let (addr, peers) = serve_recording(|_, _| ok("x"));
     let o = Options {
         connections: 4,
         source_addrs: vec!["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()],
@@ -216,5 +246,91 @@ fn several_source_addresses() {
     };
     let r = run(&o, &Workload::single("/", &o)).unwrap();
     assert_eq!(r.counts.status_2xx, 40, "{:?}", r.counts);
-    let _ = TcpStream::connect(addr);
+    let mut seen: Vec<IpAddr> = peers.lock().unwrap().clone();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        [
+            "127.0.0.2".parse::<IpAddr>().unwrap(),
+            "127.0.0.3".parse().unwrap()
+        ],
+        "connections came from {seen:?}"
+    );
+}
+
+#[test]
+fn silent_servers_count_as_timeouts() {
+    let addr = serve_raw(|s| {
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s)
+    });
+    let o = Options {
+        timeout: Duration::from_millis(300),
+        max_requests: Some(3),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.err_timeout, 3, "{:?}", r.counts);
+    assert_eq!(r.counts.succeeded, 0);
+}
+
+#[test]
+fn resets_count_as_resets() {
+    let addr = serve_raw(|s| {
+        // SO_LINGER with a zero timeout: close() sends RST instead of FIN.
+        let l = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt on our own socket with a correctly sized struct.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&l as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        drop(s)
+    });
+    let o = Options {
+        max_requests: Some(5),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.err_reset, 5, "{:?}", r.counts);
+    assert_eq!(r.counts.succeeded, 0);
+}
+
+#[test]
+fn open_loop_latency_counts_from_the_intended_send_time() {
+    // The server takes 100 ms per request; 1 connection asked for 20 requests/s can
+    // only do 10/s, so requests queue. Measured from when each request was due (not
+    // when the busy connection got round to sending it), latency grows by ~50 ms per
+    // request: far above the 100 ms service time. A closed-loop measurement of the
+    // same server would say ~100 ms.
+    let addr = serve(|_, _| {
+        std::thread::sleep(Duration::from_millis(100));
+        ok("x")
+    });
+    let o = Options {
+        rate: Some(20.0),
+        connections: 1,
+        duration: Duration::from_secs(2),
+        max_requests: None,
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    let p90 = r.latency.value_at_quantile(0.9);
+    assert!(p90 >= 400_000, "p90 {p90} us: queueing delay not counted");
+    let closed = Options {
+        rate: None,
+        max_requests: Some(8),
+        ..o.clone()
+    };
+    let r = run(&closed, &Workload::single("/", &closed)).unwrap();
+    let p90 = r.latency.value_at_quantile(0.9);
+    assert!((90_000..250_000).contains(&p90), "closed loop p90 {p90} us");
 }

@@ -111,22 +111,55 @@ fn experiments_write_tables_and_plots() {
     assert!(row.contains("1.0000"), "{text}");
 }
 
+/// Child processes of `pid` right now (from /proc/*/stat).
+fn children_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...: comm may hold spaces; split after the ')'.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(())
+        })
+        .count()
+}
+
 #[test]
 fn several_processes_merge_their_results() {
     let srv = Server::start(&[]);
-    let o = sluice(&[
-        "bench",
-        &srv.url("/hello.txt"),
-        "-c",
-        "6",
-        "-d",
-        "1s",
-        "-t",
-        "1",
-        "--processes",
-        "3",
-        "--json",
-    ]);
+    let child = std::process::Command::new(bin())
+        .args([
+            "bench",
+            &srv.url("/hello.txt"),
+            "-c",
+            "6",
+            "-d",
+            "2s",
+            "-t",
+            "1",
+            "--processes",
+            "3",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The load really runs in three child processes.
+    let t = std::time::Instant::now();
+    let mut most = 0;
+    while t.elapsed() < std::time::Duration::from_millis(1500) {
+        most = most.max(children_of(child.id()));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(most, 3, "child processes seen");
+    let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{o:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let requests = v["requests"].as_u64().unwrap();
@@ -182,4 +215,81 @@ fn ramp_steps_until_the_stop_condition() {
         text.contains("availability fell below 50% at c = 1"),
         "{text}"
     );
+}
+
+#[test]
+fn every_experiment_runs_against_two_targets() {
+    let dir = docroot();
+    std::fs::write(dir.path().join(".r.conf"), "Redirect 301 /old /hello.txt\n").unwrap();
+    let rules = dir.path().join(".r.conf");
+    let plain = Server::start(&[]);
+    let with_rules = Server::start(&["--rules", rules.to_str().unwrap()]);
+    let out = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        format!("a={}", plain.url("/")),
+        format!("b={}", plain.url("/")),
+    );
+    let docroot = plain.root().to_str().unwrap().to_string();
+    let outp = out.path().to_str().unwrap().to_string();
+    let common = [
+        "--docroot",
+        &docroot,
+        "--out",
+        &outp,
+        "-d",
+        "300ms",
+        "-c",
+        "4",
+    ];
+    let run = |exp: &str, extra: &[&str], targets: &[&str]| {
+        let mut args = vec!["bench", "run", exp];
+        for t in targets {
+            args.extend_from_slice(&["--target", t]);
+        }
+        args.extend_from_slice(&common);
+        args.extend_from_slice(extra);
+        let o = sluice(&args);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{exp}: {o:?}");
+        let csv = std::fs::read_to_string(out.path().join(format!("{exp}.csv")))
+            .unwrap_or_else(|_| panic!("{exp}.csv missing: {text}"));
+        // A row for each target, with a number in it.
+        for name in ["a", "b"] {
+            assert!(
+                csv.lines()
+                    .skip(1)
+                    .any(|l| l.starts_with(&format!("{name},"))),
+                "{exp}: no row for {name}:\n{csv}"
+            );
+        }
+        text
+    };
+    for exp in ["small-files", "single-download"] {
+        let text = run(exp, &[], &[&a, &b]);
+        assert!(text.contains("ratio"), "{exp}: no ratio column: {text}");
+    }
+    let text = run("specweb", &[], &[&a, &b]);
+    assert!(text.contains("req_per_s"), "{text}");
+    let ra = format!("a={}", with_rules.url("/"));
+    let rb = format!("b={}", with_rules.url("/"));
+    let base = plain.url("/");
+    let text = run(
+        "redirects",
+        &[
+            "--redirect-path",
+            "/old",
+            "--baseline",
+            &base,
+            "--baseline",
+            &base,
+        ],
+        &[&ra, &rb],
+    );
+    assert!(text.contains("ms_per_redirect"), "{text}");
+    // The concurrency experiment's figures are issue 16's; here only that it runs
+    // for both targets and writes its table.
+    run("concurrency", &["--max-concurrency", "200"], &[&a, &b]);
+    for f in ["small-files.svg", "specweb.svg", "concurrency.svg"] {
+        assert!(out.path().join(f).exists(), "{f} missing");
+    }
 }

@@ -84,6 +84,36 @@ fn explain_names_the_rule_and_the_reason() {
 }
 
 #[test]
+fn explain_uses_user_agent_and_address() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteCond %{HTTP_USER_AGENT} ^Wget [NC]\n\
+         RewriteRule ^/a$ /for-wget [R=302]\n\
+         RewriteCond %{REMOTE_ADDR} ^10\\.\n\
+         RewriteRule ^/a$ /for-lan [R=302]\n",
+    )
+    .unwrap();
+    let explain = |extra: &[&str]| {
+        let o = Command::new(bin())
+            .args(["rules", "explain", rules.to_str().unwrap(), "/a"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = explain(&["--ua", "wget/1.21"]);
+    assert!(out.contains("302 redirect to /for-wget"), "{out}");
+    let out = explain(&["--ua", "curl/8", "--addr", "10.1.2.3"]);
+    assert!(out.contains("302 redirect to /for-lan"), "{out}");
+    let out = explain(&["--ua", "curl/8", "--addr", "192.0.2.1"]);
+    assert!(!out.contains("redirect to"), "{out}");
+}
+
+#[test]
 fn reload_swaps_rules_and_keeps_them_when_the_new_file_is_broken() {
     let dir = docroot();
     let base = dir.path().parent().unwrap().to_path_buf();
