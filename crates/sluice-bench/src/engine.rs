@@ -126,6 +126,9 @@ pub struct RunResult {
     pub counts: Counts,
     /// Transaction latency in microseconds.
     pub latency: Histogram<u64>,
+    /// Time to the first response head of each transaction, microseconds: how long
+    /// the server took to answer, apart from how long the body took to arrive.
+    pub ttfb: Histogram<u64>,
     pub elapsed: Duration,
 }
 
@@ -180,13 +183,16 @@ pub fn run(opts: &Options, workload: &Workload) -> io::Result<RunResult> {
     });
     let mut counts = Counts::default();
     let mut latency = new_histogram();
+    let mut ttfb = new_histogram();
     for h in handles {
-        let (c, l) = h
+        let (c, l, f) = h
             .join()
             .map_err(|_| io::Error::other("a load thread panicked"))??;
         counts.add(&c);
         latency
             .add(&l)
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        ttfb.add(&f)
             .map_err(|e| io::Error::other(format!("{e:?}")))?;
     }
     let elapsed = start.elapsed();
@@ -197,6 +203,7 @@ pub fn run(opts: &Options, workload: &Workload) -> io::Result<RunResult> {
     Ok(RunResult {
         counts,
         latency,
+        ttfb,
         elapsed,
     })
 }
@@ -263,6 +270,7 @@ struct Thread {
     conns: Vec<Conn>,
     counts: Counts,
     lat: Histogram<u64>,
+    ttfb: Histogram<u64>,
     scratch: Vec<u8>,
     rng: rand::rngs::SmallRng,
     /// Open loop: due requests waiting for a free connection.
@@ -313,6 +321,7 @@ impl Thread {
             conns,
             counts: Counts::default(),
             lat: new_histogram(),
+            ttfb: new_histogram(),
             scratch: vec![0u8; 256 * 1024],
             rng: rand::rngs::SmallRng::seed_from_u64(
                 seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed,
@@ -328,7 +337,7 @@ impl Thread {
         now >= self.deadline || self.o.max_requests.is_some_and(|m| self.completed >= m)
     }
 
-    fn run(mut self) -> io::Result<(Counts, Histogram<u64>)> {
+    fn run(mut self) -> io::Result<(Counts, Histogram<u64>, Histogram<u64>)> {
         let mut events = Events::with_capacity(1024);
         for i in 0..self.conns.len() {
             self.connect(i, Instant::now());
@@ -377,7 +386,7 @@ impl Thread {
             let open = c.inflight.iter().filter(|p| p.hops == 0).count() as u64;
             self.counts.attempted -= open.min(self.counts.attempted);
         }
-        Ok((self.counts, self.lat))
+        Ok((self.counts, self.lat, self.ttfb))
     }
 
     /// Periodic work: reconnect after failures, timeouts, slow-reader refills.
@@ -655,6 +664,10 @@ impl Thread {
                         }
                         Ok((httparse::Status::Complete(n), info)) => {
                             let head_req = c.inflight.front().is_some_and(|p| p.head);
+                            if let Some(p) = c.inflight.front().filter(|p| p.hops == 0) {
+                                let us = now.duration_since(p.start).as_micros().max(1) as u64;
+                                let _ = self.ttfb.record(us.min(3_600_000_000));
+                            }
                             c.status = info.status;
                             c.close_after = info.close || !self.o.keepalive;
                             c.location = info.location;

@@ -7,6 +7,7 @@
 //!   "requests": int,            // completed transactions
 //!   "bytes": int, "requests_per_s": float, "bytes_per_s": float,
 //!   "latency_us": { "mean": float, "p50": int, "p90": int, "p99": int, "p999": int, "max": int },
+//!   "ttfb_us": { same fields },   // time to the first response head
 //!   "availability": float,      // succeeded / attempted, 0..1
 //!   "counts": { "attempted", "succeeded", "status_2xx", "status_3xx", "status_4xx",
 //!               "status_5xx", "err_connect", "err_timeout", "err_reset", "err_parse",
@@ -16,7 +17,7 @@
 use crate::engine::{Counts, RunResult};
 use serde::Serialize;
 
-#[derive(Serialize, Debug, Clone)]
+#[derive(Serialize, serde::Deserialize, Debug, Clone)]
 pub struct Latency {
     pub mean: f64,
     pub p50: u64,
@@ -24,6 +25,19 @@ pub struct Latency {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
+}
+
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        Latency {
+            mean: if h.is_empty() { 0.0 } else { h.mean() },
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -37,11 +51,16 @@ pub struct Summary {
     pub requests_per_s: f64,
     pub bytes_per_s: f64,
     pub latency_us: Latency,
+    /// Time to the first response head (see `RunResult::ttfb`).
+    pub ttfb_us: Latency,
     pub availability: f64,
     pub counts: Counts,
     /// Only for `--processes` children: the latency histogram, HDR V2 format, hex.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histogram_v2_hex: Option<String>,
+    /// Only for `--processes` children: the time-to-first-byte histogram, as above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttfb_histogram_v2_hex: Option<String>,
 }
 
 /// Serialize a histogram for a parent process to merge (HDR V2, hex-encoded).
@@ -79,14 +98,8 @@ impl Summary {
             bytes: r.counts.bytes,
             requests_per_s: requests as f64 / secs,
             bytes_per_s: r.counts.bytes as f64 / secs,
-            latency_us: Latency {
-                mean: if requests > 0 { h.mean() } else { 0.0 },
-                p50: h.value_at_quantile(0.5),
-                p90: h.value_at_quantile(0.9),
-                p99: h.value_at_quantile(0.99),
-                p999: h.value_at_quantile(0.999),
-                max: h.max(),
-            },
+            latency_us: Latency::of(h),
+            ttfb_us: Latency::of(&r.ttfb),
             availability: if r.counts.attempted > 0 {
                 r.counts.succeeded as f64 / r.counts.attempted as f64
             } else {
@@ -94,6 +107,7 @@ impl Summary {
             },
             counts: r.counts.clone(),
             histogram_v2_hex: None,
+            ttfb_histogram_v2_hex: None,
         }
     }
 

@@ -334,3 +334,51 @@ fn open_loop_latency_counts_from_the_intended_send_time() {
     let p90 = r.latency.value_at_quantile(0.9);
     assert!((90_000..250_000).contains(&p90), "closed loop p90 {p90} us");
 }
+
+#[test]
+fn availability_counts_every_refused_connection_exactly() {
+    // Every third connection is reset before it is answered; without keep-alive each
+    // transaction is one connection, so exactly a third of them fail.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (k, s) in l.incoming().enumerate() {
+            let Ok(mut s) = s else { continue };
+            if k % 3 == 2 {
+                let lg = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: setsockopt on our own socket with a correctly sized struct.
+                unsafe {
+                    libc::setsockopt(
+                        std::os::fd::AsRawFd::as_raw_fd(&s),
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&lg as *const libc::linger).cast(),
+                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                    )
+                };
+                continue; // dropped: RST
+            }
+            let mut b = [0u8; 4096];
+            let _ = s.read(&mut b);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx");
+        }
+    });
+    let o = Options {
+        keepalive: false,
+        max_requests: Some(60),
+        ..opts(addr)
+    };
+    let r = run(&o, &Workload::single("/", &o)).unwrap();
+    assert_eq!(r.counts.attempted, 60, "{:?}", r.counts);
+    assert_eq!(r.counts.succeeded, 40, "{:?}", r.counts);
+    assert_eq!(
+        r.counts.err_reset + r.counts.err_connect,
+        20,
+        "{:?}",
+        r.counts
+    );
+}

@@ -139,8 +139,16 @@ struct ExperimentArgs {
     buffer_max: usize,
     #[arg(long, default_value_t = 1024)]
     buffer_step: usize,
+    /// concurrency: the highest step (past ~15,000 the downloads are spread over
+    /// child processes, and over several 127.x source addresses on loopback).
     #[arg(long, default_value_t = 10_000)]
     max_concurrency: usize,
+    /// concurrency: size of each download (the seed's mirror: large files).
+    #[arg(long, default_value_t = 256 * 1024)]
+    download_size: usize,
+    /// concurrency: each downloader's read rate, bytes/s (a modem-to-DSL client).
+    #[arg(long, default_value_t = 64 * 1024)]
+    download_rate: u64,
     /// redirects: a path the rules redirect (e.g. the last rule's).
     #[arg(long)]
     redirect_path: Option<String>,
@@ -266,6 +274,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 buffer_max: a.buffer_max,
                 buffer_step: a.buffer_step,
                 max_concurrency: a.max_concurrency,
+                download_size: a.download_size,
+                download_rate: a.download_rate,
                 redirect_path: a.redirect_path,
                 ..Default::default()
             };
@@ -386,6 +396,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
     );
     if child.is_some() {
         s.histogram_v2_hex = Some(sluice_bench::report::histogram_to_hex(&r.latency));
+        s.ttfb_histogram_v2_hex = Some(sluice_bench::report::histogram_to_hex(&r.ttfb));
         println!("{}", serde_json::to_string(&s)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -417,6 +428,7 @@ fn fan_out(
         .collect::<Result<_, _>>()?;
     let mut counts = sluice_bench::engine::Counts::default();
     let mut latency = sluice_bench::engine::new_histogram();
+    let mut ttfb = sluice_bench::engine::new_histogram();
     let mut elapsed = std::time::Duration::ZERO;
     for c in children {
         let out = c.wait_with_output()?;
@@ -433,6 +445,11 @@ fn fan_out(
             .and_then(sluice_bench::report::histogram_from_hex)
             .ok_or_else(|| anyhow::anyhow!("a bench process sent no histogram"))?;
         latency.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let f = v["ttfb_histogram_v2_hex"]
+            .as_str()
+            .and_then(sluice_bench::report::histogram_from_hex)
+            .ok_or_else(|| anyhow::anyhow!("a bench process sent no TTFB histogram"))?;
+        ttfb.add(&f).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         elapsed = elapsed.max(std::time::Duration::from_secs_f64(
             v["duration_s"].as_f64().unwrap_or(0.0),
         ));
@@ -440,6 +457,7 @@ fn fan_out(
     let r = sluice_bench::RunResult {
         counts,
         latency,
+        ttfb,
         elapsed,
     };
     let s = sluice_bench::Summary::new(url, opts.threads, opts.connections, &r);

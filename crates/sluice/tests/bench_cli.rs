@@ -286,10 +286,128 @@ fn every_experiment_runs_against_two_targets() {
         &[&ra, &rb],
     );
     assert!(text.contains("ms_per_redirect"), "{text}");
-    // The concurrency experiment's figures are issue 16's; here only that it runs
-    // for both targets and writes its table.
-    run("concurrency", &["--max-concurrency", "200"], &[&a, &b]);
+    // (The concurrency experiment's figures are checked in their own test below.)
+    run(
+        "concurrency",
+        &["--max-concurrency", "200", "--download-size", "16384"],
+        &[&a, &b],
+    );
     for f in ["small-files.svg", "specweb.svg", "concurrency.svg"] {
         assert!(out.path().join(f).exists(), "{f} missing");
     }
+}
+
+/// A download server that holds at most `limit` connections at once; past that it
+/// closes new ones at once. Every request gets `size` bytes.
+fn limited_server(limit: usize, size: usize) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let active = std::sync::Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            if active.load(Ordering::SeqCst) >= limit {
+                continue; // closed unanswered
+            }
+            active.fetch_add(1, Ordering::SeqCst);
+            let active = active.clone();
+            std::thread::spawn(move || {
+                let body = vec![b'x'; size];
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                'conn: loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+                        if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+                            break 'conn;
+                        }
+                    }
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => buf.extend_from_slice(&tmp[..k]),
+                    }
+                }
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
+    let out = tempfile::tempdir().unwrap();
+    let outp = out.path().to_str().unwrap().to_string();
+    // Against sluice: 8 KiB at 4 KiB/s takes a second or two, far longer than -d; a
+    // step that short would see no download end. No breaking point may be reported
+    // (the step is stretched to two download times).
+    let srv = Server::start(&[]);
+    let target = format!("sluice={}", srv.url("/"));
+    let root = srv.root().to_str().unwrap().to_string();
+    let o = sluice(&[
+        "bench",
+        "run",
+        "concurrency",
+        "--target",
+        &target,
+        "--docroot",
+        &root,
+        "--out",
+        &outp,
+        "-d",
+        "300ms",
+        "--download-size",
+        "8192",
+        "--download-rate",
+        "4096",
+        "--max-concurrency",
+        "100",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        text.contains("sluice: availability stayed at or above 50% up to 100 downloads"),
+        "{text}"
+    );
+    let csv = std::fs::read_to_string(out.path().join("concurrency.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    for col in ["ttfb_p50_ms", "ttfb_p99_ms", "probe_p50_ms", "probe_p99_ms"] {
+        assert!(header.contains(col), "{header}");
+    }
+    for row in csv.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f[5], "1.0000", "downloads failed against sluice: {row}");
+        let probe_p99: f64 = f[9].parse().unwrap();
+        assert!(probe_p99 > 0.0, "no probe latency: {row}");
+    }
+    assert!(out.path().join("concurrency-probe.svg").exists());
+
+    // Against a server that holds at most 150 connections: the breaking point is the
+    // first step past 150 (steps are 100, 300).
+    let addr = limited_server(150, 16384);
+    let target = format!("limited=http://{addr}/");
+    let o = sluice(&[
+        "bench",
+        "run",
+        "concurrency",
+        "--target",
+        &target,
+        "--out",
+        &outp,
+        "-d",
+        "200ms",
+        "--download-size",
+        "16384",
+        "--max-concurrency",
+        "300",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        text.contains("limited: availability fell below 50% at 300 concurrent downloads"),
+        "{text}"
+    );
 }
