@@ -118,7 +118,9 @@ def start(name, sluice_bin):
         "h2o": ["h2o", "-c", f"{WORK}/h2o.conf"],
         "lighttpd": ["lighttpd", "-D", "-f", f"{WORK}/lighttpd.conf"],
     }[name]
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_nofile)
+    # Own session: h2o and lighttpd signal their whole process group on SIGTERM.
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_nofile,
+                         start_new_session=True)
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", PORTS[name]), timeout=0.2).close()

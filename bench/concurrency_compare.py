@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Seed 000's concurrency experiment against sluice, nginx and lighttpd side by side.
+
+Starts each server as bench/compare.py does (same files, 2 workers, logs off, its
+own loopback port, descriptor limit raised to the hard limit), then runs
+
+    sluice bench run concurrency --target sluice=URL --target nginx=URL --target lighttpd=URL
+        --docroot /tmp/sluice-bench/www --max-concurrency N -d D
+
+which ramps slow downloads (256 KiB at 64 KiB/s each) and reports, per step,
+availability, time to first byte and a 1 KiB probe's latency. Past 15,000
+connections the load runs in several processes over several 127.0.1.x addresses.
+
+    bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
+"""
+import argparse, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402  (server configs and start-up are shared)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max", type=int, default=19000)
+    ap.add_argument("--duration", default="10s")
+    ap.add_argument("--servers", default="sluice,nginx,lighttpd")
+    ap.add_argument("--out", default=f"{compare.WORK}/concurrency-out")
+    a = ap.parse_args()
+    sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
+    compare.make_files()
+    compare.configs()
+    procs = {}
+    try:
+        for s in a.servers.split(","):
+            procs[s] = compare.start(s, sluice_bin)
+        cmd = [sluice_bin, "bench", "run", "concurrency", "--docroot", compare.WWW,
+               "--out", a.out, "--max-concurrency", str(a.max), "-d", a.duration]
+        for s in procs:
+            cmd += ["--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, preexec_fn=compare.raise_nofile)
+    finally:
+        for p in procs.values():
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()

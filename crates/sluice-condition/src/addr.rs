@@ -1,0 +1,115 @@
+//! Address ranges as paths of 4-bit digits (nibbles), the keys of the 16-ary trees.
+//!
+//! IPv4: the 8 nibbles of the address, most significant first, so a node at depth 2
+//! is a /8, at depth 4 a /16, at depth 6 a /24 and a leaf one host.
+//! IPv6: the 16 nibbles of the /64. A /64 is what one subscriber (or one host, with
+//! privacy addresses) gets, so a single customer rotating through its 2^64
+//! addresses is one leaf, not 2^64; the levels /32 (depth 8), /48 (depth 12) and
+//! /64 (depth 16) play the roles of /8, /16 and /24. An IPv4-mapped IPv6 address
+//! (`::ffff:a.b.c.d`) is treated as the IPv4 address.
+//!
+//! The two families are separate subtrees of one root (digit 0 for IPv4, 1 for
+//! IPv6), so their counts never mix.
+
+use std::net::IpAddr;
+
+/// A nibble path: `len` digits in `digits[..len]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RangeKey {
+    pub family: u8,
+    pub len: u8,
+    pub digits: [u8; 16],
+}
+
+impl RangeKey {
+    pub fn of(ip: IpAddr) -> RangeKey {
+        let ip = match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            },
+            v4 => v4,
+        };
+        let mut digits = [0u8; 16];
+        match ip {
+            IpAddr::V4(v4) => {
+                for (i, b) in v4.octets().iter().enumerate() {
+                    digits[2 * i] = b >> 4;
+                    digits[2 * i + 1] = b & 15;
+                }
+                RangeKey {
+                    family: 0,
+                    len: 8,
+                    digits,
+                }
+            }
+            IpAddr::V6(v6) => {
+                for (i, b) in v6.octets()[..8].iter().enumerate() {
+                    digits[2 * i] = b >> 4;
+                    digits[2 * i + 1] = b & 15;
+                }
+                RangeKey {
+                    family: 1,
+                    len: 16,
+                    digits,
+                }
+            }
+        }
+    }
+
+    pub fn digits(&self) -> &[u8] {
+        &self.digits[..self.len as usize]
+    }
+
+    /// The three cap levels (/8, /16, /24 for IPv4; /32, /48, /64 for IPv6) as
+    /// (level index, prefix value) pairs, for the shared counters in `caps.rs`.
+    pub fn cap_prefixes(&self) -> [(usize, u64); 3] {
+        let depths: [usize; 3] = if self.family == 0 {
+            [2, 4, 6]
+        } else {
+            [8, 12, 16]
+        };
+        let mut out = [(0usize, 0u64); 3];
+        for (level, d) in depths.iter().enumerate() {
+            let mut v: u64 = u64::from(self.family) << 63;
+            for &x in &self.digits[..*d] {
+                v = (v << 4) | u64::from(x);
+            }
+            // Keep the depth in the value so a /16 and a /24 never share a slot.
+            out[level] = (level, v ^ ((*d as u64) << 56));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_nibbles_and_mapped_addresses() {
+        let k = RangeKey::of("192.168.1.2".parse().unwrap());
+        assert_eq!(k.digits(), [12, 0, 10, 8, 0, 1, 0, 2]);
+        let m = RangeKey::of("::ffff:192.168.1.2".parse().unwrap());
+        assert_eq!(k, m);
+    }
+
+    #[test]
+    fn v6_is_aggregated_to_its_64() {
+        let a = RangeKey::of("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = RangeKey::of("2001:db8:1:2:ffff::9".parse().unwrap());
+        assert_eq!(a, b);
+        assert_eq!(a.len, 16);
+        assert_ne!(a, RangeKey::of("2001:db8:1:3::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn cap_prefixes_differ_by_level_and_family() {
+        let k = RangeKey::of("10.1.2.3".parse().unwrap());
+        let p = k.cap_prefixes();
+        assert_ne!(p[0].1, p[1].1);
+        let j = RangeKey::of("10.1.9.9".parse().unwrap());
+        assert_eq!(k.cap_prefixes()[1], j.cap_prefixes()[1]); // same /16
+        assert_ne!(k.cap_prefixes()[2], j.cap_prefixes()[2]); // other /24
+    }
+}

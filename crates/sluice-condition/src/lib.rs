@@ -1,0 +1,195 @@
+//! Connection conditioning (Park & Pai, NSDI'06; seed 004): the policies that decide,
+//! before a request reaches the handler, which connections a server keeps when it
+//! cannot keep them all, and which address ranges may hold how many.
+//!
+//! This crate owns the decisions and their bookkeeping; it touches no sockets and
+//! reads no clock (times are passed in). `sluice-server` calls it at four points of
+//! a connection's life and applies what it answers:
+//!
+//! | when | call | answer |
+//! |---|---|---|
+//! | accepted | [`RangeCaps::acquire`] (shared by all workers) | over a range's cap → answer 503 |
+//! | parked (waiting for bytes) | [`Conditioner::park`] with its [`Class`] | — (trees updated only on a class change) |
+//! | at the connection limit, or over `max_incomplete` | [`Conditioner::victim`] | which connection to close, and why |
+//! | sending | [`slowread::RateWindow::check`] | close a reader below the minimum rate |
+//!
+//! The stages, in the order a connection meets them (the paper's chain):
+//! 1. **request packaging** — a connection reaches the handler only with a complete
+//!    head, within a total deadline (the server's header timeout); incomplete
+//!    connections are counted per range ([`Class::Incomplete`] tree);
+//! 2. **persistent-connection management** — idle keep-alive connections are
+//!    counted per range with their age ([`Class::Idle`] tree); under pressure the
+//!    oldest idle connection of the heaviest range goes first, before any
+//!    incomplete one, and never an active one;
+//! 3. **slow-read prevention** — per-range caps ([`caps`]) and a minimum send rate
+//!    ([`slowread`]).
+//! (Recency-based fair ordering of ready requests, the paper's third filter, is not
+//! built yet: a worker answers complete requests in arrival order.)
+//!
+//! Cost: a keep-alive request whose head arrives in one read leaves and re-enters
+//! the idle class within one `drive` call, so it only moves to the young end of its
+//! address's list (O(1), no count changes). A class change walks one path of the
+//! tree (9 nodes for IPv4). Memory: 12 bytes per connection slot in each tree's side
+//! table, plus the nodes of the live prefixes; nothing in the connection record.
+
+pub mod addr;
+pub mod caps;
+pub mod reason;
+pub mod slowread;
+pub mod tree;
+
+pub use addr::RangeKey;
+pub use caps::RangeCaps;
+pub use reason::CloseReason;
+pub use tree::RangeTree;
+
+use std::net::IpAddr;
+
+/// What the conditioner needs to know about a parked connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Class {
+    /// Not tracked (sending a response, lingering, or gone).
+    #[default]
+    Active,
+    /// Waiting for (more of) a request head.
+    Incomplete,
+    /// Keep-alive, between requests.
+    Idle,
+}
+
+/// The settings, with the paper's defaults where it has them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// Most connections per worker (the worker's share of the descriptor limit).
+    pub max_connections: usize,
+    /// Most incomplete connections per worker before the oldest of the heaviest
+    /// range is closed.
+    pub max_incomplete: usize,
+    /// Per-range caps as fractions of the server's connection limit: /8, /16, /24
+    /// (IPv6: /32, /48, /64). The paper: 25%, 15%, 10%.
+    pub cap_fractions: [f64; 3],
+    /// Minimum send rate, bytes/s (0 = off), judged over `send_rate_window_ms`.
+    pub min_send_rate: u64,
+    pub send_rate_window_ms: u64,
+}
+
+/// One worker's conditioning state: who is incomplete and who is idle, by range.
+#[derive(Default)]
+pub struct Conditioner {
+    incomplete: RangeTree,
+    idle: RangeTree,
+    /// Class of each connection slot as last parked (side table by slab key).
+    class: Vec<Class>,
+}
+
+impl Conditioner {
+    /// Record that connection `id` from `peer` is parked in `class`. Cheap when the
+    /// class did not change (an idle connection is moved to its list's young end).
+    pub fn park(&mut self, id: u32, peer: IpAddr, class: Class) {
+        let i = id as usize;
+        if self.class.len() <= i {
+            self.class.resize(i + 1, Class::Active);
+        }
+        let old = self.class[i];
+        if old == class {
+            if class == Class::Idle {
+                self.idle.touch(id);
+            }
+            return;
+        }
+        self.leave(id, old);
+        let key = RangeKey::of(peer);
+        match class {
+            Class::Incomplete => self.incomplete.insert(id, &key),
+            Class::Idle => self.idle.insert(id, &key),
+            Class::Active => {}
+        }
+        self.class[i] = class;
+    }
+
+    /// Connection `id` is closed.
+    pub fn forget(&mut self, id: u32) {
+        if let Some(&c) = self.class.get(id as usize) {
+            self.leave(id, c);
+            self.class[id as usize] = Class::Active;
+        }
+    }
+
+    fn leave(&mut self, id: u32, class: Class) {
+        match class {
+            Class::Incomplete => {
+                self.incomplete.remove(id);
+            }
+            Class::Idle => {
+                self.idle.remove(id);
+            }
+            Class::Active => {}
+        }
+    }
+
+    /// Which connection to close to make room: the oldest idle connection of the
+    /// heaviest idle range; failing that, the oldest incomplete connection of the
+    /// heaviest incomplete range. `None`: everyone is busy (refuse the newcomer).
+    pub fn victim(&self) -> Option<(u32, CloseReason)> {
+        if let Some(id) = self.idle.heaviest_oldest() {
+            return Some((id, CloseReason::EvictedIdle));
+        }
+        self.incomplete
+            .heaviest_oldest()
+            .map(|id| (id, CloseReason::EvictedIncomplete))
+    }
+
+    /// The oldest incomplete connection of the heaviest range (over `max_incomplete`).
+    pub fn incomplete_victim(&self) -> Option<u32> {
+        self.incomplete.heaviest_oldest()
+    }
+
+    pub fn incomplete(&self) -> u32 {
+        self.incomplete.len()
+    }
+
+    pub fn idle(&self) -> u32 {
+        self.idle.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn idle_goes_before_incomplete_and_the_busy_are_never_chosen() {
+        let mut c = Conditioner::default();
+        c.park(0, ip("10.0.0.1"), Class::Incomplete);
+        c.park(1, ip("10.0.0.2"), Class::Idle);
+        c.park(2, ip("10.0.0.3"), Class::Active);
+        assert_eq!(c.victim(), Some((1, CloseReason::EvictedIdle)));
+        c.forget(1);
+        assert_eq!(c.victim(), Some((0, CloseReason::EvictedIncomplete)));
+        c.park(0, ip("10.0.0.1"), Class::Active);
+        assert_eq!(c.victim(), None);
+    }
+
+    #[test]
+    fn a_recently_used_idle_connection_outlives_older_ones() {
+        let mut c = Conditioner::default();
+        // A legitimate client's idle connection, then many held ones from elsewhere.
+        c.park(0, ip("127.0.0.1"), Class::Idle);
+        for id in 1..50 {
+            c.park(id, ip("127.66.0.1"), Class::Idle);
+        }
+        // The legitimate client makes a request (Idle again at once: touch).
+        c.park(0, ip("127.0.0.1"), Class::Idle);
+        // While the held range is heavier, only its connections are chosen.
+        for _ in 1..49 {
+            let (v, _) = c.victim().unwrap();
+            assert_ne!(v, 0);
+            c.forget(v);
+        }
+        assert_eq!((c.idle(), c.incomplete()), (2, 0));
+    }
+}
