@@ -23,6 +23,7 @@
 //!    incomplete one, and never an active one;
 //! 3. **slow-read prevention** — per-range caps ([`caps`]) and a minimum send rate
 //!    ([`slowread`]).
+//!
 //! (Recency-based fair ordering of ready requests, the paper's third filter, is not
 //! built yet: a worker answers complete requests in arrival order.)
 //!
