@@ -248,10 +248,8 @@ mod tests {
         t.insert(0, &key("127.0.0.1"));
         t.insert(1, &key("127.0.0.1"));
         t.insert(2, &key("127.0.0.1"));
-        let mut id = 10;
-        for host in 1..=20 {
-            t.insert(id, &key(&format!("127.66.0.{host}")));
-            id += 1;
+        for host in 1..=20u32 {
+            t.insert(9 + host, &key(&format!("127.66.0.{host}")));
         }
         assert_eq!(t.len(), 23);
         // 127.66/16 holds 20 of 23: while it is the heavier range its members go,
