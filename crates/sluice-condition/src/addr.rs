@@ -113,3 +113,93 @@ mod tests {
         assert_ne!(k.cap_prefixes()[2], j.cap_prefixes()[2]); // other /24
     }
 }
+
+/// An address range written `ADDR/LEN` (IPv4 or IPv6), or a single address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: u128,
+    len: u8,
+    v4: bool,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let ip: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: not ADDR/LEN"))?;
+        let (bits, v4, max) = match ip {
+            IpAddr::V4(v) => (u128::from(u32::from(v)), true, 32u8),
+            IpAddr::V6(v) => (u128::from(v), false, 128u8),
+        };
+        let len = match l {
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?,
+            None => max,
+        };
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (max - len)
+        };
+        let mask = if v4 { mask & 0xffff_ffff } else { mask };
+        Ok(Cidr {
+            net: bits & mask,
+            len,
+            v4,
+        })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        let (bits, v4, max) = match ip {
+            IpAddr::V4(v) => (u128::from(u32::from(v)), true, 32u8),
+            IpAddr::V6(v) => (u128::from(v), false, 128u8),
+        };
+        if v4 != self.v4 {
+            return false;
+        }
+        let mask = if self.len == 0 {
+            0
+        } else {
+            u128::MAX << (max - self.len)
+        };
+        let mask = if v4 { mask & 0xffff_ffff } else { mask };
+        bits & mask == self.net
+    }
+}
+
+#[cfg(test)]
+mod cidr_tests {
+    use super::*;
+
+    #[test]
+    fn cidrs() {
+        let c = Cidr::parse("127.0.0.0/8").unwrap();
+        assert!(c.contains("127.66.1.2".parse().unwrap()));
+        assert!(c.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!c.contains("128.0.0.1".parse().unwrap()));
+        assert!(!c.contains("::1".parse().unwrap()));
+        let one = Cidr::parse("::1").unwrap();
+        assert!(one.contains("::1".parse().unwrap()));
+        assert!(!one.contains("::2".parse().unwrap()));
+        let v6 = Cidr::parse("2001:db8::/32").unwrap();
+        assert!(v6.contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_err());
+        assert!(Cidr::parse("nonsense/8").is_err());
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("1.2.3.4".parse().unwrap()));
+    }
+}

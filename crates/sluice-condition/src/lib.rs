@@ -39,7 +39,7 @@ pub mod reason;
 pub mod slowread;
 pub mod tree;
 
-pub use addr::RangeKey;
+pub use addr::{Cidr, RangeKey};
 pub use caps::RangeCaps;
 pub use reason::CloseReason;
 pub use tree::RangeTree;

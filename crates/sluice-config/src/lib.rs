@@ -146,6 +146,50 @@ pub struct RulesSection {
     pub lenient: bool,
 }
 
+/// Connection conditioning (docs/CONDITIONING.md; seed 004).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConditionSection {
+    /// Most connections the server holds (0 = from the descriptor limit). At the
+    /// limit the oldest idle connection of the heaviest address range is closed to
+    /// make room, then the oldest incomplete one; only if every connection is busy
+    /// is a newcomer refused.
+    pub max_connections: usize,
+    /// Most connections still sending their first request head, as a fraction of
+    /// max_connections; past it the oldest incomplete connection of the heaviest
+    /// range is closed.
+    pub max_incomplete: f64,
+    /// Per-range caps as fractions of max_connections (paper: 0.25, 0.15, 0.10) for
+    /// /8, /16, /24 (IPv6 /32, /48, /64); a connection over its range's cap is
+    /// answered 503 with Retry-After. 1.0 turns a level off.
+    pub cap_8: f64,
+    pub cap_16: f64,
+    pub cap_24: f64,
+    /// A response whose client reads less than this many bytes/s over a whole
+    /// `send_rate_window` is closed (0 = off).
+    pub min_send_rate: u64,
+    #[serde(deserialize_with = "de_duration")]
+    pub send_rate_window: Duration,
+    /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
+    /// clients are the machine itself (local proxies, monitoring, benchmarks).
+    pub cap_exempt: Vec<String>,
+}
+
+impl Default for ConditionSection {
+    fn default() -> Self {
+        ConditionSection {
+            max_connections: 0,
+            max_incomplete: 0.5,
+            cap_8: 0.25,
+            cap_16: 0.15,
+            cap_24: 0.10,
+            min_send_rate: 1024,
+            send_rate_window: Duration::from_secs(30),
+            cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
+        }
+    }
+}
+
 /// The whole validated configuration.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -155,6 +199,7 @@ pub struct Config {
     pub files: FilesSection,
     pub log: LogSection,
     pub rules: RulesSection,
+    pub condition: ConditionSection,
 }
 
 impl Default for ServerSection {
@@ -269,6 +314,24 @@ impl Config {
                     "{origin}: server.listen: {l:?} is not ADDR:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"
                 )));
             }
+        }
+        let c = &self.condition;
+        for (k, v) in [
+            ("max_incomplete", c.max_incomplete),
+            ("cap_8", c.cap_8),
+            ("cap_16", c.cap_16),
+            ("cap_24", c.cap_24),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(ConfigError(format!(
+                    "{origin}: condition.{k}: {v} is not a fraction in (0, 1]"
+                )));
+            }
+        }
+        if c.send_rate_window < Duration::from_secs(1) {
+            return Err(ConfigError(format!(
+                "{origin}: condition.send_rate_window: at least 1s"
+            )));
         }
         if self.log.access != "off" && self.log.access.is_empty() {
             return Err(ConfigError(format!(

@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex};
 pub struct Snapshot {
     pub config: Config,
     pub rules: Option<Arc<sluice_rules::RuleSet>>,
+    /// `condition.cap_exempt`, parsed.
+    pub cap_exempt: Vec<sluice_condition::Cidr>,
 }
 
 impl Snapshot {
@@ -51,7 +53,19 @@ impl Snapshot {
             tracing::info!(summary = %set.summary(), "rules compiled");
             Some(Arc::new(set))
         };
-        Ok(Snapshot { config, rules })
+        let cap_exempt = config
+            .condition
+            .cap_exempt
+            .iter()
+            .map(|c| {
+                sluice_condition::Cidr::parse(c).map_err(|e| format!("condition.cap_exempt: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Snapshot {
+            config,
+            rules,
+            cap_exempt,
+        })
     }
 
     pub fn static_handler(&self) -> std::io::Result<StaticHandler> {
@@ -84,9 +98,13 @@ pub struct Stats {
     pub timeouts: AtomicU64,
     /// Times this worker died (panic or event-loop error) and was replaced.
     pub restarts: AtomicU64,
+    /// Closed connections by reason (`sluice_condition::CloseReason::index`).
+    pub closes: [AtomicU64; sluice_condition::CloseReason::COUNT],
 }
 
 pub struct Shared {
+    /// Per-range connection counts for the caps, shared by every worker.
+    pub caps: sluice_condition::RangeCaps,
     pub stop: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
@@ -95,8 +113,17 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(snap: Snapshot, workers: usize) -> Arc<Shared> {
+    /// `max_connections`: the whole server's connection limit (the caps are
+    /// fractions of it).
+    pub fn new(snap: Snapshot, workers: usize, max_connections: usize) -> Arc<Shared> {
+        let c = &snap.config.condition;
+        let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
         Arc::new(Shared {
+            caps: sluice_condition::RangeCaps::new([
+                limit(c.cap_8),
+                limit(c.cap_16),
+                limit(c.cap_24),
+            ]),
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(Arc::new(snap)),
@@ -213,8 +240,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
     // Keep 64 descriptors for files, logs and the listeners themselves.
-    let max_conns = ((nofile.saturating_sub(64 + 64 * workers as u64)) as usize / workers).max(16);
-    let shared = Shared::new(snap, workers);
+    let fd_room = nofile.saturating_sub(64 + 64 * workers as u64) as usize;
+    let wanted = match snap.config.condition.max_connections {
+        0 => fd_room,
+        n => n.min(fd_room),
+    };
+    let max_conns = (wanted / workers).max(16);
+    let shared = Shared::new(snap, workers, max_conns * workers);
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
         .map_err(|e| format!("signals: {e}"))?;
 

@@ -62,6 +62,8 @@ pub struct Outgoing {
     /// When the request's head began (worker ms): a request body still being
     /// discarded after the response keeps this as its total deadline's start.
     pub head_started: u64,
+    /// Slow-read prevention: the current rate window of this response.
+    pub rate: sluice_condition::slowread::RateWindow,
     /// The access-log record, written when the response is done.
     pub log: Option<crate::accesslog::Pending>,
 }
@@ -80,6 +82,7 @@ impl Outgoing {
         self.sent = 0;
         self.wbuf_is_body = false;
         self.head_started = 0;
+        self.rate = Default::default();
         self.log = None;
     }
 

@@ -29,6 +29,8 @@ use crate::{Shared, Snapshot};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
+use sluice_condition::slowread::{RateVerdict, RateWindow};
+use sluice_condition::{Class, CloseReason, Conditioner, RangeKey};
 use sluice_http::date::DateCache;
 use sluice_http::response::{write_status_line, Response};
 use sluice_http::{parse_head, BodyFraming, Limits, Method, Parsed};
@@ -46,7 +48,7 @@ const POOL_MAX: usize = 256;
 /// Longest a closing connection lingers to drain what the client still sends.
 const LINGER_MS: Ms = 2000;
 /// Most bytes a lingering connection discards before it is closed anyway.
-const LINGER_BYTES: u64 = 1 << 20;
+const LINGER_BYTES: u32 = 1 << 20;
 
 /// Milliseconds since the worker started: connection times are stored this way
 /// (8 bytes, not 16) because an idle connection's record is most of its memory.
@@ -78,7 +80,8 @@ struct Conn {
     /// connection does not carry it).
     out: Option<Box<Outgoing>>,
     /// Request-body bytes still to be read and thrown away.
-    discard: u64,
+    /// (u32: `http.max_body_discard` is at most 2^30, lingering at most 1 MiB.)
+    discard: u32,
     requests: u32,
     close_after: bool,
     read_blocked: bool,
@@ -90,9 +93,24 @@ struct Conn {
     /// Request bytes may be left unread when we close (a refused head, a body we
     /// do not read): close by lingering, not at once.
     linger: bool,
+    /// How the per-range caps see it (over its cap: its request gets 503).
+    cap: Cap,
+    /// Why it will close once its last response is written.
+    why: CloseReason,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
+}
+
+/// A connection and the per-range caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cap {
+    /// From an exempt range: not counted.
+    Exempt,
+    /// Counted against its ranges.
+    Counted,
+    /// Counted, and its range was over a cap when it connected.
+    Over,
 }
 
 enum Step {
@@ -131,6 +149,10 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
     stopping: Option<Instant>,
+    /// Who is incomplete and who is idle, by address range (sluice-condition).
+    cond: Conditioner,
+    /// Most incomplete connections before the heaviest range's oldest is closed.
+    max_incomplete: usize,
     /// Test hook: a request for exactly this path panics the worker (set only by
     /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
     panic_path: Option<String>,
@@ -152,6 +174,7 @@ impl Worker {
         }
         let (snap, snap_gen) = shared.current();
         let files = snap.static_handler()?;
+        let snap_max_incomplete = snap.config.condition.max_incomplete;
         let now = Instant::now();
         Ok(Worker {
             id,
@@ -181,6 +204,8 @@ impl Worker {
             last_pressure_warn: None,
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
+            cond: Conditioner::default(),
+            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize).max(1),
         })
     }
 
@@ -285,10 +310,11 @@ impl Worker {
             .map(|(k, _)| k)
             .collect();
         for k in idle {
-            self.close(k);
+            self.close(k, CloseReason::Shutdown);
         }
         for (_, c) in self.conns.iter_mut() {
             c.close_after = true;
+            c.why = CloseReason::Shutdown;
         }
     }
 
@@ -297,90 +323,124 @@ impl Worker {
             return;
         }
         loop {
-            if self.conns.len() >= self.max_conns {
-                self.pressure("connection limit reached");
+            // At the limit, conditioning makes room (the oldest idle, else incomplete,
+            // connection of the heaviest address range); with everyone busy, accepting
+            // pauses for a tick and the kernel's backlog holds the newcomers.
+            if self.conns.len() >= self.max_conns && !self.make_room("connection limit reached") {
                 return;
             }
             let Some(l) = self.listeners.get(li) else {
                 return;
             };
             match l.accept() {
-                Ok((sock, addr)) => {
-                    let _ = sock.set_nodelay(true);
-                    self.gen = self.gen.wrapping_add(1);
-                    let now = self.now_ms;
-                    let entry = self.conns.vacant_entry();
-                    let key = entry.key();
-                    let mut conn = Conn {
-                        sock,
-                        peer: addr.ip(),
-                        gen: self.gen,
-                        phase: Phase::Head { started: now },
-                        rbuf: Vec::new(),
-                        out: None,
-                        discard: 0,
-                        requests: 0,
-                        close_after: false,
-                        read_blocked: true,
-                        write_blocked: false,
-                        peer_closed: false,
-                        rdhup: false,
-                        linger: false,
-                        deadline: now + ms(self.snap.config.http.header_timeout),
-                        wheel_at: NEVER,
-                    };
-                    if self
-                        .poll
-                        .registry()
-                        .register(
-                            &mut conn.sock,
-                            Token(key),
-                            Interest::READABLE | Interest::WRITABLE,
-                        )
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
-                    entry.insert(conn);
-                    self.shared.stats[self.id]
-                        .accepted
-                        .fetch_add(1, Ordering::Relaxed);
-                }
+                Ok((sock, addr)) => self.adopt(sock, addr.ip()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: out of descriptors or memory. Shed idle
-                    // keep-alive connections and retry on the next tick.
-                    self.pressure(&format!("accept failed: {e}"));
-                    return;
+                    // EMFILE/ENFILE/ENOBUFS: out of descriptors or memory (the limit is
+                    // shared with the other workers). Free one and retry.
+                    if !self.make_room(&format!("accept failed: {e}")) {
+                        return;
+                    }
                 }
             }
         }
     }
 
-    /// Under descriptor pressure: close idle keep-alive connections (the cheapest to
-    /// lose: the client just reconnects), pause accepting for a tick, warn at most
-    /// once a second.
-    fn pressure(&mut self, why: &str) {
-        self.accept_paused_until = Some(self.now + self.wheel.tick());
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| matches!(c.phase, Phase::Idle { .. }))
-            .map(|(k, _)| k)
-            .take(64)
-            .collect();
-        let shed = idle.len();
-        for k in idle {
-            self.close(k);
+    /// Take a new connection: the one entry point for accepted sockets (and, later,
+    /// sockets handed over by a conditioning front process).
+    fn adopt(&mut self, sock: TcpStream, peer: IpAddr) {
+        let _ = sock.set_nodelay(true);
+        self.gen = self.gen.wrapping_add(1);
+        let now = self.now_ms;
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        // Slow-read prevention: count it against its ranges (shared by all workers).
+        let cap = if self.snap.cap_exempt.iter().any(|c| c.contains(peer)) {
+            Cap::Exempt
+        } else if self.shared.caps.acquire(&RangeKey::of(peer)).is_some() {
+            Cap::Over
+        } else {
+            Cap::Counted
+        };
+        let mut conn = Conn {
+            sock,
+            peer,
+            gen: self.gen,
+            phase: Phase::Head { started: now },
+            rbuf: Vec::new(),
+            out: None,
+            discard: 0,
+            requests: 0,
+            close_after: false,
+            read_blocked: true,
+            write_blocked: false,
+            peer_closed: false,
+            rdhup: false,
+            linger: false,
+            cap,
+            why: CloseReason::Done,
+            deadline: now + ms(self.snap.config.http.header_timeout),
+            wheel_at: NEVER,
+        };
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut conn.sock,
+                Token(key),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            self.release_range(peer, cap);
+            return;
+        }
+        conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
+        entry.insert(conn);
+        self.shared.stats[self.id]
+            .accepted
+            .fetch_add(1, Ordering::Relaxed);
+        // Request packaging: it is incomplete until its first head arrives; too many
+        // incomplete connections cost the heaviest range its oldest one.
+        self.cond.park(key as u32, peer, Class::Incomplete);
+        if self.cond.incomplete() as usize > self.max_incomplete {
+            if let Some(v) = self.cond.incomplete_victim() {
+                self.close(v as usize, CloseReason::EvictedIncomplete);
+            }
+        }
+    }
+
+    /// Close one connection chosen by conditioning to make room. False if every
+    /// connection is busy (then accepting pauses for a tick). Warns at most once a
+    /// second.
+    fn make_room(&mut self, why: &str) -> bool {
+        let victim = self.cond.victim();
+        if let Some((k, reason)) = victim {
+            self.close(k as usize, reason);
+        } else {
+            self.accept_paused_until = Some(self.now + self.wheel.tick());
         }
         if self
             .last_pressure_warn
             .is_none_or(|t| self.now.duration_since(t) >= Duration::from_secs(1))
         {
             self.last_pressure_warn = Some(self.now);
-            tracing::warn!(worker = self.id, open = self.conns.len(), shed, "{why}");
+            tracing::warn!(
+                worker = self.id,
+                open = self.conns.len(),
+                idle = self.cond.idle(),
+                incomplete = self.cond.incomplete(),
+                evicting = victim.map_or("nothing (all busy)", |(_, r)| r.as_str()),
+                "{why}"
+            );
+        }
+        victim.is_some()
+    }
+
+    fn release_range(&self, peer: IpAddr, cap: Cap) {
+        if cap != Cap::Exempt {
+            self.shared.caps.release(&RangeKey::of(peer));
         }
     }
 
@@ -393,17 +453,37 @@ impl Worker {
             return;
         }
         if c.deadline <= now {
-            let kind = match c.phase {
-                Phase::Head { .. } => "header",
-                Phase::Send { .. } => "send",
-                Phase::Idle { .. } => "idle",
+            let reason = match c.phase {
+                Phase::Head { .. } => CloseReason::HeaderTimeout,
+                Phase::Idle { .. } => CloseReason::IdleTimeout,
+                Phase::Send { last } => {
+                    // Two limits share this deadline: no progress for send_timeout,
+                    // and the minimum rate over a window (slow-read prevention).
+                    let cfg = &self.snap.config;
+                    if now >= last + ms(cfg.http.send_timeout) {
+                        CloseReason::SendTimeout
+                    } else {
+                        match self.check_rate(key) {
+                            Some(d) => {
+                                self.set_deadline(key, d);
+                                let c = &mut self.conns[key];
+                                if c.wheel_at <= now || c.wheel_at == NEVER {
+                                    c.wheel_at = self.wheel.insert(c.deadline, (key as u32, gen));
+                                }
+                                return;
+                            }
+                            None => CloseReason::SlowRead,
+                        }
+                    }
+                }
                 Phase::Linger { .. } => {
                     // The lingering period is over: a normal end, not a timeout.
-                    self.close(key);
+                    self.close(key, CloseReason::Done);
                     return;
                 }
             };
-            tracing::debug!(peer = %c.peer, kind, "timeout");
+            let c = &mut self.conns[key];
+            tracing::debug!(peer = %c.peer, why = reason.as_str(), "timeout");
             self.shared.stats[self.id]
                 .timeouts
                 .fetch_add(1, Ordering::Relaxed);
@@ -417,7 +497,7 @@ impl Worker {
                     self.log.line(SystemTime::now(), c.peer, &p, 0);
                 }
             }
-            self.close(key);
+            self.close(key, reason);
             return;
         }
         if c.wheel_at <= now || c.wheel_at == NEVER {
@@ -425,9 +505,35 @@ impl Worker {
         }
     }
 
-    fn close(&mut self, key: usize) {
+    /// Slow-read check of a connection in SEND: `None` if its client read below the
+    /// minimum rate over a whole window, else the deadline to arm (the earlier of the
+    /// send timeout and the window's end).
+    fn check_rate(&mut self, key: usize) -> Option<Ms> {
+        let cond = &self.snap.config.condition;
+        let (min_rate, window) = (cond.min_send_rate, ms(cond.send_rate_window));
+        let send_timeout = ms(self.snap.config.http.send_timeout);
+        let now = self.now_ms;
+        let c = &mut self.conns[key];
+        let Phase::Send { last } = c.phase else {
+            return Some(c.deadline);
+        };
+        let stall = last + send_timeout;
+        let Some(out) = c.out.as_mut() else {
+            return Some(stall);
+        };
+        match out.rate.check(now, out.sent, min_rate, window) {
+            RateVerdict::TooSlow => None,
+            RateVerdict::CheckAt(t) => Some(stall.min(t)),
+            RateVerdict::Renewed => Some(stall.min(now + window)),
+        }
+    }
+
+    /// Close a connection, for `why` (counted per reason for the status page).
+    fn close(&mut self, key: usize, why: CloseReason) {
         if let Some(mut c) = self.conns.try_remove(key) {
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
+            self.cond.forget(key as u32);
+            self.release_range(c.peer, c.cap);
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
             if let Some(mut out) = c.out.take() {
                 // A response cut short (client gone, send timeout, shutdown grace
@@ -441,14 +547,28 @@ impl Worker {
                     .fetch_add(out.sent, Ordering::Relaxed);
                 release(out, &mut self.pool, &mut self.out_pool);
             }
-            self.shared.stats[self.id]
-                .closed
-                .fetch_add(1, Ordering::Relaxed);
+            let st = &self.shared.stats[self.id];
+            st.closed.fetch_add(1, Ordering::Relaxed);
+            st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Advance one connection as far as it can go, then tell conditioning where it
+    /// is parked (incomplete, idle or busy): the one place classes change.
+    fn drive(&mut self, key: usize) {
+        self.drive_inner(key);
+        if let Some(c) = self.conns.get(key) {
+            let class = match c.phase {
+                Phase::Head { .. } if c.out.is_none() => Class::Incomplete,
+                Phase::Idle { .. } => Class::Idle,
+                _ => Class::Active,
+            };
+            self.cond.park(key as u32, c.peer, class);
         }
     }
 
     /// Advance one connection as far as it can go without blocking.
-    fn drive(&mut self, key: usize) {
+    fn drive_inner(&mut self, key: usize) {
         let cfg_io = self.snap.config.files.io;
         let buffer_size = self.snap.config.files.buffer_size;
         loop {
@@ -468,8 +588,10 @@ impl Worker {
                     Ok(Flush::Blocked) => {
                         c.write_blocked = true;
                         c.phase = Phase::Send { last: self.now_ms };
-                        let d = self.now_ms + ms(self.snap.config.http.send_timeout);
-                        self.set_deadline(key, d);
+                        match self.check_rate(key) {
+                            Some(d) => self.set_deadline(key, d),
+                            None => self.close(key, CloseReason::SlowRead),
+                        }
                         return;
                     }
                     Ok(Flush::Done) => {
@@ -505,7 +627,7 @@ impl Worker {
                     }
                     Err(e) => {
                         tracing::debug!(peer = %c.peer, error = %e, "send failed");
-                        self.close(key);
+                        self.close(key, CloseReason::ClientGone);
                         return;
                     }
                 }
@@ -529,7 +651,7 @@ impl Worker {
                         c.peer_closed = true;
                     }
                     Ok(ReadOutcome::Eof) | Err(_) => {
-                        self.close(key);
+                        self.close(key, CloseReason::ClientGone);
                         return;
                     }
                 }
@@ -543,7 +665,7 @@ impl Worker {
             if c.discard > 0 {
                 let n = (c.discard as usize).min(c.rbuf.len());
                 c.rbuf.drain(..n);
-                c.discard -= n as u64;
+                c.discard -= n as u32;
                 if c.discard > 0 {
                     if c.read_blocked {
                         // Total, not per read: from the start of the request's head.
@@ -565,13 +687,14 @@ impl Worker {
             match self.next_request(key) {
                 Step::Responded => continue,
                 Step::Close => {
-                    self.close(key);
+                    let why = self.conns[key].why;
+                    self.close(key, why);
                     return;
                 }
                 Step::NeedMore => {
                     let c = &mut self.conns[key];
                     if c.peer_closed {
-                        self.close(key);
+                        self.close(key, CloseReason::ClientGone);
                         return;
                     }
                     if !c.read_blocked {
@@ -610,7 +733,8 @@ impl Worker {
     fn finish_closing(&mut self, key: usize) {
         let c = &mut self.conns[key];
         if c.peer_closed || (!c.linger && !unread_bytes_waiting(&c.sock)) {
-            self.close(key);
+            let why = c.why;
+            self.close(key, why);
             return;
         }
         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
@@ -647,13 +771,14 @@ impl Worker {
                 }
                 continue;
             }
-            if n == 0 || n as u64 >= c.discard {
+            if n == 0 || n as u64 >= u64::from(c.discard) {
                 break;
             }
-            c.discard -= n as u64;
+            c.discard -= n as u32;
         }
         if !c.read_blocked {
-            self.close(key);
+            let why = c.why;
+            self.close(key, why);
         }
     }
 
@@ -687,6 +812,7 @@ impl Worker {
                 tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
                 let mut r = Response::text(e.status(), Some(e.as_str()));
                 r.close = true;
+                c.why = CloseReason::BadRequest;
                 // The framing can no longer be trusted: whatever else the client
                 // sends is drained after the answer, never parsed.
                 c.linger = true;
@@ -706,11 +832,21 @@ impl Worker {
                     peer: c.peer,
                     now: self.now,
                 };
-                let mut resp = phases::respond(&mut ctx, &head);
+                let mut resp = if c.cap == Cap::Over {
+                    // Slow-read prevention: this address range holds more than its
+                    // share of the server's connections. Say so, and when to retry.
+                    let mut r = Response::text(503, Some("too many connections from your network"));
+                    r.headers.add("Retry-After", "10");
+                    r.close = true;
+                    c.why = CloseReason::RangeCap;
+                    r
+                } else {
+                    phases::respond(&mut ctx, &head)
+                };
                 match head.framing() {
                     BodyFraming::None => {}
                     BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
-                        c.discard = n
+                        c.discard = n as u32 // bounded by max_body_discard ≤ 2^30
                     }
                     // Too big to skip, or chunked: answer, then close (lingering, so
                     // the unread body does not turn the close into a RST), and never
@@ -758,6 +894,7 @@ impl Worker {
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
         out.head_started = head_started;
+        out.rate = RateWindow::start(self.now_ms, 0);
         let wbuf = &mut out.wbuf;
         if wbuf.capacity() == 0 {
             *wbuf = self.pool.pop().unwrap_or_default();

@@ -1,0 +1,189 @@
+//! Connection conditioning over real TCP (issue 8): at its connection limit the
+//! server closes the oldest idle (else incomplete) connection of the heaviest
+//! address range, never a recent client from a light range; per-range caps answer
+//! 503; readers below the minimum rate are cut. Attackers connect from 127.66.0.x,
+//! the legitimate client from 127.0.0.1.
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Connect to `to` from the source address `from`.
+fn connect_from(from: &str, to: &str) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let to: SocketAddr = to.parse().unwrap();
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let src: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&src.into())?;
+    s.connect(&to.into())?;
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    Ok(s)
+}
+
+fn closes(srv: &Server) -> String {
+    srv.stderr()
+}
+
+/// One request on a keep-alive connection; the connection stays open.
+fn request(s: &mut TcpStream, path: &str) -> Option<u16> {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+        .ok()?;
+    read_response(s, false).map(|r| r.status)
+}
+
+#[test]
+fn held_keepalives_never_cost_a_recent_client_its_connection() {
+    // 40 connections in all (20 per worker).
+    let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
+    // The legitimate client's keep-alive connection, in use.
+    let mut legit = connect_from("127.0.0.1", &srv.addr).unwrap();
+    assert_eq!(request(&mut legit, "/hello.txt"), Some(200));
+    // 80 connections from another range, each makes one request and holds on.
+    let mut held = Vec::new();
+    for i in 0..80 {
+        let Ok(mut s) = connect_from(&format!("127.66.0.{}", 1 + i % 4), &srv.addr) else {
+            continue;
+        };
+        let _ = request(&mut s, "/hello.txt");
+        held.push(s);
+        if i % 10 == 0 {
+            // The legitimate client keeps using its connection now and then.
+            assert_eq!(
+                request(&mut legit, "/hello.txt"),
+                Some(200),
+                "after {i} held"
+            );
+        }
+    }
+    // New legitimate connections are served too.
+    for _ in 0..20 {
+        let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
+        assert_eq!(request(&mut s, "/hello.txt"), Some(200));
+    }
+    assert_eq!(request(&mut legit, "/hello.txt"), Some(200));
+    // Room was made by closing held connections, not by refusing anyone.
+    let t = Instant::now();
+    let open = held
+        .iter_mut()
+        .filter(|s| !closed_within(&mut s.try_clone().unwrap(), Duration::from_millis(10)))
+        .count();
+    assert!(
+        open < 40,
+        "{open} held connections still open after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        closes(&srv).contains("evicting=\"evicted_idle\"")
+            || closes(&srv).contains("evicting=evicted_idle"),
+        "{}",
+        srv.stderr()
+    );
+}
+
+#[test]
+fn silent_connections_from_one_range_do_not_lock_out_others() {
+    let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
+    let mut silent = Vec::new();
+    for i in 0..100 {
+        if let Ok(s) = connect_from(&format!("127.66.1.{}", 1 + i % 8), &srv.addr) {
+            silent.push(s);
+        }
+    }
+    // Give the workers a moment to accept them all (they are in the backlog).
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..20 {
+        let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
+        assert_eq!(request(&mut s, "/hello.txt"), Some(200), "request {i}");
+    }
+    drop(silent);
+}
+
+#[test]
+fn a_range_over_its_cap_gets_503_and_others_do_not() {
+    let srv = Server::start_with_config(
+        docroot(),
+        "[condition]\nmax_connections = 40\ncap_8 = 1.0\ncap_16 = 1.0\ncap_24 = 0.1\ncap_exempt = []\n",
+        &[],
+    );
+    // A /24 may hold 10% of 40 = 4 connections.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect_from("127.77.0.1", &srv.addr).unwrap();
+        assert_eq!(request(&mut s, "/hello.txt"), Some(200));
+        held.push(s);
+    }
+    let mut fifth = connect_from("127.77.0.2", &srv.addr).unwrap();
+    fifth
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut fifth, false).unwrap();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("10"));
+    // Another /24 is not affected.
+    let mut other = connect_from("127.77.1.1", &srv.addr).unwrap();
+    assert_eq!(request(&mut other, "/hello.txt"), Some(200));
+    // When one of the four leaves, the range may connect again.
+    drop(held.pop());
+    let t = Instant::now();
+    loop {
+        let mut s = connect_from("127.77.0.3", &srv.addr).unwrap();
+        if request(&mut s, "/hello.txt") == Some(200) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "range stayed capped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_reader_below_the_minimum_rate_is_cut_a_normal_one_is_not() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("eight.bin"), vec![5u8; 8 << 20]).unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[condition]\nmin_send_rate = 200000\nsend_rate_window = \"1s\"\n",
+        &[],
+    );
+    // Never reads after the first bytes: far below 200 kB/s.
+    let mut slow = srv.connect();
+    slow.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 1000];
+    slow.read_exact(&mut b).unwrap();
+    let t = Instant::now();
+    // A normal reader gets the whole file meanwhile.
+    let mut fast = srv.connect();
+    fast.write_all(b"GET /eight.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (got, clean) = read_to_end(&mut fast);
+    assert!(clean && got.len() > 8 << 20, "{} bytes", got.len());
+    // The slow reader is cut after about one window, long before send_timeout (60 s).
+    std::thread::sleep(Duration::from_millis(2500).saturating_sub(t.elapsed()));
+    let (_, _) = {
+        slow.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut sink = vec![0u8; 1 << 20];
+        let mut total = 0usize;
+        let mut eof = false;
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            match slow.read(&mut sink) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => total += n,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    eof = true;
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        assert!(eof, "slow reader still connected after {total} more bytes");
+        assert!(total < 8 << 20, "slow reader got the whole file");
+        (total, eof)
+    };
+}
