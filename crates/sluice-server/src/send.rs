@@ -23,6 +23,8 @@ use std::os::fd::AsRawFd;
 pub enum Flush {
     Done,
     Blocked,
+    /// This call's share (`turn` body bytes) is sent; the socket may take more.
+    Yield,
 }
 
 /// A mapped window of a file for `io = "mmap"`.
@@ -86,16 +88,22 @@ impl Outgoing {
         self.log = None;
     }
 
-    /// Write as much as the socket takes. `head_len` bytes of `wbuf` at the start of
-    /// the response are the head (not counted in `sent`).
+    /// Write as much as the socket takes, but at most about `turn` body bytes
+    /// (then [`Flush::Yield`]), so one big response cannot hold the worker while
+    /// others wait. The head is not counted.
     pub fn flush(
         &mut self,
         sock: &impl AsRawFd,
         mode: IoMode,
         buffer_size: usize,
+        turn: u64,
     ) -> io::Result<Flush> {
         let fd = sock.as_raw_fd();
+        let sent_before = self.sent;
         loop {
+            if self.sent - sent_before >= turn && !self.chunks.is_empty() {
+                return Ok(Flush::Yield);
+            }
             let front_is_mem = matches!(
                 self.chunks.front(),
                 Some(Chunk::Shared(..)) | Some(Chunk::Owned(_))
@@ -136,7 +144,10 @@ impl Outgoing {
                             fd,
                             file.as_raw_fd(),
                             &mut o,
-                            remaining.min(SENDFILE_MAX) as usize,
+                            remaining
+                                .min(SENDFILE_MAX)
+                                .min(turn.saturating_sub(self.sent - sent_before).max(1))
+                                as usize,
                         )
                     };
                     if n < 0 {

@@ -45,6 +45,10 @@ use std::time::{Duration, Instant, SystemTime};
 const LISTENER_BASE: usize = usize::MAX / 2;
 const READ_CHUNK: usize = 4096;
 const POOL_MAX: usize = 256;
+/// Body bytes one response may send per turn before others get theirs.
+const SEND_TURN: u64 = 256 * 1024;
+/// Most wall time one pass over the send queue takes before new events are read.
+const SENDQ_BUDGET: Duration = Duration::from_millis(1);
 /// Longest a closing connection lingers to drain what the client still sends.
 const LINGER_MS: Ms = 2000;
 /// Most bytes a lingering connection discards before it is closed anyway.
@@ -97,6 +101,8 @@ struct Conn {
     cap: Cap,
     /// Why it will close once its last response is written.
     why: CloseReason,
+    /// Waiting in the worker's send queue for its next turn.
+    queued: bool,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
@@ -151,6 +157,8 @@ pub struct Worker {
     stopping: Option<Instant>,
     /// Who is incomplete and who is idle, by address range (sluice-condition).
     cond: Conditioner,
+    /// Responses waiting for their next send turn, round robin (see `run_sendq`).
+    sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
     /// Test hook: a request for exactly this path panics the worker (set only by
@@ -205,6 +213,7 @@ impl Worker {
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             cond: Conditioner::default(),
+            sendq: std::collections::VecDeque::new(),
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize).max(1),
         })
     }
@@ -213,7 +222,13 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut due = Vec::new();
         loop {
-            if let Err(e) = self.poll.poll(&mut events, Some(self.wheel.tick())) {
+            // Responses waiting for a send turn: look for new events without sleeping.
+            let timeout = if self.sendq.is_empty() {
+                self.wheel.tick()
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
                 }
@@ -243,6 +258,7 @@ impl Worker {
                 }
                 self.drive(t);
             }
+            self.run_sendq();
             self.wheel.advance(self.now_ms, &mut due);
             for (key, gen) in due.drain(..) {
                 self.on_timer(key as usize, gen);
@@ -380,6 +396,7 @@ impl Worker {
             linger: false,
             cap,
             why: CloseReason::Done,
+            queued: false,
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
         };
@@ -505,6 +522,30 @@ impl Worker {
         }
     }
 
+    /// Give each queued response one more turn (at most [`SEND_TURN`] bytes), in
+    /// arrival order, for at most [`SENDQ_BUDGET`] of wall time; what is left waits
+    /// for the next loop turn, after new events. So a small request that arrives
+    /// while 200 large downloads are sending waits for one budget, not for all of
+    /// them to fill their sockets (the paper's fairness, applied to send turns).
+    fn run_sendq(&mut self) {
+        let n = self.sendq.len();
+        let start = Instant::now();
+        for i in 0..n {
+            let Some((key, gen)) = self.sendq.pop_front() else {
+                break;
+            };
+            let key = key as usize;
+            match self.conns.get_mut(key) {
+                Some(c) if c.gen == gen && c.queued => c.queued = false,
+                _ => continue,
+            }
+            self.drive(key);
+            if i % 16 == 15 && start.elapsed() >= SENDQ_BUDGET {
+                break;
+            }
+        }
+    }
+
     /// Slow-read check of a connection in SEND: `None` if its client read below the
     /// minimum rate over a whole window, else the deadline to arm (the earlier of the
     /// send timeout and the window's end).
@@ -579,12 +620,22 @@ impl Worker {
                 self.drain_lingering(key);
                 return;
             }
-            // 1. Finish the response in flight.
+            // 1. Finish the response in flight (in turns: see `run_sendq`).
             if let Some(out) = c.out.as_mut() {
-                if c.write_blocked {
+                if c.write_blocked || c.queued {
                     return;
                 }
-                match out.flush(&c.sock, cfg_io, buffer_size) {
+                match out.flush(&c.sock, cfg_io, buffer_size, SEND_TURN) {
+                    Ok(Flush::Yield) => {
+                        c.queued = true;
+                        c.phase = Phase::Send { last: self.now_ms };
+                        self.sendq.push_back((key as u32, c.gen));
+                        match self.check_rate(key) {
+                            Some(d) => self.set_deadline(key, d),
+                            None => self.close(key, CloseReason::SlowRead),
+                        }
+                        return;
+                    }
                     Ok(Flush::Blocked) => {
                         c.write_blocked = true;
                         c.phase = Phase::Send { last: self.now_ms };
