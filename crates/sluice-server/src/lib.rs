@@ -105,6 +105,9 @@ pub struct Stats {
 pub struct Shared {
     /// Per-range connection counts for the caps, shared by every worker.
     pub caps: sluice_condition::RangeCaps,
+    /// Connections open in the whole server, and the most it holds.
+    pub open: std::sync::atomic::AtomicUsize,
+    pub max_open: usize,
     pub stop: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
@@ -119,6 +122,8 @@ impl Shared {
         let c = &snap.config.condition;
         let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
         Arc::new(Shared {
+            open: std::sync::atomic::AtomicUsize::new(0),
+            max_open: max_connections,
             caps: sluice_condition::RangeCaps::new([
                 limit(c.cap_8),
                 limit(c.cap_16),
@@ -245,8 +250,11 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         0 => fd_room,
         n => n.min(fd_room),
     };
-    let max_conns = (wanted / workers).max(16);
-    let shared = Shared::new(snap, workers, max_conns * workers);
+    // The limit is the whole server's (a shared count): SO_REUSEPORT does not spread
+    // connections exactly evenly, and a per-worker share would make one worker evict
+    // while the process still has descriptors to spare.
+    let max_conns = wanted.max(16 * workers);
+    let shared = Shared::new(snap, workers, max_conns);
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
         .map_err(|e| format!("signals: {e}"))?;
 

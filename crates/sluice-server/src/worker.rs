@@ -151,7 +151,6 @@ pub struct Worker {
     now_ms: Ms,
     /// Next sweep of the open-file cache.
     next_expire_ms: Ms,
-    max_conns: usize,
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
     stopping: Option<Instant>,
@@ -183,6 +182,7 @@ impl Worker {
         let (snap, snap_gen) = shared.current();
         let files = snap.static_handler()?;
         let snap_max_incomplete = snap.config.condition.max_incomplete;
+        let shared_workers = shared.stats.len().max(1);
         let now = Instant::now();
         Ok(Worker {
             id,
@@ -207,14 +207,15 @@ impl Worker {
             epoch: now,
             now_ms: 0,
             next_expire_ms: 1000,
-            max_conns,
             accept_paused_until: None,
             last_pressure_warn: None,
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             cond: Conditioner::default(),
             sendq: std::collections::VecDeque::new(),
-            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize).max(1),
+            // A worker's share of the server's incomplete-connection budget.
+            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
+                .max(1),
         })
     }
 
@@ -342,7 +343,8 @@ impl Worker {
             // At the limit, conditioning makes room (the oldest idle, else incomplete,
             // connection of the heaviest address range); with everyone busy, accepting
             // pauses for a tick and the kernel's backlog holds the newcomers.
-            if self.conns.len() >= self.max_conns && !self.make_room("connection limit reached") {
+            let open = self.shared.open.load(Ordering::Relaxed);
+            if open >= self.shared.max_open && !self.make_room("connection limit reached") {
                 return;
             }
             let Some(l) = self.listeners.get(li) else {
@@ -415,6 +417,7 @@ impl Worker {
         }
         conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
         entry.insert(conn);
+        self.shared.open.fetch_add(1, Ordering::Relaxed);
         self.shared.stats[self.id]
             .accepted
             .fetch_add(1, Ordering::Relaxed);
@@ -588,6 +591,7 @@ impl Worker {
                     .fetch_add(out.sent, Ordering::Relaxed);
                 release(out, &mut self.pool, &mut self.out_pool);
             }
+            self.shared.open.fetch_sub(1, Ordering::Relaxed);
             let st = &self.shared.stats[self.id];
             st.closed.fetch_add(1, Ordering::Relaxed);
             st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
