@@ -128,16 +128,20 @@ impl Conditioner {
         }
     }
 
-    /// Which connection to close to make room: the oldest idle connection of the
-    /// heaviest idle range; failing that, the oldest incomplete connection of the
-    /// heaviest incomplete range. `None`: everyone is busy (refuse the newcomer).
+    /// Which connection to close to make room: find the address range holding the
+    /// most idle *and* incomplete connections together (so a range that floods the
+    /// server with silent connections cannot make it give up a light range's idle
+    /// keep-alive instead), and there close the oldest idle connection, else the
+    /// oldest incomplete one. `None`: everyone is busy (the newcomer waits).
     pub fn victim(&self) -> Option<(u32, CloseReason)> {
-        if let Some(id) = self.idle.heaviest_oldest() {
-            return Some((id, CloseReason::EvictedIdle));
-        }
-        self.incomplete
-            .heaviest_oldest()
-            .map(|id| (id, CloseReason::EvictedIncomplete))
+        RangeTree::heaviest_oldest_of_two(&self.idle, &self.incomplete).map(|(id, idle)| {
+            let why = if idle {
+                CloseReason::EvictedIdle
+            } else {
+                CloseReason::EvictedIncomplete
+            };
+            (id, why)
+        })
     }
 
     /// The oldest incomplete connection of the heaviest range (over `max_incomplete`).
@@ -166,13 +170,34 @@ mod tests {
     fn idle_goes_before_incomplete_and_the_busy_are_never_chosen() {
         let mut c = Conditioner::default();
         c.park(0, ip("10.0.0.1"), Class::Incomplete);
-        c.park(1, ip("10.0.0.2"), Class::Idle);
+        c.park(1, ip("10.0.0.1"), Class::Idle);
         c.park(2, ip("10.0.0.3"), Class::Active);
+        // Same address: its idle connection goes first.
         assert_eq!(c.victim(), Some((1, CloseReason::EvictedIdle)));
         c.forget(1);
         assert_eq!(c.victim(), Some((0, CloseReason::EvictedIncomplete)));
         c.park(0, ip("10.0.0.1"), Class::Active);
         assert_eq!(c.victim(), None);
+    }
+
+    #[test]
+    fn a_flood_of_silent_connections_cannot_cost_a_light_range_its_idle_one() {
+        let mut c = Conditioner::default();
+        // The legitimate client's keep-alive is the only idle connection; the
+        // attackers' are all incomplete. The heaviest range counts both kinds.
+        c.park(0, ip("127.0.0.1"), Class::Idle);
+        for id in 1..100 {
+            c.park(id, ip(&format!("127.66.0.{}", id % 7)), Class::Incomplete);
+        }
+        // While the attacking range holds more than the legitimate one, only its
+        // connections go (at one against one it is a tie).
+        for _ in 1..99 {
+            let (v, why) = c.victim().unwrap();
+            assert_ne!(v, 0);
+            assert_eq!(why, CloseReason::EvictedIncomplete);
+            c.forget(v);
+        }
+        assert_eq!((c.idle(), c.incomplete()), (1, 1));
     }
 
     #[test]

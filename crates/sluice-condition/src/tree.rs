@@ -188,6 +188,44 @@ impl RangeTree {
         self.nodes[n].count
     }
 
+    /// Like [`RangeTree::heaviest_oldest`], over two trees at once: the heaviest
+    /// range by the *sum* of both trees' counts, then at that address the oldest
+    /// member of `a` if it has one there, else the oldest of `b`. Returns the member
+    /// and whether it came from `a`. (Used with `a` = idle and `b` = incomplete
+    /// connections: the range to give up a connection is the one holding the most
+    /// of either kind, and there an idle connection goes before an incomplete one.)
+    pub fn heaviest_oldest_of_two(a: &RangeTree, b: &RangeTree) -> Option<(u32, bool)> {
+        let (mut na, mut nb) = (Some(0usize), Some(0usize));
+        loop {
+            let head =
+                |t: &RangeTree, n: Option<usize>| n.map(|n| t.nodes[n].head).filter(|&h| h != NONE);
+            if let Some(h) = head(a, na) {
+                return Some((h, true));
+            }
+            if let Some(h) = head(b, nb) {
+                return Some((h, false));
+            }
+            let child = |t: &RangeTree, n: Option<usize>, d: usize| {
+                n.map(|n| t.nodes[n].children[d])
+                    .filter(|&c| c != NONE)
+                    .map(|c| c as usize)
+            };
+            let count = |t: &RangeTree, c: Option<usize>| c.map_or(0, |c| t.nodes[c].count);
+            let mut best = None;
+            let mut best_count = 0;
+            for d in 0..16 {
+                let total = count(a, child(a, na, d)) + count(b, child(b, nb, d));
+                if total > best_count {
+                    best = Some(d);
+                    best_count = total;
+                }
+            }
+            let d = best?;
+            na = child(a, na, d);
+            nb = child(b, nb, d);
+        }
+    }
+
     fn alloc(&mut self, parent: u32, digit: u8) -> u32 {
         match self.free.pop() {
             Some(i) => {

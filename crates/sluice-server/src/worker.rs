@@ -45,6 +45,8 @@ use std::time::{Duration, Instant, SystemTime};
 const LISTENER_BASE: usize = usize::MAX / 2;
 const READ_CHUNK: usize = 4096;
 const POOL_MAX: usize = 256;
+/// Most connections a worker evicts per 100 ms tick to make room (640/s/worker).
+const EVICTIONS_PER_TICK: u32 = 64;
 /// Body bytes one response may send per turn before others get theirs.
 const SEND_TURN: u64 = 256 * 1024;
 /// Most wall time one pass over the send queue takes before new events are read.
@@ -156,6 +158,9 @@ pub struct Worker {
     stopping: Option<Instant>,
     /// Who is incomplete and who is idle, by address range (sluice-condition).
     cond: Conditioner,
+    /// Evictions in the current tick (see `make_room`), and when the tick began.
+    evictions: u32,
+    eviction_tick_ms: Ms,
     /// Responses waiting for their next send turn, round robin (see `run_sendq`).
     sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
@@ -212,6 +217,8 @@ impl Worker {
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             cond: Conditioner::default(),
+            evictions: 0,
+            eviction_tick_ms: 0,
             sendq: std::collections::VecDeque::new(),
             // A worker's share of the server's incomplete-connection budget.
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
@@ -435,8 +442,21 @@ impl Worker {
     /// connection is busy (then accepting pauses for a tick). Warns at most once a
     /// second.
     fn make_room(&mut self, why: &str) -> bool {
-        let victim = self.cond.victim();
+        // Evictions are rationed (EVICTIONS_PER_TICK per worker per tick): attackers
+        // reconnect as fast as they are closed, and unrationed eviction turns every
+        // reconnect into an accept plus a close, burning the CPU the legitimate
+        // clients need. Past the ration, newcomers wait in the kernel's backlog.
+        if self.now_ms >= self.eviction_tick_ms + self.wheel.tick().as_millis() as Ms {
+            self.eviction_tick_ms = self.now_ms;
+            self.evictions = 0;
+        }
+        let victim = if self.evictions < EVICTIONS_PER_TICK {
+            self.cond.victim()
+        } else {
+            None
+        };
         if let Some((k, reason)) = victim {
+            self.evictions += 1;
             self.close(k as usize, reason);
         } else {
             self.accept_paused_until = Some(self.now + self.wheel.tick());
