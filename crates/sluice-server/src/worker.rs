@@ -347,34 +347,24 @@ impl Worker {
             return;
         }
         loop {
+            // At the limit, conditioning makes room (the oldest idle, else incomplete,
+            // connection of the heaviest address range); with everyone busy, accepting
+            // pauses for a tick and the kernel's backlog holds the newcomers.
+            let open = self.shared.open.load(Ordering::Relaxed);
+            if open >= self.shared.max_open && !self.make_room("connection limit reached") {
+                return;
+            }
             let Some(l) = self.listeners.get(li) else {
                 return;
             };
             match l.accept() {
-                Ok((sock, addr)) => {
-                    let peer = addr.ip();
-                    // At the limit the newcomer is admitted only if conditioning can
-                    // make room for it (see `admit_at_limit`); either way the backlog
-                    // keeps draining, so a flood cannot keep others from reaching us.
-                    let open = self.shared.open.load(Ordering::Relaxed);
-                    if open >= self.shared.max_open && !self.admit_at_limit(peer) {
-                        drop(sock);
-                        self.count_close(CloseReason::AtLimit);
-                        continue;
-                    }
-                    self.adopt(sock, peer)
-                }
+                Ok((sock, addr)) => self.adopt(sock, addr.ip()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: out of descriptors or memory (the limit is
-                    // shared with the other workers). Free one and retry; with nothing
-                    // to free, pause accepting for a tick.
-                    if self
-                        .make_room(&format!("accept failed: {e}"), None)
-                        .is_none()
-                    {
-                        self.accept_paused_until = Some(self.now + self.wheel.tick());
+                    // shared with the other workers). Free one and retry.
+                    if !self.make_room(&format!("accept failed: {e}")) {
                         return;
                     }
                 }
@@ -448,24 +438,14 @@ impl Worker {
         }
     }
 
-    /// At the connection limit, may `peer` come in? Conditioning picks the range to
-    /// give up a connection (the heaviest by idle and incomplete connections). If the
-    /// newcomer is from that same range (the same /24, or /64), it is refused instead:
-    /// a flood's own reconnects cost one accept and one close, and never push out
-    /// anyone else. Otherwise the range's oldest idle (else incomplete) connection is
-    /// closed and the newcomer takes its place.
-    fn admit_at_limit(&mut self, peer: IpAddr) -> bool {
-        self.make_room("connection limit reached", Some(peer))
-            .unwrap_or(false)
-    }
-
-    /// Close one connection chosen by conditioning. `newcomer`: see `admit_at_limit`.
-    /// Returns `None` if there is nothing to close (every connection is busy, or the
-    /// tick's eviction ration is spent), `Some(false)` if the newcomer is the one to
-    /// refuse, `Some(true)` if room was made. Warns at most once a second.
-    fn make_room(&mut self, why: &str, newcomer: Option<IpAddr>) -> Option<bool> {
-        // Evictions are rationed (EVICTIONS_PER_TICK per worker per tick), so churn
-        // from a range that reconnects as fast as it is closed stays bounded.
+    /// Close one connection chosen by conditioning to make room. False if every
+    /// connection is busy (then accepting pauses for a tick). Warns at most once a
+    /// second.
+    fn make_room(&mut self, why: &str) -> bool {
+        // Evictions are rationed (EVICTIONS_PER_TICK per worker per tick): attackers
+        // reconnect as fast as they are closed, and unrationed eviction turns every
+        // reconnect into an accept plus a close, burning the CPU the legitimate
+        // clients need. Past the ration, newcomers wait in the kernel's backlog.
         if self.now_ms >= self.eviction_tick_ms + self.wheel.tick().as_millis() as Ms {
             self.eviction_tick_ms = self.now_ms;
             self.evictions = 0;
@@ -475,15 +455,12 @@ impl Worker {
         } else {
             None
         };
-        let outcome = match (victim, newcomer) {
-            (None, _) => None,
-            (Some((k, _)), Some(p)) if same_range(self.conns[k as usize].peer, p) => Some(false),
-            (Some((k, reason)), _) => {
-                self.evictions += 1;
-                self.close(k as usize, reason);
-                Some(true)
-            }
-        };
+        if let Some((k, reason)) = victim {
+            self.evictions += 1;
+            self.close(k as usize, reason);
+        } else {
+            self.accept_paused_until = Some(self.now + self.wheel.tick());
+        }
         if self
             .last_pressure_warn
             .is_none_or(|t| self.now.duration_since(t) >= Duration::from_secs(1))
@@ -494,15 +471,11 @@ impl Worker {
                 open = self.conns.len(),
                 idle = self.cond.idle(),
                 incomplete = self.cond.incomplete(),
-                evicting = match (outcome, victim) {
-                    (Some(true), Some((_, r))) => r.as_str(),
-                    (Some(false), _) => "the newcomer (same range as the heaviest)",
-                    _ => "nothing (all busy, or the eviction ration is spent)",
-                },
+                evicting = victim.map_or("nothing (all busy)", |(_, r)| r.as_str()),
                 "{why}"
             );
         }
-        outcome
+        victim.is_some()
     }
 
     fn release_range(&self, peer: IpAddr, cap: Cap) {
@@ -639,14 +612,10 @@ impl Worker {
                 release(out, &mut self.pool, &mut self.out_pool);
             }
             self.shared.open.fetch_sub(1, Ordering::Relaxed);
-            self.count_close(why);
+            let st = &self.shared.stats[self.id];
+            st.closed.fetch_add(1, Ordering::Relaxed);
+            st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    fn count_close(&self, why: CloseReason) {
-        let st = &self.shared.stats[self.id];
-        st.closed.fetch_add(1, Ordering::Relaxed);
-        st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Advance one connection as far as it can go, then tell conditioning where it
@@ -1089,12 +1058,6 @@ fn unread_bytes_waiting(sock: &TcpStream) -> bool {
         )
     };
     n > 0
-}
-
-/// Are two addresses in the same /24 (IPv6: /64)?
-fn same_range(a: IpAddr, b: IpAddr) -> bool {
-    let (ka, kb) = (RangeKey::of(a), RangeKey::of(b));
-    ka.cap_prefixes()[2] == kb.cap_prefixes()[2]
 }
 
 /// One non-blocking send of a short, final message (a 408); failures are ignored
