@@ -552,6 +552,9 @@ impl Worker {
     /// them to fill their sockets (the paper's fairness, applied to send turns).
     fn run_sendq(&mut self) {
         let n = self.sendq.len();
+        if n == 0 {
+            return;
+        }
         let start = Instant::now();
         for i in 0..n {
             let Some((key, gen)) = self.sendq.pop_front() else {
