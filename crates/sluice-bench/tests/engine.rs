@@ -61,6 +61,24 @@ fn serve_recording(
     (addr, peers)
 }
 
+/// SO_LINGER with a zero timeout: closing `s` sends RST instead of FIN.
+fn reset_on_close(s: &TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on our own socket with a correctly sized struct.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+}
+
 /// A server that accepts and reads, then does `then` with each connection.
 fn serve_raw(then: fn(TcpStream)) -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -278,21 +296,7 @@ fn silent_servers_count_as_timeouts() {
 #[test]
 fn resets_count_as_resets() {
     let addr = serve_raw(|s| {
-        // SO_LINGER with a zero timeout: close() sends RST instead of FIN.
-        let l = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        // SAFETY: setsockopt on our own socket with a correctly sized struct.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&s),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&l as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
+        reset_on_close(&s);
         drop(s)
     });
     let o = Options {
@@ -345,20 +349,7 @@ fn availability_counts_every_refused_connection_exactly() {
         for (k, s) in l.incoming().enumerate() {
             let Ok(mut s) = s else { continue };
             if k % 3 == 2 {
-                let lg = libc::linger {
-                    l_onoff: 1,
-                    l_linger: 0,
-                };
-                // SAFETY: setsockopt on our own socket with a correctly sized struct.
-                unsafe {
-                    libc::setsockopt(
-                        std::os::fd::AsRawFd::as_raw_fd(&s),
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&lg as *const libc::linger).cast(),
-                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                    )
-                };
+                reset_on_close(&s);
                 continue; // dropped: RST
             }
             let mut b = [0u8; 4096];

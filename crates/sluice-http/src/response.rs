@@ -95,14 +95,20 @@ pub fn safe_location(loc: &str) -> std::borrow::Cow<'_, str> {
     }
     for &c in rest {
         if needs_encoding(c) {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[(c >> 4) as usize]));
-            out.push(char::from(b"0123456789ABCDEF"[(c & 15) as usize]));
+            push_percent(&mut out, c);
         } else {
             out.push(c as char);
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Append `%XX` (upper-case hex) for byte `b`.
+pub fn push_percent(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX[(b >> 4) as usize]));
+    out.push(char::from(HEX[(b & 15) as usize]));
 }
 
 /// Escape text for an HTML body (listings, error pages).

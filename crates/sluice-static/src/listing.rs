@@ -66,9 +66,7 @@ pub fn encode_segment(name: &[u8], out: &mut String) {
         if b.is_ascii_alphanumeric() || b"-._~!$'()*+,;=@".contains(&b) {
             out.push(b as char);
         } else {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
-            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+            sluice_http::response::push_percent(out, b);
         }
     }
 }

@@ -104,9 +104,7 @@ pub fn percent_encode_path(s: &str, out: &mut String) {
         if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
             out.push(b as char);
         } else {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
-            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+            sluice_http::response::push_percent(out, b);
         }
     }
 }

@@ -6,12 +6,6 @@ use common::*;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-fn log_path(tag: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("sluice-{tag}-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
 /// Seconds until the server closes `s` (EOF or reset), at most `max`.
 fn time_to_close(s: &mut std::net::TcpStream, max: Duration) -> Duration {
     let t = Instant::now();

@@ -300,12 +300,7 @@ fn a_trickled_body_has_a_total_deadline() {
 #[test]
 fn refused_requests_are_logged() {
     let dir = docroot();
-    let log = dir
-        .path()
-        .parent()
-        .unwrap()
-        .join(format!("refused-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+    let log = log_path("refused");
     let srv = Server::start_in(dir, &["--access-log", log.to_str().unwrap()]);
     let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
     let probes: Vec<(String, u16)> = vec![
@@ -357,12 +352,7 @@ fn refused_requests_are_logged() {
 #[test]
 fn header_timeout_answers_408_when_a_head_was_started() {
     let dir = docroot();
-    let log = dir
-        .path()
-        .parent()
-        .unwrap()
-        .join(format!("t408-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+    let log = log_path("t408");
     let srv = Server::start_with_config(
         dir,
         "[http]\nheader_timeout = \"1s\"\n",

@@ -389,3 +389,10 @@ pub fn read_head(s: &mut TcpStream) -> Vec<u8> {
     }
     head
 }
+
+/// A fresh access-log path in the temp directory, unique to this test process.
+pub fn log_path(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("sluice-{tag}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
