@@ -21,6 +21,9 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub struct Writer {
     tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
+    /// Set by [`Writer::reopen`] (SIGUSR1); the writer thread reopens the path
+    /// before its next write.
+    reopen: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -30,9 +33,26 @@ impl Writer {
         let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(256);
         let dropped = Arc::new(AtomicU64::new(0));
         let d2 = dropped.clone();
+        let reopen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r2 = reopen.clone();
         let thread = std::thread::Builder::new().name("sluice-log".into()).spawn(move || {
             let mut reported = 0;
             while let Ok(buf) = rx.recv() {
+                // Log rotation: `mv access.log access.log.1; kill -USR1`. Buffers hold
+                // whole lines, so no line is split across the two files; a failed
+                // reopen keeps writing to the old file.
+                if r2.swap(false, Ordering::AcqRel) {
+                    match OpenOptions::new().create(true).append(true).open(&path) {
+                        Ok(nf) => {
+                            f = nf;
+                            tracing::info!(path = %path.display(), "access log reopened");
+                        }
+                        Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot reopen the access log; still writing to the old file"),
+                    }
+                }
+                if buf.is_empty() {
+                    continue; // a wake-up from `reopen`
+                }
                 if let Err(e) = f.write_all(&buf) {
                     tracing::warn!(path = %path.display(), error = %e, "access log write failed");
                 }
@@ -46,8 +66,16 @@ impl Writer {
         Ok(Writer {
             tx,
             dropped,
+            reopen,
             thread: Some(thread),
         })
+    }
+
+    /// Reopen the log file by its path (after logrotate moved it), before the next
+    /// buffer is written.
+    pub fn reopen(&self) {
+        self.reopen.store(true, Ordering::Release);
+        let _ = self.tx.try_send(Vec::new()); // wake the writer; a full queue wakes it anyway
     }
 
     pub fn handle(&self) -> Handle {

@@ -211,9 +211,10 @@ pub fn raise_nofile_limit() -> u64 {
     rl.rlim_cur
 }
 
-/// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`.
+/// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`; SIGUSR1 reopens
+/// the access log (log rotation).
 pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let snap = Snapshot::build(cfg)?;
@@ -255,7 +256,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     // while the process still has descriptors to spare.
     let max_conns = wanted.max(16 * workers);
     let shared = Shared::new(snap, workers, max_conns);
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
 
     let (exit_tx, exit_rx) = std::sync::mpsc::channel::<WorkerExit>();
@@ -314,6 +315,11 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         for sig in signals.pending() {
             match sig {
                 SIGHUP => reload(&shared, config_path.as_deref(), &ov),
+                SIGUSR1 => {
+                    if let Some(w) = &log_writer {
+                        w.reopen();
+                    }
+                }
                 _ => {
                     tracing::info!("stopping: finishing in-flight responses");
                     break 'main;

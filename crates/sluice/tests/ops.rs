@@ -220,3 +220,78 @@ fn bad_listen_address_is_a_clear_error() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--listen"));
 }
+
+#[test]
+fn sigusr1_reopens_the_access_log_without_losing_a_line() {
+    let log = log_path("rotate");
+    let srv = Server::start(&["--access-log", log.to_str().unwrap()]);
+    let get = |i: usize| {
+        srv.get(&format!(
+            "GET /hello.txt?n={i} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        ))
+        .status
+    };
+    // Requests keep coming from another thread across the rotation.
+    let addr = srv.addr.clone();
+    let load = std::thread::spawn(move || {
+        let mut n = 0;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(2500) {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.write_all(
+                format!("GET /hello.txt?bg={n} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+            n += 1;
+        }
+        n
+    });
+    for i in 0..20 {
+        assert_eq!(get(i), 200);
+    }
+    wait_for_lines(&log, 20, Duration::from_secs(5), |l| l.contains("?n="));
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    srv.signal(libc::SIGUSR1);
+    wait_for_stderr(&srv, "access log reopened");
+    for i in 20..40 {
+        assert_eq!(get(i), 200);
+    }
+    let background = load.join().unwrap();
+    let new = wait_for_lines(&log, 20, Duration::from_secs(5), |l| l.contains("?n="));
+    // Every line is whole, in one file or the other, and none is missing.
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    let t = Instant::now();
+    loop {
+        let new = std::fs::read_to_string(&log).unwrap();
+        let all: Vec<&str> = old.lines().chain(new.lines()).collect();
+        let bg = all.iter().filter(|l| l.contains("?bg=")).count();
+        if bg == background || t.elapsed() > Duration::from_secs(5) {
+            assert_eq!(bg, background, "background lines lost");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for l in old.lines().chain(new.lines()) {
+        assert!(
+            l.starts_with("127.0.0.1 - - [") && l.ends_with('"'),
+            "split line: {l:?}"
+        );
+    }
+    for i in 0..20 {
+        assert!(
+            old.contains(&format!("?n={i} ")),
+            "line {i} not in the rotated file"
+        );
+    }
+    for i in 20..40 {
+        assert!(
+            new.contains(&format!("?n={i} ")),
+            "line {i} not in the new file"
+        );
+    }
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&rotated);
+}
