@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)   # conditioning tests
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
     echo "installing: ${need[*]}"

@@ -598,6 +598,12 @@ impl Worker {
     /// Close a connection, for `why` (counted per reason for the status page).
     fn close(&mut self, key: usize, why: CloseReason) {
         if let Some(mut c) = self.conns.try_remove(key) {
+            if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
+                // Abortive close (RST): a plain close would leave the kernel sending
+                // the megabytes still queued for a client that reads a few bytes a
+                // second, and the connection, seen from the client, would stay open.
+                abort_on_close(&c.sock);
+            }
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             self.cond.forget(key as u32);
             self.release_range(c.peer, c.cap);
@@ -1061,6 +1067,24 @@ fn unread_bytes_waiting(sock: &TcpStream) -> bool {
         )
     };
     n > 0
+}
+
+/// SO_LINGER {on, 0}: closing the socket resets it and drops what is queued.
+fn abort_on_close(sock: &TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on our own socket with a correctly sized struct.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 /// One non-blocking send of a short, final message (a 408); failures are ignored
