@@ -1,25 +1,34 @@
 //! One worker: an epoll loop (mio) over its own `SO_REUSEPORT` listeners and its
-//! own connections. Nothing here is shared with other workers except the snapshot
-//! (read on change) and the stop flag; so no locks on the request path.
+//! own connections. Shared with other workers: the snapshot (read on change), the
+//! stop flag, the server-wide connection count and the per-range cap counters
+//! (relaxed atomics); so no locks on the request path.
 //!
 //! The connection state machine, driven by [`Worker::drive`]:
 //!
 //! ```text
 //!  accept ─► HEAD (reading a request head, total deadline = header_timeout)
 //!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout
-//!             │                                     since the last progress)
-//!             │                      response done ─┤
+//!             │                                     since the last progress, and
+//!             │                                     the minimum-rate window)
+//!             │                      response done ─┤ (big bodies in turns: sendq)
 //!             │   ◄── more bytes buffered (pipelined)┤
 //!             │   IDLE (no buffer held, deadline = keepalive_timeout)
-//!             └─ error / timeout / EOF / close ─► closed (slab slot freed)
+//!             │                      last response, request bytes unread ─► LINGER
+//!             └─ error / timeout / EOF / close / evicted ─► closed (with a reason)
 //! ```
+//!
+//! Conditioning (`sluice-condition`) is consulted at four points: `adopt` (per-range
+//! caps), the end of `drive` (the connection's class: incomplete, idle or busy),
+//! `make_room` (which connection gives way at the limit) and `check_rate` (slow
+//! readers). Every close goes through `close` with a [`CloseReason`].
 //!
 //! Sockets are registered once, edge-triggered, for both directions;
 //! `read_blocked`/`write_blocked` remember which side last saw `EAGAIN`, so a
 //! keep-alive request costs read + sendmsg and no epoll_ctl.
 //!
 //! Memory: an idle keep-alive connection holds no buffer (its read buffer goes back
-//! to the worker's pool), just its `Conn` record in the slab and one wheel entry.
+//! to the worker's pool), just its `Conn` record in the slab, one wheel entry and
+//! its links in the conditioning trees' side tables.
 
 use crate::accesslog::{Pending, WorkerLog};
 use crate::phases::{self, PhaseCtx};
