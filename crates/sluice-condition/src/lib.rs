@@ -30,8 +30,9 @@
 //! Cost: a keep-alive request whose head arrives in one read leaves and re-enters
 //! the idle class within one `drive` call, so it only moves to the young end of its
 //! address's list (O(1), no count changes). A class change walks one path of the
-//! tree (9 nodes for IPv4). Memory: 12 bytes per connection slot in each tree's side
-//! table, plus the nodes of the live prefixes; nothing in the connection record.
+//! tree (9 nodes for IPv4). Memory: 9 bytes per connection slot in side tables
+//! (links shared by both trees, and the class), plus the nodes of the live
+//! prefixes; nothing in the connection record.
 
 pub mod addr;
 pub mod caps;
@@ -42,7 +43,7 @@ pub mod tree;
 pub use addr::{Cidr, RangeKey};
 pub use caps::RangeCaps;
 pub use reason::CloseReason;
-pub use tree::RangeTree;
+pub use tree::{Links, RangeTree};
 
 use std::net::IpAddr;
 
@@ -79,11 +80,24 @@ pub struct Policy {
 pub struct Conditioner {
     incomplete: RangeTree,
     idle: RangeTree,
-    /// Class of each connection slot as last parked (side table by slab key).
+    /// The FIFO links of both trees (a connection is in at most one), and the class
+    /// of each connection slot as last parked: side tables by slab key, 9 bytes a
+    /// slot.
+    links: Links,
     class: Vec<Class>,
 }
 
 impl Conditioner {
+    /// Side tables sized for `slots` connections up front: they never reallocate
+    /// (a grown vector's old block stays in the process's memory).
+    pub fn with_capacity(slots: usize) -> Conditioner {
+        Conditioner {
+            links: Links::with_capacity(slots),
+            class: Vec::with_capacity(slots),
+            ..Default::default()
+        }
+    }
+
     /// Record that connection `id` from `peer` is parked in `class`. Cheap when the
     /// class did not change (an idle connection is moved to its list's young end).
     pub fn park(&mut self, id: u32, peer: IpAddr, class: Class) {
@@ -94,36 +108,32 @@ impl Conditioner {
         let old = self.class[i];
         if old == class {
             if class == Class::Idle {
-                self.idle.touch(id);
+                self.idle.touch(&mut self.links, id, &RangeKey::of(peer));
             }
             return;
         }
-        self.leave(id, old);
         let key = RangeKey::of(peer);
+        self.leave(id, old, &key);
         match class {
-            Class::Incomplete => self.incomplete.insert(id, &key),
-            Class::Idle => self.idle.insert(id, &key),
+            Class::Incomplete => self.incomplete.insert(&mut self.links, id, &key),
+            Class::Idle => self.idle.insert(&mut self.links, id, &key),
             Class::Active => {}
         }
         self.class[i] = class;
     }
 
-    /// Connection `id` is closed.
-    pub fn forget(&mut self, id: u32) {
+    /// Connection `id` (from `peer`) is closed.
+    pub fn forget(&mut self, id: u32, peer: IpAddr) {
         if let Some(&c) = self.class.get(id as usize) {
-            self.leave(id, c);
+            self.leave(id, c, &RangeKey::of(peer));
             self.class[id as usize] = Class::Active;
         }
     }
 
-    fn leave(&mut self, id: u32, class: Class) {
+    fn leave(&mut self, id: u32, class: Class, key: &RangeKey) {
         match class {
-            Class::Incomplete => {
-                self.incomplete.remove(id);
-            }
-            Class::Idle => {
-                self.idle.remove(id);
-            }
+            Class::Incomplete => self.incomplete.remove(&mut self.links, id, key),
+            Class::Idle => self.idle.remove(&mut self.links, id, key),
             Class::Active => {}
         }
     }
@@ -174,7 +184,7 @@ mod tests {
         c.park(2, ip("10.0.0.3"), Class::Active);
         // Same address: its idle connection goes first.
         assert_eq!(c.victim(), Some((1, CloseReason::EvictedIdle)));
-        c.forget(1);
+        c.forget(1, ip("10.0.0.1"));
         assert_eq!(c.victim(), Some((0, CloseReason::EvictedIncomplete)));
         c.park(0, ip("10.0.0.1"), Class::Active);
         assert_eq!(c.victim(), None);
@@ -195,7 +205,7 @@ mod tests {
             let (v, why) = c.victim().unwrap();
             assert_ne!(v, 0);
             assert_eq!(why, CloseReason::EvictedIncomplete);
-            c.forget(v);
+            c.forget(v, ip(&format!("127.66.0.{}", v % 7)));
         }
         assert_eq!((c.idle(), c.incomplete()), (1, 1));
     }
@@ -214,7 +224,7 @@ mod tests {
         for _ in 1..49 {
             let (v, _) = c.victim().unwrap();
             assert_ne!(v, 0);
-            c.forget(v);
+            c.forget(v, ip("127.66.0.1"));
         }
         assert_eq!((c.idle(), c.incomplete()), (2, 0));
     }

@@ -4,15 +4,18 @@
 //!
 //! Members are connections, named by a small integer (the worker's slab key). Each
 //! leaf (one host, or one IPv6 /64) keeps its members in a FIFO, oldest first, as an
-//! intrusive doubly linked list whose links live in a side table indexed by the
-//! member id. That keeps the connection record itself unchanged (an idle keep-alive
-//! connection must stay small) and makes insert, remove and "touch" (move to the
-//! young end) O(depth) or O(1) with no allocation once the nodes exist.
+//! intrusive doubly linked list whose links ([`Links`]) live in a side table indexed
+//! by the member id, owned by the caller and shared by all its trees (a connection is
+//! in one tree at a time): 8 bytes per connection slot. That keeps the connection
+//! record itself unchanged (an idle keep-alive connection must stay small) and makes
+//! insert, remove and "touch" (move to the young end) O(depth) with no allocation
+//! once the nodes exist. The caller passes the member's address to remove and
+//! touch, so the links need not remember the leaf.
 //!
 //! Nodes are allocated lazily, only for prefixes that have members, and returned to
 //! a free list when their count drops to zero, so memory follows the number of
 //! distinct live addresses: at most depth nodes (88 bytes each) per address, shared
-//! by common prefixes. The side table costs 12 bytes per member id.
+//! by common prefixes.
 
 use crate::addr::RangeKey;
 
@@ -41,25 +44,33 @@ impl Node {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Link {
+/// One member's neighbours in its address's FIFO.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
     prev: u32,
     next: u32,
-    /// The member's leaf, or NONE when it is not in this tree.
-    leaf: u32,
 }
 
 const UNLINKED: Link = Link {
     prev: NONE,
     next: NONE,
-    leaf: NONE,
 };
+
+/// The side table of links, indexed by member id; one may serve several trees as
+/// long as a member is in at most one of them.
+#[derive(Default)]
+pub struct Links(Vec<Link>);
+
+impl Links {
+    pub fn with_capacity(n: usize) -> Links {
+        Links(Vec::with_capacity(n))
+    }
+}
 
 /// Counts of members by address range, with a FIFO of members per address.
 pub struct RangeTree {
     nodes: Vec<Node>,
     free: Vec<u32>,
-    links: Vec<Link>,
 }
 
 impl Default for RangeTree {
@@ -67,7 +78,6 @@ impl Default for RangeTree {
         RangeTree {
             nodes: vec![Node::new(NONE, 0)],
             free: Vec::new(),
-            links: Vec::new(),
         }
     }
 }
@@ -82,13 +92,8 @@ impl RangeTree {
         self.len() == 0
     }
 
-    pub fn contains(&self, id: u32) -> bool {
-        self.links.get(id as usize).is_some_and(|l| l.leaf != NONE)
-    }
-
     /// Add member `id` (not already in the tree) at `key`, as the youngest there.
-    pub fn insert(&mut self, id: u32, key: &RangeKey) {
-        debug_assert!(!self.contains(id));
+    pub fn insert(&mut self, links: &mut Links, id: u32, key: &RangeKey) {
         let mut n = 0u32;
         self.nodes[0].count += 1;
         // Family first, then the address nibbles.
@@ -103,21 +108,32 @@ impl RangeTree {
             };
             self.nodes[n as usize].count += 1;
         }
-        if self.links.len() <= id as usize {
-            self.links.resize(id as usize + 1, UNLINKED);
+        if links.0.len() <= id as usize {
+            links.0.resize(id as usize + 1, UNLINKED);
         }
-        self.push_back(n, id);
+        self.push_back(links, n, id);
     }
 
-    /// Remove member `id`; false if it was not in the tree.
-    pub fn remove(&mut self, id: u32) -> bool {
-        let Some(&Link { leaf, .. }) = self.links.get(id as usize) else {
-            return false;
-        };
-        if leaf == NONE {
-            return false;
+    /// The leaf of `key`, if the tree has members there.
+    fn leaf_of(&self, key: &RangeKey) -> Option<u32> {
+        let mut n = 0u32;
+        for &d in std::iter::once(&key.family).chain(key.digits()) {
+            let c = self.nodes[n as usize].children[d as usize];
+            if c == NONE {
+                return None;
+            }
+            n = c;
         }
-        self.unlink(leaf, id);
+        Some(n)
+    }
+
+    /// Remove member `id`, which the caller knows is in this tree at `key`.
+    pub fn remove(&mut self, links: &mut Links, id: u32, key: &RangeKey) {
+        let Some(leaf) = self.leaf_of(key) else {
+            debug_assert!(false, "removing {id}: no leaf for its address");
+            return;
+        };
+        self.unlink(links, leaf, id);
         // Walk up, dropping counts and freeing nodes that became empty.
         let mut n = leaf;
         while n != 0 {
@@ -131,20 +147,18 @@ impl RangeTree {
             n = parent;
         }
         self.nodes[0].count -= 1;
-        true
     }
 
-    /// Make `id` the youngest member at its address (it was just used).
-    pub fn touch(&mut self, id: u32) {
-        let leaf = match self.links.get(id as usize) {
-            Some(l) if l.leaf != NONE => l.leaf,
-            _ => return,
+    /// Make `id` (in this tree at `key`) the youngest member at its address.
+    pub fn touch(&mut self, links: &mut Links, id: u32, key: &RangeKey) {
+        let Some(leaf) = self.leaf_of(key) else {
+            return;
         };
         if self.nodes[leaf as usize].tail == id {
             return;
         }
-        self.unlink(leaf, id);
-        self.push_back(leaf, id);
+        self.unlink(links, leaf, id);
+        self.push_back(links, leaf, id);
     }
 
     /// The oldest member of the heaviest range: descend, at every level, to the
@@ -239,34 +253,33 @@ impl RangeTree {
         }
     }
 
-    fn push_back(&mut self, leaf: u32, id: u32) {
+    fn push_back(&mut self, links: &mut Links, leaf: u32, id: u32) {
         let tail = self.nodes[leaf as usize].tail;
-        self.links[id as usize] = Link {
+        links.0[id as usize] = Link {
             prev: tail,
             next: NONE,
-            leaf,
         };
         if tail == NONE {
             self.nodes[leaf as usize].head = id;
         } else {
-            self.links[tail as usize].next = id;
+            links.0[tail as usize].next = id;
         }
         self.nodes[leaf as usize].tail = id;
     }
 
-    fn unlink(&mut self, leaf: u32, id: u32) {
-        let Link { prev, next, .. } = self.links[id as usize];
+    fn unlink(&mut self, links: &mut Links, leaf: u32, id: u32) {
+        let Link { prev, next } = links.0[id as usize];
         if prev == NONE {
             self.nodes[leaf as usize].head = next;
         } else {
-            self.links[prev as usize].next = next;
+            links.0[prev as usize].next = next;
         }
         if next == NONE {
             self.nodes[leaf as usize].tail = prev;
         } else {
-            self.links[next as usize].prev = prev;
+            links.0[next as usize].prev = prev;
         }
-        self.links[id as usize] = UNLINKED;
+        links.0[id as usize] = UNLINKED;
     }
 }
 
@@ -281,13 +294,18 @@ mod tests {
     #[test]
     fn the_heaviest_range_loses_its_oldest_member() {
         let mut t = RangeTree::default();
+        let mut l = Links::default();
+        let mut addr = std::collections::HashMap::new();
         // One legitimate host, and an attacker /16 spread over many hosts, each of
         // them lighter than the legitimate one.
-        t.insert(0, &key("127.0.0.1"));
-        t.insert(1, &key("127.0.0.1"));
-        t.insert(2, &key("127.0.0.1"));
+        for id in 0..3 {
+            t.insert(&mut l, id, &key("127.0.0.1"));
+            addr.insert(id, key("127.0.0.1"));
+        }
         for host in 1..=20u32 {
-            t.insert(9 + host, &key(&format!("127.66.0.{host}")));
+            let k = key(&format!("127.66.0.{host}"));
+            t.insert(&mut l, 9 + host, &k);
+            addr.insert(9 + host, k);
         }
         assert_eq!(t.len(), 23);
         // 127.66/16 holds 20 of 23: while it is the heavier range its members go,
@@ -295,7 +313,7 @@ mod tests {
         while t.count_at(&key("127.66.0.1"), 4) > 3 {
             let v = t.heaviest_oldest().unwrap();
             assert!((10..30).contains(&v), "evicted {v}");
-            assert!(t.remove(v));
+            t.remove(&mut l, v, &addr[&v]);
         }
         // Then the heaviest is 127.0.0.1 (3 against 3, lower digit): its oldest.
         assert_eq!(t.heaviest_oldest(), Some(0));
@@ -304,24 +322,27 @@ mod tests {
     #[test]
     fn touch_makes_a_member_young() {
         let mut t = RangeTree::default();
+        let mut l = Links::default();
+        let k = key("10.0.0.1");
         for id in 0..3 {
-            t.insert(id, &key("10.0.0.1"));
+            t.insert(&mut l, id, &k);
         }
-        t.touch(0);
+        t.touch(&mut l, 0, &k);
         assert_eq!(t.heaviest_oldest(), Some(1));
-        t.remove(1);
+        t.remove(&mut l, 1, &k);
         assert_eq!(t.heaviest_oldest(), Some(2));
-        t.remove(2);
+        t.remove(&mut l, 2, &k);
         assert_eq!(t.heaviest_oldest(), Some(0));
     }
 
     #[test]
     fn counts_by_level_and_families_apart() {
         let mut t = RangeTree::default();
-        t.insert(0, &key("10.1.2.3"));
-        t.insert(1, &key("10.1.9.9"));
-        t.insert(2, &key("10.2.0.1"));
-        t.insert(3, &key("2001:db8::1"));
+        let mut l = Links::default();
+        t.insert(&mut l, 0, &key("10.1.2.3"));
+        t.insert(&mut l, 1, &key("10.1.9.9"));
+        t.insert(&mut l, 2, &key("10.2.0.1"));
+        t.insert(&mut l, 3, &key("2001:db8::1"));
         let k = key("10.1.2.3");
         assert_eq!(t.count_at(&k, 2), 3); // 10/8
         assert_eq!(t.count_at(&k, 4), 2); // 10.1/16
@@ -331,27 +352,34 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Random inserts and removes keep the counts equal to a plain recount and
-        /// never leak nodes.
+        /// Random inserts, touches and removes keep the counts equal to a plain
+        /// recount, always pick a live member, and never leak nodes.
         #[test]
-        fn counts_stay_exact(ops in proptest::collection::vec((0u32..64, 0u8..6, proptest::bool::ANY), 1..300)) {
+        fn counts_stay_exact(ops in proptest::collection::vec((0u32..64, 0u8..6, 0u8..3), 1..300)) {
             let addrs = ["10.0.0.1", "10.0.0.2", "10.0.1.1", "11.0.0.1", "::1", "2001:db8::1"];
             let mut t = RangeTree::default();
+            let mut l = Links::default();
             let mut model: std::collections::HashMap<u32, u8> = Default::default();
-            for (id, a, add) in ops {
-                if add && !model.contains_key(&id) {
-                    t.insert(id, &key(addrs[a as usize]));
-                    model.insert(id, a);
-                } else if !add {
-                    proptest::prop_assert_eq!(t.remove(id), model.remove(&id).is_some());
+            for (id, a, op) in ops {
+                match (op, model.get(&id).copied()) {
+                    (0, None) => {
+                        t.insert(&mut l, id, &key(addrs[a as usize]));
+                        model.insert(id, a);
+                    }
+                    (1, Some(at)) => {
+                        t.remove(&mut l, id, &key(addrs[at as usize]));
+                        model.remove(&id);
+                    }
+                    (2, Some(at)) => t.touch(&mut l, id, &key(addrs[at as usize])),
+                    _ => {}
                 }
                 proptest::prop_assert_eq!(t.len() as usize, model.len());
                 if let Some(v) = t.heaviest_oldest() {
                     proptest::prop_assert!(model.contains_key(&v));
                 }
             }
-            for id in model.keys().copied().collect::<Vec<_>>() {
-                t.remove(id);
+            for (id, at) in model.clone() {
+                t.remove(&mut l, id, &key(addrs[at as usize]));
             }
             proptest::prop_assert_eq!(t.nodes.len() - 1, t.free.len(), "nodes leaked");
         }

@@ -225,7 +225,7 @@ impl Worker {
             last_pressure_warn: None,
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
-            cond: Conditioner::default(),
+            cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
             sendq: std::collections::VecDeque::new(),
@@ -614,7 +614,7 @@ impl Worker {
                 abort_on_close(&c.sock);
             }
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
-            self.cond.forget(key as u32);
+            self.cond.forget(key as u32, c.peer);
             self.release_range(c.peer, c.cap);
             recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
             if let Some(mut out) = c.out.take() {
