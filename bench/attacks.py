@@ -183,13 +183,7 @@ def start_sluice(sluice_bin):
     p = subprocess.Popen([sluice_bin, "serve", "--config", f"{compare.WORK}/sluice-attack.toml"],
                          stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
                          start_new_session=True)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return p
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("sluice did not start")
+    return compare.wait_listening(p, "sluice-attack", port)
 
 
 def main():

@@ -121,9 +121,14 @@ def start(name, sluice_bin):
     # Own session: h2o and lighttpd signal their whole process group on SIGTERM.
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_nofile,
                          start_new_session=True)
+    return wait_listening(p, name, PORTS[name])
+
+
+def wait_listening(p, name, port):
+    """Return `p` once something accepts on `port` (5 s at most)."""
     for _ in range(100):
         try:
-            socket.create_connection(("127.0.0.1", PORTS[name]), timeout=0.2).close()
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return p
         except OSError:
             time.sleep(0.05)

@@ -132,10 +132,8 @@ impl Cidr {
             .trim()
             .parse()
             .map_err(|_| format!("{s:?}: not ADDR/LEN"))?;
-        let (bits, v4, max) = match ip {
-            IpAddr::V4(v) => (u128::from(u32::from(v)), true, 32u8),
-            IpAddr::V6(v) => (u128::from(v), false, 128u8),
-        };
+        let (bits, v4) = bits(ip);
+        let max = if v4 { 32 } else { 128 };
         let len = match l {
             Some(l) => l
                 .trim()
@@ -145,38 +143,37 @@ impl Cidr {
                 .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?,
             None => max,
         };
-        let mask = if len == 0 {
-            0
-        } else {
-            u128::MAX << (max - len)
-        };
-        let mask = if v4 { mask & 0xffff_ffff } else { mask };
         Ok(Cidr {
-            net: bits & mask,
+            net: bits & mask(len, v4),
             len,
             v4,
         })
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        let (bits, v4, max) = match ip {
-            IpAddr::V4(v) => (u128::from(u32::from(v)), true, 32u8),
-            IpAddr::V6(v) => (u128::from(v), false, 128u8),
-        };
-        if v4 != self.v4 {
-            return false;
-        }
-        let mask = if self.len == 0 {
-            0
-        } else {
-            u128::MAX << (max - self.len)
-        };
-        let mask = if v4 { mask & 0xffff_ffff } else { mask };
-        bits & mask == self.net
+        let (bits, v4) = bits(ip);
+        v4 == self.v4 && bits & mask(self.len, v4) == self.net
+    }
+}
+
+/// An address as a number and whether it is IPv4 (IPv4-mapped IPv6 counts as IPv4).
+fn bits(ip: IpAddr) -> (u128, bool) {
+    match ip {
+        IpAddr::V4(v) => (u128::from(u32::from(v)), true),
+        IpAddr::V6(v) => match v.to_ipv4_mapped() {
+            Some(v4) => (u128::from(u32::from(v4)), true),
+            None => (u128::from(v), false),
+        },
+    }
+}
+
+/// The network mask of a `len`-bit prefix, in the low 32 bits for IPv4.
+fn mask(len: u8, v4: bool) -> u128 {
+    let max = if v4 { 32 } else { 128 };
+    if len == 0 {
+        0
+    } else {
+        (u128::MAX << (max - len)) & if v4 { 0xffff_ffff } else { u128::MAX }
     }
 }
 

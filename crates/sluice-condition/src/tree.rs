@@ -165,28 +165,7 @@ impl RangeTree {
     /// child with the most members (the lowest digit on ties), then take the oldest
     /// member of that address.
     pub fn heaviest_oldest(&self) -> Option<u32> {
-        if self.is_empty() {
-            return None;
-        }
-        let mut n = 0usize;
-        loop {
-            let node = &self.nodes[n];
-            if node.head != NONE {
-                return Some(node.head);
-            }
-            let mut best = NONE;
-            let mut best_count = 0;
-            for &c in &node.children {
-                if c != NONE && self.nodes[c as usize].count > best_count {
-                    best = c;
-                    best_count = self.nodes[c as usize].count;
-                }
-            }
-            if best == NONE {
-                return None; // unreachable while counts are consistent
-            }
-            n = best as usize;
-        }
+        Self::descend(self, None).map(|(id, _)| id)
     }
 
     /// Members at or below the range `key` truncated to `depth` address digits.
@@ -209,7 +188,21 @@ impl RangeTree {
     /// connections: the range to give up a connection is the one holding the most
     /// of either kind, and there an idle connection goes before an incomplete one.)
     pub fn heaviest_oldest_of_two(a: &RangeTree, b: &RangeTree) -> Option<(u32, bool)> {
-        let (mut na, mut nb) = (Some(0usize), Some(0usize));
+        Self::descend(a, Some(b))
+    }
+
+    /// The descent behind both: through `a` and, in step, `b` (if any), by the sum
+    /// of their counts.
+    fn descend(a: &RangeTree, b: Option<&RangeTree>) -> Option<(u32, bool)> {
+        const EMPTY: &RangeTree = &RangeTree {
+            nodes: Vec::new(),
+            free: Vec::new(),
+        };
+        let (b, mut nb) = match b {
+            Some(b) => (b, Some(0usize)),
+            None => (EMPTY, None),
+        };
+        let mut na = Some(0usize);
         loop {
             let head =
                 |t: &RangeTree, n: Option<usize>| n.map(|n| t.nodes[n].head).filter(|&h| h != NONE);

@@ -508,20 +508,17 @@ impl Worker {
                 Phase::Send { last } => {
                     // Two limits share this deadline: no progress for send_timeout,
                     // and the minimum rate over a window (slow-read prevention).
-                    let cfg = &self.snap.config;
-                    if now >= last + ms(cfg.http.send_timeout) {
+                    if now >= last + ms(self.snap.config.http.send_timeout) {
                         CloseReason::SendTimeout
                     } else {
                         match self.check_rate(key) {
+                            None => CloseReason::SlowRead,
                             Some(d) => {
-                                self.set_deadline(key, d);
-                                let c = &mut self.conns[key];
-                                if c.wheel_at <= now || c.wheel_at == NEVER {
-                                    c.wheel_at = self.wheel.insert(c.deadline, (key as u32, gen));
-                                }
+                                // Still fine: re-arm below for the next check.
+                                self.conns[key].deadline = d;
+                                self.rearm(key, gen);
                                 return;
                             }
-                            None => CloseReason::SlowRead,
                         }
                     }
                 }
@@ -549,7 +546,14 @@ impl Worker {
             self.close(key, reason);
             return;
         }
-        if c.wheel_at <= now || c.wheel_at == NEVER {
+        self.rearm(key, gen);
+    }
+
+    /// After a timer fired early (the deadline moved later), put the connection's
+    /// one wheel entry back at its deadline.
+    fn rearm(&mut self, key: usize, gen: u32) {
+        let c = &mut self.conns[key];
+        if c.wheel_at <= self.now_ms || c.wheel_at == NEVER {
             c.wheel_at = self.wheel.insert(c.deadline, (key as u32, gen));
         }
     }
