@@ -126,6 +126,11 @@ pub struct FilesSection {
     /// Files up to this size are kept in memory and sent with one `writev`.
     #[serde(deserialize_with = "de_small_file_max")]
     pub small_file_max: usize,
+    /// Serve `foo.br` / `foo.zst` / `foo.gz` in place of `foo` to clients that
+    /// accept that coding.
+    pub precompressed: bool,
+    /// gzip directory listings for clients that accept it.
+    pub compress_listings: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -246,6 +251,8 @@ impl Default for FilesSection {
             cache_validity: Duration::from_secs(1),
             cache_entries: 16_384,
             small_file_max: 16 * 1024,
+            precompressed: true,
+            compress_listings: true,
         }
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod conditional;
 pub mod date;
+pub mod encoding;
 pub mod range;
 pub mod request;
 pub mod response;

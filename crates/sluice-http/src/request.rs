@@ -154,6 +154,7 @@ pub struct RequestHead<'a> {
     pub if_range: Option<&'a str>,
     pub range: Option<&'a str>,
     pub accept: Option<&'a str>,
+    pub accept_encoding: Option<&'a str>,
     /// Raw bytes: obs-text (≥ 0x80) is legal here and must reach the log escaped.
     pub user_agent: Option<&'a [u8]>,
     pub referer: Option<&'a [u8]>,
@@ -337,6 +338,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 }
             }
             13 if name.eq_ignore_ascii_case("if-none-match") => h.if_none_match = Some(value),
+            15 if name.eq_ignore_ascii_case("accept-encoding") => h.accept_encoding = Some(value),
             14 if name.eq_ignore_ascii_case("content-length") => {
                 let n = parse_content_length(value)?;
                 if content_length.is_some() {

@@ -21,6 +21,7 @@ pub mod path;
 use cache::{Entry, FileCache, FileInfo};
 use sluice_config::FilesSection;
 use sluice_http::conditional::{self, Conditions, Precondition};
+use sluice_http::encoding::{self, Coding};
 use sluice_http::range::{self, RangeResult};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
@@ -36,6 +37,9 @@ pub struct StaticHandler {
     max_ranges: usize,
     cache: FileCache,
     boundary_seq: u64,
+    /// Reused for sibling names, so a lookup allocates nothing.
+    scratch: String,
+    gzipped: listing::GzipCache,
 }
 
 impl StaticHandler {
@@ -51,6 +55,8 @@ impl StaticHandler {
             max_ranges,
             cache,
             boundary_seq: seed,
+            scratch: String::new(),
+            gzipped: listing::GzipCache::default(),
         }
     }
 
@@ -84,7 +90,7 @@ impl StaticHandler {
         match self.cache.lookup(&self.root, &norm.rel, now) {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
-            Entry::File(info) => self.file(head, &info),
+            Entry::File(info) => self.file_or_sibling(head, &norm.rel, info, now),
             Entry::Dir if !norm.trailing_slash => {
                 // Built from the normalized path, never the raw one: `//evil.com/..%2fsub`
                 // must not come back as a network-path reference to evil.com.
@@ -124,7 +130,7 @@ impl StaticHandler {
                 format!("{rel}/{}", self.cfg.index[i])
             };
             if let Entry::File(info) = self.cache.lookup(&self.root, &idx, now) {
-                return self.file(head, &info);
+                return self.file_or_sibling(head, &idx, info, now);
             }
         }
         if !self.cfg.listing {
@@ -159,18 +165,94 @@ impl StaticHandler {
                 "text/html; charset=utf-8",
             )
         };
+        let gzip = self.cfg.compress_listings
+            && head
+                .accept_encoding
+                .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
         let mut r = Response::new(200);
         r.headers.add("Content-Type", ctype);
-        r.headers.add_u64("Content-Length", body.len() as u64);
+        if gzip {
+            r.headers.add("Content-Encoding", "gzip");
+            let gz = self.gzipped.get(&body);
+            r.headers.add_u64("Content-Length", gz.len() as u64);
+            r.body.push(Chunk::Shared(gz.clone(), 0, gz.len()));
+        } else {
+            r.headers.add_u64("Content-Length", body.len() as u64);
+            r.body.push(Chunk::Owned(body));
+        }
         r.headers.add("Cache-Control", "no-cache");
-        r.headers.add("Vary", "Accept");
+        r.headers.add(
+            "Vary",
+            if self.cfg.compress_listings {
+                "Accept, Accept-Encoding"
+            } else {
+                "Accept"
+            },
+        );
         r.headers.add("X-Content-Type-Options", "nosniff");
         r.headers.add("Content-Security-Policy", listing::CSP);
-        r.body.push(Chunk::Owned(body));
         r
     }
 
-    fn file(&mut self, head: &RequestHead, info: &Rc<FileInfo>) -> Response {
+    /// Serve `rel`, or its precompressed sibling (`rel.br`, `.zst`, `.gz`) when one
+    /// exists and the client accepts that coding. The sibling is served as itself
+    /// (its own length, ETag and ranges over the encoded bytes) with the original's
+    /// Content-Type. Files that are compressed archives themselves (`.gz`, `.xz`,
+    /// …) are never given a Content-Encoding: apt and dnf want those bytes as they
+    /// are. Cost without `Accept-Encoding`: nothing; with it, up to three cache
+    /// lookups (absent siblings are cached as misses).
+    fn file_or_sibling(
+        &mut self,
+        head: &RequestHead,
+        rel: &str,
+        info: Rc<FileInfo>,
+        now: Instant,
+    ) -> Response {
+        let Some(ae) = head.accept_encoding.filter(|_| self.cfg.precompressed) else {
+            return self.file(head, &info, None);
+        };
+        if mime::is_compressed(rel) {
+            return self.file(head, &info, None);
+        }
+        let accepted = encoding::acceptable(ae);
+        let mut any = false;
+        let mut chosen = None;
+        let mut name = std::mem::take(&mut self.scratch);
+        for coding in Coding::ALL {
+            name.clear();
+            name.push_str(rel);
+            name.push_str(coding.suffix());
+            if let Entry::File(sib) = self.cache.lookup(&self.root, &name, now) {
+                any = true;
+                let rank = accepted.iter().position(|c| *c == Some(coding));
+                if let Some(rank) = rank {
+                    if chosen.as_ref().is_none_or(|(r, _, _)| rank < *r) {
+                        chosen = Some((rank, coding, sib));
+                    }
+                }
+            }
+        }
+        self.scratch = name;
+        let mut r = match chosen {
+            Some((_, coding, sib)) => self.file(head, &sib, Some((coding, info.mime))),
+            None => self.file(head, &info, None),
+        };
+        if any {
+            // Caches must key this URL by Accept-Encoding, whichever variant we sent.
+            r.headers.add("Vary", "Accept-Encoding");
+        }
+        r
+    }
+
+    /// Answer for one regular file; `encoded` = (its coding, the original's type)
+    /// when it is a precompressed sibling.
+    fn file(
+        &mut self,
+        head: &RequestHead,
+        info: &Rc<FileInfo>,
+        encoded: Option<(Coding, &'static str)>,
+    ) -> Response {
+        let mime = encoded.map_or(info.mime, |(_, m)| m);
         match conditional::evaluate(&Conditions::of(head), &info.etag, info.mtime) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
@@ -200,9 +282,12 @@ impl StaticHandler {
         r.headers.add("Last-Modified", &info.last_modified);
         r.headers.add("ETag", &info.etag);
         r.headers.add("Accept-Ranges", "bytes");
+        if let Some((coding, _)) = encoded {
+            r.headers.add("Content-Encoding", coding.token());
+        }
         match ranges {
             RangeResult::Full => {
-                r.headers.add("Content-Type", info.mime);
+                r.headers.add("Content-Type", mime);
                 r.headers.add_u64("Content-Length", info.len);
                 push_body(&mut r, info, 0, info.len);
             }
@@ -215,7 +300,7 @@ impl StaticHandler {
             RangeResult::Partial(rs) if rs.len() == 1 => {
                 let br = rs[0];
                 r.status = 206;
-                r.headers.add("Content-Type", info.mime);
+                r.headers.add("Content-Type", mime);
                 r.headers.add(
                     "Content-Range",
                     &format!("bytes {}-{}/{}", br.start, br.end, info.len),
@@ -239,7 +324,7 @@ impl StaticHandler {
                 for br in &rs {
                     let sep = format!(
                         "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
-                        info.mime, br.start, br.end, info.len
+                        mime, br.start, br.end, info.len
                     );
                     total += sep.len() as u64 + br.len();
                     parts.push((sep, *br));

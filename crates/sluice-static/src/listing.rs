@@ -386,3 +386,38 @@ mod tests {
         );
     }
 }
+
+/// gzipped listings, keyed by a hash of the uncompressed page: a directory whose
+/// listing has not changed is compressed once, not per request (the page itself is
+/// rebuilt each time, so a changed file size or a new entry shows at once).
+/// Bounded: at most [`GzipCache::MAX`] pages per worker, dropped together when full.
+#[derive(Default)]
+pub struct GzipCache {
+    map: std::collections::HashMap<(u64, usize), std::rc::Rc<[u8]>>,
+}
+
+impl GzipCache {
+    pub const MAX: usize = 256;
+
+    pub fn get(&mut self, page: &[u8]) -> &std::rc::Rc<[u8]> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        page.hash(&mut h);
+        let key = (h.finish(), page.len());
+        if self.map.len() >= Self::MAX && !self.map.contains_key(&key) {
+            self.map.clear();
+        }
+        self.map.entry(key).or_insert_with(|| gzip(page).into())
+    }
+}
+
+fn gzip(page: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(page.len() / 4 + 64),
+        flate2::Compression::new(6),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = e.write_all(page);
+    e.finish().unwrap_or_default()
+}
