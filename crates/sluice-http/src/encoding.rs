@@ -77,7 +77,7 @@ pub fn acceptable(header: &str) -> [Option<Coding>; 3] {
         order[i] = (w, i);
     }
     // Stable: equal weights keep the server's preference.
-    order.sort_by(|a, b| b.0.cmp(&a.0));
+    order.sort_by_key(|o| std::cmp::Reverse(o.0));
     let mut out = [None; 3];
     let mut n = 0;
     for (w, i) in order {
