@@ -54,6 +54,20 @@ pub fn for_path(path: &str) -> &'static str {
     }
 }
 
+/// Files that are compressed already (archives and packages): they are served as
+/// they are, never as a `Content-Encoding` of something else, and never looked for
+/// precompressed siblings.
+pub fn is_compressed(path: &str) -> bool {
+    let Some((_, ext)) = path.rsplit_once('.') else {
+        return false;
+    };
+    const EXTS: [&str; 14] = [
+        "gz", "tgz", "br", "zst", "xz", "txz", "bz2", "tbz2", "lz", "lzma", "zip", "7z", "deb",
+        "rpm",
+    ];
+    EXTS.iter().any(|e| ext.eq_ignore_ascii_case(e))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -69,18 +83,4 @@ mod tests {
             "application/octet-stream"
         );
     }
-}
-
-/// Files that are compressed already (archives and packages): they are served as
-/// they are, never as a `Content-Encoding` of something else, and never looked for
-/// precompressed siblings.
-pub fn is_compressed(path: &str) -> bool {
-    let Some((_, ext)) = path.rsplit_once('.') else {
-        return false;
-    };
-    const EXTS: [&str; 14] = [
-        "gz", "tgz", "br", "zst", "xz", "txz", "bz2", "tbz2", "lz", "lzma", "zip", "7z", "deb",
-        "rpm",
-    ];
-    EXTS.iter().any(|e| ext.eq_ignore_ascii_case(e))
 }
