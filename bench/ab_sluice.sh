@@ -7,6 +7,8 @@ set -uo pipefail
 A=$1; B=$2; ROUNDS=${3:-7}; DUR=${4:-5}
 W=$(mktemp -d /tmp/ab.XXXXXX); trap 'kill $PA $PB 2>/dev/null; rm -rf "$W"' EXIT
 mkdir -p "$W/www"; head -c 1024 /dev/urandom > "$W/www/f.bin"
+# Readable by all: builds that drop root (to nobody) and builds that do not serve alike.
+chmod -R a+rX "$W"
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 QA=$(port); "$A" serve "$W/www" --listen 127.0.0.1:$QA --workers 2 >/dev/null 2>&1 & PA=$!
 QB=$(port); "$B" serve "$W/www" --listen 127.0.0.1:$QB --workers 2 >/dev/null 2>&1 & PB=$!

@@ -113,7 +113,7 @@ keepalive_requests = 1000000
 def start(name, sluice_bin):
     log = open(f"{WORK}/{name}.out", "w")
     cmd = {
-        "sluice": [sluice_bin, "serve", "--config", f"{WORK}/sluice.toml", "--access-log", "off"],
+        "sluice": [sluice_bin, "serve", "--allow-root", "--config", f"{WORK}/sluice.toml", "--access-log", "off"],
         "nginx": ["nginx", "-c", f"{WORK}/nginx.conf", "-p", f"{WORK}/nginx", "-g", "daemon off;"],
         "h2o": ["h2o", "-c", f"{WORK}/h2o.conf"],
         "lighttpd": ["lighttpd", "-D", "-f", f"{WORK}/lighttpd.conf"],

@@ -146,7 +146,7 @@ keepalive_requests = 1000000
 [rules]
 files = {files!r}
 """.replace("'", '"'))
-    return [sluice_bin, "serve", "--config", path, "--access-log", "off"]
+    return [sluice_bin, "serve", "--allow-root", "--config", path, "--access-log", "off"]
 
 
 def start(cmd, timeout=120):

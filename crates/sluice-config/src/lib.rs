@@ -80,6 +80,10 @@ pub struct ServerSection {
     pub workers: usize,
     #[serde(deserialize_with = "de_duration")]
     pub shutdown_grace: Duration,
+    /// Started as root, serve as this user (default: `nobody`).
+    pub user: Option<String>,
+    /// Started as root with no `user`, keep serving as root (not recommended).
+    pub allow_root: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -217,6 +221,8 @@ impl Default for ServerSection {
             root: PathBuf::from("."),
             workers: 0,
             shutdown_grace: Duration::from_secs(10),
+            user: None,
+            allow_root: false,
         }
     }
 }

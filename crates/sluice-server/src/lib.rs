@@ -12,6 +12,7 @@
 pub mod accesslog;
 pub mod listener;
 pub mod phases;
+pub mod privileges;
 pub mod send;
 pub mod wheel;
 pub mod worker;
@@ -157,6 +158,8 @@ pub struct Overrides {
     pub access_log: Option<String>,
     pub rules: Vec<PathBuf>,
     pub lenient: bool,
+    pub user: Option<String>,
+    pub allow_root: bool,
 }
 
 /// Read the config file (if any) and apply the command-line overrides.
@@ -184,6 +187,10 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
     }
     cfg.rules.files.extend(ov.rules.iter().cloned());
     cfg.rules.lenient |= ov.lenient;
+    if let Some(u) = &ov.user {
+        cfg.server.user = Some(u.clone());
+    }
+    cfg.server.allow_root |= ov.allow_root;
     Ok(cfg)
 }
 
@@ -243,6 +250,23 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
                 .map_err(|e| format!("access log {p}: {e}"))?,
         ),
     };
+    // Everything that needs root (ports below 1024, log files in /var/log) is open:
+    // become the serving user before any worker exists.
+    if let Some(acct) = privileges::plan(
+        snap.config.server.user.as_deref(),
+        snap.config.server.allow_root,
+    )? {
+        privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "serving as an unprivileged user");
+        // A tree the user cannot read would answer 403 to everything: say so now.
+        if let Err(e) = std::fs::read_dir(&snap.config.server.root) {
+            return Err(format!(
+                "root {}: {e} (as user {}; make the tree readable to it, name another with server.user, or set allow_root = true)",
+                snap.config.server.root.display(),
+                acct.name
+            ));
+        }
+    }
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
     // Keep 64 descriptors for files, logs and the listeners themselves.

@@ -176,6 +176,13 @@ struct ServeArgs {
     /// Skip unsupported rule directives with a warning instead of refusing the file.
     #[arg(long)]
     lenient: bool,
+    /// Started as root: bind, then serve as this user (overrides server.user;
+    /// default nobody).
+    #[arg(long)]
+    user: Option<String>,
+    /// Started as root with no --user: keep serving as root (server.allow_root).
+    #[arg(long = "allow-root")]
+    allow_root: bool,
 }
 
 #[derive(Subcommand)]
@@ -230,6 +237,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 access_log: a.access_log,
                 rules: a.rules,
                 lenient: a.lenient,
+                user: a.user,
+                allow_root: a.allow_root,
             };
             sluice_server::serve(a.config, ov).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)

@@ -237,7 +237,7 @@ fn reload_with_a_missing_root_keeps_the_old_one() {
     )
     .unwrap();
     let mut child = std::process::Command::new(bin())
-        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .args(["serve", "--allow-root", "--config", cfg.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -177,6 +177,13 @@ fn access_log_is_flushed_within_a_second_or_two() {
 #[test]
 fn serve_without_arguments_serves_the_current_directory() {
     let dir = docroot();
+    // Exactly as an operator would type it, also as root: then the server drops to
+    // `nobody`, which must be able to read the tree.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     // The default address is 127.0.0.1:8080. If something else holds it, the server
     // must say so and exit non-zero; otherwise it must serve the current directory.
     let busy = std::net::TcpListener::bind("127.0.0.1:8080").is_err();

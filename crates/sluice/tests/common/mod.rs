@@ -89,6 +89,10 @@ impl Server {
         cmd.arg("serve")
             .arg(dir.path())
             .args(["--listen", &addr, "--workers", "2"])
+            // The suite may run as root (CI does); these tests are about serving, and
+            // their temporary trees are private to root. tests/operations.rs covers
+            // dropping privileges. A no-op when not root.
+            .arg("--allow-root")
             .args(extra)
             .envs(env.iter().copied());
         let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();

@@ -1,0 +1,126 @@
+//! Dropping root: bind port 80 as root, then serve every byte as an unprivileged user.
+//!
+//! Owns the decision (who to become) and the switch itself. Called once by
+//! [`crate::serve`] after the listeners are bound and the access logs opened, and
+//! before any worker thread exists, so no thread ever serves a request as root.
+//! glibc's `setuid`/`setgid`/`setgroups` apply to every thread of the process anyway
+//! (it signals each one), so the log writer thread started earlier is switched too;
+//! the integration test reads `/proc/PID/task/*/status` to prove it.
+//!
+//! The rule (docs/OPERATIONS.md): started as root, sluice switches to `server.user`
+//! (`--user`), or to `nobody` when none is named, as h2o does; it keeps root only when
+//! the config says `allow_root = true` (`--allow-root`). Started as anyone else it
+//! stays who it is (naming a different user is then an error).
+//!
+//! Written by hand on libc: it is five system calls; the crates that wrap them
+//! (`privdrop`, `nix`) would add more code than they save.
+
+use std::ffi::CString;
+
+/// Who the server becomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The user a root-started server switches to when the config names none.
+pub const DEFAULT_USER: &str = "nobody";
+
+/// Decide, from the config and who we are, whom to become (`None`: stay).
+pub fn plan(user: Option<&str>, allow_root: bool) -> Result<Option<Account>, String> {
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        return match user {
+            Some(u) => {
+                let a = lookup(u)?;
+                if a.uid == euid {
+                    Ok(None)
+                } else {
+                    Err(format!(
+                        "server.user {u:?}: cannot switch users when not started as root"
+                    ))
+                }
+            }
+            None => Ok(None),
+        };
+    }
+    match user {
+        Some(u) => {
+            let a = lookup(u)?;
+            if a.uid == 0 && !allow_root {
+                return Err(format!(
+                    "server.user {u:?} is root: set allow_root = true (--allow-root) to really serve as root"
+                ));
+            }
+            Ok((a.uid != 0).then_some(a))
+        }
+        None if allow_root => Ok(None),
+        None => lookup(DEFAULT_USER).map(Some).map_err(|e| {
+            format!("{e}; started as root with no server.user: name one, or set allow_root = true")
+        }),
+    }
+}
+
+/// Look a user up in the password database (`getpwnam_r`), or take a numeric uid.
+pub fn lookup(name: &str) -> Result<Account, String> {
+    let c = CString::new(name).map_err(|_| format!("user {name:?}: bad name"))?;
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to live storage of the given size.
+    let rc =
+        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc == 0 && !out.is_null() {
+        return Ok(Account {
+            name: name.to_string(),
+            uid: pw.pw_uid,
+            gid: pw.pw_gid,
+        });
+    }
+    if let Ok(uid) = name.parse::<u32>() {
+        // A bare uid with no passwd entry: its group is the same number.
+        return Ok(Account {
+            name: name.to_string(),
+            uid,
+            gid: uid,
+        });
+    }
+    Err(format!("user {name:?}: no such user"))
+}
+
+/// Become `a`: supplementary groups → its primary group only, then gid, then uid;
+/// then check that root cannot be regained.
+pub fn switch_to(a: &Account) -> Result<(), String> {
+    // SAFETY: plain system calls on integers and a one-element array.
+    unsafe {
+        let groups = [a.gid as libc::gid_t];
+        if libc::setgroups(1, groups.as_ptr()) != 0 {
+            return Err(format!(
+                "setgroups({}): {}",
+                a.gid,
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::setgid(a.gid) != 0 {
+            return Err(format!(
+                "setgid({}): {}",
+                a.gid,
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::setuid(a.uid) != 0 {
+            return Err(format!(
+                "setuid({}): {}",
+                a.uid,
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::setuid(0) == 0 || libc::geteuid() != a.uid || libc::getegid() != a.gid {
+            return Err("privileges were not dropped completely".into());
+        }
+    }
+    Ok(())
+}

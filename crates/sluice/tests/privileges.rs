@@ -1,0 +1,166 @@
+//! Dropping root (issue 14): bind as root, serve as the named user, every thread.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+/// Run a server that is expected to refuse to start; never wait more than 20 s.
+fn bounded(cmd: &mut Command) -> std::process::Output {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the server started when it should have refused to");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn nobody() -> (u32, u32) {
+    let out = Command::new("id").args(["-u", "nobody"]).output().unwrap();
+    let uid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let out = Command::new("id").args(["-g", "nobody"]).output().unwrap();
+    let gid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    (uid, gid)
+}
+
+/// A docroot the unprivileged user can read, plus one file only root can.
+fn shared_root() -> tempfile::TempDir {
+    let d = docroot();
+    std::fs::set_permissions(d.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(d.path().join("root-only.txt"), b"secret").unwrap();
+    std::fs::set_permissions(
+        d.path().join("root-only.txt"),
+        PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    d
+}
+
+/// `Uid:` and `Gid:` lines (real, effective, saved, fs) of every thread.
+fn thread_ids(pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(k))
+                .map(|l| {
+                    l[k.len()..]
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap()
+        };
+        out.push((field("Uid:"), field("Gid:")));
+    }
+    out
+}
+
+fn assert_all_threads_are(pid: u32, uid: u32, gid: u32, threads: usize) {
+    let ids = thread_ids(pid);
+    assert!(
+        ids.len() >= threads,
+        "main, log and worker threads: {ids:?}"
+    );
+    for (u, g) in &ids {
+        assert_eq!(u, &format!("{uid} {uid} {uid} {uid}"), "{ids:?}");
+        assert_eq!(g, &format!("{gid} {gid} {gid} {gid}"), "{ids:?}");
+    }
+}
+
+#[test]
+fn user_flag_drops_every_thread_and_root_only_files_are_refused() {
+    if euid() != 0 {
+        // Not root: switching users is impossible, and must be said, not ignored.
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", ".", "--listen", "127.0.0.1:1", "--user", "root"]);
+        let out = bounded(&mut cmd);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not started as root"));
+        return;
+    }
+    let (uid, gid) = nobody();
+    let log = log_path("privileges");
+    let srv = Server::start_in(
+        shared_root(),
+        &["--user", "nobody", "--access-log", log.to_str().unwrap()],
+    );
+    // main, the log writer and two workers
+    assert_all_threads_are(srv.child.id(), uid, gid, 4);
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").text(),
+        "hello world\n"
+    );
+    assert_eq!(srv.get("GET /root-only.txt HTTP/1.0\r\n\r\n").status, 403);
+    // The log, opened as root before the switch, is still written.
+    let text = wait_for_lines(&log, 2, std::time::Duration::from_secs(5), |_| true);
+    assert!(
+        text.contains("\"GET /root-only.txt HTTP/1.0\" 403"),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn root_without_a_user_serves_as_nobody_and_root_user_needs_allow_root() {
+    if euid() != 0 {
+        return user_flag_drops_every_thread_and_root_only_files_are_refused();
+    }
+    let (uid, gid) = nobody();
+    let d = shared_root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg(d.path())
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--workers", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("serving"), "{line:?}");
+    assert_all_threads_are(child.id(), uid, gid, 2);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Naming root is refused unless allowed in so many words.
+    let mut out = Command::new(bin());
+    out.arg("serve")
+        .arg(d.path())
+        .args(["--listen", "127.0.0.1:1", "--user", "root"])
+        .stdout(Stdio::null());
+    let out = bounded(&mut out);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allow_root"));
+    // A tree the user cannot read is a start-up error, not a server answering 403.
+    let private = docroot();
+    std::fs::set_permissions(private.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    let mut out = Command::new(bin());
+    out.arg("serve")
+        .arg(private.path())
+        .args(["--listen", "127.0.0.1:1", "--user", "nobody"])
+        .stdout(Stdio::null());
+    let out = bounded(&mut out);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("as user nobody"), "{err}");
+}
