@@ -8,6 +8,8 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)   # conditioning tests
+command -v systemd-socket-activate >/dev/null 2>&1 || need+=(systemd)   # socket activation test
+command -v gzip >/dev/null 2>&1 || need+=(gzip)   # precompressed siblings test
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
     echo "installing: ${need[*]}"

@@ -14,6 +14,7 @@ pub mod listener;
 pub mod phases;
 pub mod privileges;
 pub mod send;
+pub mod systemd;
 pub mod wheel;
 pub mod worker;
 
@@ -222,11 +223,13 @@ pub fn raise_nofile_limit() -> u64 {
 /// the access log (log rotation).
 pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    // Before anything else (and before any thread): sockets systemd passed us.
+    let activated = systemd::listen_fds()?;
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let snap = Snapshot::build(cfg)?;
     let workers = snap.config.worker_count();
-    let addrs: Vec<SocketAddr> = snap
+    let mut addrs: Vec<SocketAddr> = snap
         .config
         .server
         .listen
@@ -236,12 +239,40 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
 
     // Bind everything before spawning, so a taken port is one clear error.
     let mut per_worker = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let mut ls = Vec::new();
-        for a in &addrs {
-            ls.push(listener::bind(*a, 4096).map_err(|e| format!("cannot listen on {a}: {e}"))?);
+    if activated.is_empty() {
+        for _ in 0..workers {
+            let mut ls = Vec::new();
+            for a in &addrs {
+                ls.push(
+                    listener::bind(*a, 4096).map_err(|e| format!("cannot listen on {a}: {e}"))?,
+                );
+            }
+            per_worker.push(ls);
         }
-        per_worker.push(ls);
+    } else {
+        // Socket activation: serve on exactly the sockets passed (server.listen is
+        // not used). One socket per address, shared by every worker: each polls its
+        // own duplicate, the kernel hands each connection to one accept.
+        addrs.clear();
+        let mut shared_ls = Vec::new();
+        for fd in activated {
+            let l = std::net::TcpListener::from(fd);
+            l.set_nonblocking(true)
+                .map_err(|e| format!("LISTEN_FDS: {e}"))?;
+            addrs.push(l.local_addr().map_err(|e| format!("LISTEN_FDS: {e}"))?);
+            shared_ls.push(mio::net::TcpListener::from_std(l));
+        }
+        tracing::info!(
+            sockets = addrs.len(),
+            "socket activation: serving on the passed sockets"
+        );
+        for _ in 0..workers {
+            let mut ls = Vec::new();
+            for l in &shared_ls {
+                ls.push(clone_listener(l).map_err(|e| format!("LISTEN_FDS: {e}"))?);
+            }
+            per_worker.push(ls);
+        }
     }
     let log_writer = match snap.config.log.access.as_str() {
         "off" => None,
@@ -326,6 +357,10 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
+    systemd::notify(&format!(
+        "READY=1\nSTATUS=serving on {} address(es), {workers} workers",
+        addrs.len()
+    ));
 
     // The main thread's loop: signals, and worker supervision. A worker that panics
     // (a bug: nothing a client sends should do that) is logged loudly and replaced
@@ -338,7 +373,11 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     'main: loop {
         for sig in signals.pending() {
             match sig {
-                SIGHUP => reload(&shared, config_path.as_deref(), &ov),
+                SIGHUP => {
+                    systemd::reloading();
+                    reload(&shared, config_path.as_deref(), &ov);
+                    systemd::notify("READY=1");
+                }
                 SIGUSR1 => {
                     if let Some(w) = &log_writer {
                         w.reopen();
@@ -384,6 +423,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             Err(_) => {}
         }
     }
+    systemd::notify("STOPPING=1");
     shared.stop.store(true, Ordering::Relaxed);
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.

@@ -1,0 +1,142 @@
+//! systemd integration (issue 14): socket activation with Debian's
+//! `systemd-socket-activate`, and sd_notify readiness over a real datagram socket.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn socket_activation_serves_on_the_passed_descriptor() {
+    assert!(
+        Command::new("systemd-socket-activate")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "systemd-socket-activate is needed (Debian's systemd package; scripts/test.sh installs it)"
+    );
+    let dir = docroot();
+    let port = free_port();
+    // A different address in server.listen: it must not be bound.
+    let unused = free_port();
+    let mut child = Command::new("systemd-socket-activate")
+        .args(["-l", &format!("127.0.0.1:{port}")])
+        .arg(bin())
+        .arg("serve")
+        .arg(dir.path())
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{unused}"),
+            "--workers",
+            "2",
+            "--allow-root",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let child = Kill(child);
+    // The activator listens first and starts sluice on the first connection.
+    let t = Instant::now();
+    let mut s = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if t.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("activator never listened: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, false).expect("a response on the activated socket");
+    assert_eq!(r.text(), "hello world\n");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert!(
+        line.contains(&format!("http://127.0.0.1:{port}/")),
+        "{line:?}"
+    );
+    // Same process (the activator execs it): more connections, both workers' turn.
+    for _ in 0..20 {
+        let r = get_once(port);
+        assert_eq!(r.status, 200);
+    }
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", unused)).is_err(),
+        "server.listen must not be bound under socket activation"
+    );
+    drop(child);
+}
+
+fn get_once(port: u16) -> Resp {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /sub/ HTTP/1.0\r\n\r\n").unwrap();
+    read_response(&mut s, false).unwrap()
+}
+
+fn recv_until(sock: &UnixDatagram, want: &str) -> String {
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    loop {
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if t.elapsed() < Duration::from_secs(15) => {
+                let _ = e;
+                continue;
+            }
+            Err(e) => panic!("no {want:?} from the server: {e}"),
+        };
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if msg.lines().any(|l| l.starts_with(want)) {
+            return msg;
+        }
+    }
+}
+
+#[test]
+fn sd_notify_ready_reloading_stopping() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", path.to_str().unwrap())], &[]);
+    let ready = recv_until(&sock, "READY=1");
+    assert!(ready.contains("STATUS=serving"), "{ready:?}");
+    srv.signal(libc::SIGHUP);
+    let reloading = recv_until(&sock, "RELOADING=1");
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading:?}");
+    recv_until(&sock, "READY=1");
+    srv.signal(libc::SIGTERM);
+    recv_until(&sock, "STOPPING=1");
+    // Abstract addresses (systemd's own form, "@name") work too.
+    let name = format!("sluice-test-{}", std::process::id());
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let sock = UnixDatagram::bind_addr(&addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let _srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", &format!("@{name}"))], &[]);
+    recv_until(&sock, "READY=1");
+}
