@@ -26,6 +26,8 @@
 //! files = ["redirects.conf"]
 //! ```
 
+pub mod sites;
+
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -212,6 +214,8 @@ pub struct Config {
     pub log: LogSection,
     pub rules: RulesSection,
     pub condition: ConditionSection,
+    /// Virtual hosts ([`sites`]); none = one site, the top level.
+    pub site: Vec<sites::SiteSection>,
 }
 
 impl Default for ServerSection {
@@ -315,6 +319,16 @@ impl Config {
                 *f = base.join(&*f);
             }
         }
+        for s in cfg.site.iter_mut() {
+            if s.root.is_relative() {
+                s.root = base.join(&s.root);
+            }
+            for f in s.rules.iter_mut() {
+                if f.is_relative() {
+                    *f = base.join(&*f);
+                }
+            }
+        }
         Ok(cfg)
     }
 
@@ -349,6 +363,7 @@ impl Config {
                 "{origin}: condition.send_rate_window: at least 1s"
             )));
         }
+        sites::resolve(self, origin)?;
         if self.log.access != "off" && self.log.access.is_empty() {
             return Err(ConfigError(format!(
                 "{origin}: log.access: empty path (use \"off\")"

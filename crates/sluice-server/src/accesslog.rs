@@ -103,10 +103,13 @@ pub struct Pending {
     status: u16,
     referer: Vec<u8>,
     user_agent: Vec<u8>,
+    /// Which of the worker's log outputs the line goes to (`None`: the site logs
+    /// nothing).
+    out: Option<u8>,
 }
 
 impl Pending {
-    pub fn new(head: &sluice_http::RequestHead, status: u16) -> Pending {
+    pub fn new(head: &sluice_http::RequestHead, status: u16, out: Option<u8>) -> Pending {
         let mut line = Vec::with_capacity(head.method_str.len() + head.target.len() + 10);
         line.extend_from_slice(head.method_str.as_bytes());
         line.push(b' ');
@@ -118,13 +121,14 @@ impl Pending {
             status,
             referer: head.referer.unwrap_or(b"").to_vec(),
             user_agent: head.user_agent.unwrap_or(b"").to_vec(),
+            out,
         }
     }
 
     /// A request the parser refused (or that timed out half-sent): its first line as
     /// received, cut at [`REJECTED_LINE_MAX`] bytes, so smuggling probes and
     /// slowloris heads are visible in the log. Empty input logs as `-`.
-    pub fn rejected(raw: &[u8], status: u16) -> Pending {
+    pub fn rejected(raw: &[u8], status: u16, out: Option<u8>) -> Pending {
         let raw = match raw.iter().position(|&b| b != b'\r' && b != b'\n') {
             Some(i) => &raw[i..],
             None => &[],
@@ -143,6 +147,7 @@ impl Pending {
             status,
             referer: Vec::new(),
             user_agent: Vec::new(),
+            out,
         }
     }
 
@@ -160,35 +165,57 @@ pub struct Handle {
     dropped: Arc<AtomicU64>,
 }
 
-/// A worker's side of the log.
+/// A worker's side of the logs: one buffer per log file (the main access log and
+/// any per-site logs), in the order the server opened them.
 pub struct WorkerLog {
-    handle: Option<Handle>,
-    buf: Vec<u8>,
-    last_flush: Instant,
+    outs: Vec<Output>,
     stamp_secs: u64,
     stamp: String,
 }
 
+struct Output {
+    path: String,
+    handle: Handle,
+    buf: Vec<u8>,
+    last_flush: Instant,
+}
+
 impl WorkerLog {
-    pub fn new(handle: Option<Handle>) -> Self {
+    /// `outs`: (path, handle) for every open log file.
+    pub fn new(outs: Vec<(String, Handle)>) -> Self {
         WorkerLog {
-            handle,
-            buf: Vec::new(),
-            last_flush: Instant::now(),
+            outs: outs
+                .into_iter()
+                .map(|(path, handle)| Output {
+                    path,
+                    handle,
+                    buf: Vec::new(),
+                    last_flush: Instant::now(),
+                })
+                .collect(),
             stamp_secs: u64::MAX,
             stamp: String::new(),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.handle.is_some()
+        !self.outs.is_empty()
     }
 
-    /// Append one combined-format line.
+    /// Which output writes to `path` (a site's access log), if it is open.
+    pub fn index_of(&self, path: &str) -> Option<u8> {
+        self.outs
+            .iter()
+            .position(|o| o.path == path)
+            .map(|i| i as u8)
+    }
+
+    /// Append one combined-format line to the output `p` was made for.
     pub fn line(&mut self, now: SystemTime, peer: IpAddr, p: &Pending, bytes: u64) {
         let (request_line, status, referer, user_agent) =
             (&p.request_line, p.status, &p.referer, &p.user_agent);
-        if self.handle.is_none() {
+        let Some(out) = p.out else { return };
+        if usize::from(out) >= self.outs.len() {
             return;
         }
         let secs = now
@@ -199,7 +226,8 @@ impl WorkerLog {
             self.stamp_secs = secs;
             self.stamp = clf_time(secs);
         }
-        let b = &mut self.buf;
+        let o = &mut self.outs[usize::from(out)];
+        let b = &mut o.buf;
         let _ = write!(b, "{peer} - - [{}] \"", self.stamp);
         escape_into(b, request_line);
         let mut n = itoa::Buffer::new();
@@ -224,27 +252,36 @@ impl WorkerLog {
             escape_into(b, user_agent)
         }
         b.extend_from_slice(b"\"\n");
-        if self.buf.len() >= FLUSH_BYTES {
-            self.flush();
+        if o.buf.len() >= FLUSH_BYTES {
+            o.flush();
         }
     }
 
-    /// Called on every timer tick; flushes if a second has passed.
+    /// Called on every timer tick; flushes buffers a second old.
     pub fn tick(&mut self, now: Instant) {
-        if !self.buf.is_empty() && now.duration_since(self.last_flush) >= FLUSH_EVERY {
-            self.flush();
+        for o in &mut self.outs {
+            if !o.buf.is_empty() && now.duration_since(o.last_flush) >= FLUSH_EVERY {
+                o.flush();
+            }
         }
     }
 
     pub fn flush(&mut self) {
+        for o in &mut self.outs {
+            o.flush();
+        }
+    }
+}
+
+impl Output {
+    fn flush(&mut self) {
         self.last_flush = Instant::now();
-        let Some(h) = &self.handle else { return };
         if self.buf.is_empty() {
             return;
         }
         let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_BYTES + 1024));
-        if let Err(TrySendError::Full(_)) = h.tx.try_send(buf) {
-            h.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_)) = self.handle.tx.try_send(buf) {
+            self.handle.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -317,11 +354,11 @@ mod tests {
     }
     #[test]
     fn rejected_requests_keep_their_first_line() {
-        let p = Pending::rejected(b"\r\nPOST /x HTTP/1.1\r\nHost: a\r\n", 400);
+        let p = Pending::rejected(b"\r\nPOST /x HTTP/1.1\r\nHost: a\r\n", 400, None);
         assert_eq!(p.request_line, b"POST /x HTTP/1.1");
-        assert_eq!(Pending::rejected(b"", 408).request_line, b"-");
+        assert_eq!(Pending::rejected(b"", 408, None).request_line, b"-");
         let long = vec![b'a'; 1000];
-        let p = Pending::rejected(&long, 414);
+        let p = Pending::rejected(&long, 414, None);
         assert_eq!(p.request_line.len(), REJECTED_LINE_MAX + 3);
     }
 }

@@ -30,31 +30,51 @@ use std::sync::{Arc, Mutex};
 /// reload; never mutated.
 pub struct Snapshot {
     pub config: Config,
-    pub rules: Option<Arc<sluice_rules::RuleSet>>,
+    /// Sites, the main (top-level) one first; see `sluice_config::sites`.
+    pub sites: Vec<Site>,
+    pub hosts: sluice_config::sites::HostIndex,
     /// `condition.cap_exempt`, parsed.
     pub cap_exempt: Vec<sluice_condition::Cidr>,
+}
+
+/// One site, compiled: its settings and its own rules (never another site's).
+pub struct Site {
+    pub conf: sluice_config::sites::Site,
+    pub rules: Option<Arc<sluice_rules::RuleSet>>,
 }
 
 impl Snapshot {
     /// Validate a config and compile everything it refers to. Errors are phrased for
     /// the operator; on reload they leave the old snapshot serving.
     pub fn build(config: Config) -> Result<Snapshot, String> {
-        let root = &config.server.root;
-        let meta = std::fs::metadata(root).map_err(|e| format!("root {}: {e}", root.display()))?;
-        if !meta.is_dir() {
-            return Err(format!("root {}: not a directory", root.display()));
-        }
-        let rules = if config.rules.files.is_empty() {
-            None
-        } else {
-            let opts = sluice_rules::LoadOptions {
-                lenient: config.rules.lenient,
+        let (confs, hosts) =
+            sluice_config::sites::resolve(&config, "config").map_err(|e| e.to_string())?;
+        let mut sites = Vec::with_capacity(confs.len());
+        for conf in confs {
+            let root = &conf.root;
+            let what = if conf.names.is_empty() && sites.is_empty() {
+                String::new()
+            } else {
+                format!("site {}: ", conf.label)
             };
-            let set = sluice_rules::RuleSet::load_files(&config.rules.files, &opts)
-                .map_err(|e| e.to_string())?;
-            tracing::info!(summary = %set.summary(), "rules compiled");
-            Some(Arc::new(set))
-        };
+            let meta = std::fs::metadata(root)
+                .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
+            if !meta.is_dir() {
+                return Err(format!("{what}root {}: not a directory", root.display()));
+            }
+            let rules = if conf.rules.is_empty() {
+                None
+            } else {
+                let opts = sluice_rules::LoadOptions {
+                    lenient: conf.lenient,
+                };
+                let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts)
+                    .map_err(|e| format!("{what}{e}"))?;
+                tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
+                Some(Arc::new(set))
+            };
+            sites.push(Site { conf, rules });
+        }
         let cap_exempt = config
             .condition
             .cap_exempt
@@ -65,18 +85,27 @@ impl Snapshot {
             .collect::<Result<_, _>>()?;
         Ok(Snapshot {
             config,
-            rules,
+            sites,
+            hosts,
             cap_exempt,
         })
     }
 
-    pub fn static_handler(&self) -> std::io::Result<StaticHandler> {
-        let root = Root::new(&self.config.server.root, self.config.files.symlinks)?;
-        Ok(StaticHandler::new(
-            root,
-            self.config.files.clone(),
-            self.config.http.max_ranges,
-        ))
+    /// One file handler per site, in site order (each owns its own cache).
+    pub fn static_handlers(&self) -> std::io::Result<Vec<StaticHandler>> {
+        self.sites
+            .iter()
+            .map(|s| {
+                let root = Root::new(&s.conf.root, self.config.files.symlinks).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("root {}: {e}", s.conf.root.display()))
+                })?;
+                Ok(StaticHandler::new(
+                    root,
+                    s.conf.files.clone(),
+                    self.config.http.max_ranges,
+                ))
+            })
+            .collect()
     }
 
     pub fn limits(&self) -> Limits {
@@ -274,13 +303,17 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             per_worker.push(ls);
         }
     }
-    let log_writer = match snap.config.log.access.as_str() {
-        "off" => None,
-        p => Some(
-            accesslog::Writer::open(PathBuf::from(p))
-                .map_err(|e| format!("access log {p}: {e}"))?,
-        ),
-    };
+    // Every access log any site names (the main log first), each opened once.
+    let mut log_writers: Vec<(String, accesslog::Writer)> = Vec::new();
+    for site in &snap.sites {
+        if let Some(p) = &site.conf.access_log {
+            if !log_writers.iter().any(|(q, _)| q == p) {
+                let w = accesslog::Writer::open(PathBuf::from(p))
+                    .map_err(|e| format!("access log {p}: {e}"))?;
+                log_writers.push((p.clone(), w));
+            }
+        }
+    }
     // Everything that needs root (ports below 1024, log files in /var/log) is open:
     // become the serving user before any worker exists.
     if let Some(acct) = privileges::plan(
@@ -327,7 +360,10 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             id,
             listeners: ls,
             shared: shared.clone(),
-            log: log_writer.as_ref().map(|w| w.handle()),
+            logs: log_writers
+                .iter()
+                .map(|(p, w)| (p.clone(), w.handle()))
+                .collect(),
             max_conns,
             exits: exit_tx.clone(),
         })
@@ -379,7 +415,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
                     systemd::notify("READY=1");
                 }
                 SIGUSR1 => {
-                    if let Some(w) = &log_writer {
+                    for (_, w) in &log_writers {
                         w.reopen();
                     }
                 }
@@ -431,7 +467,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     for t in threads.into_iter().flatten() {
         let _ = t.join();
     }
-    if let Some(w) = log_writer {
+    for (_, w) in log_writers {
         w.finish();
     }
     match failure {
@@ -454,7 +490,7 @@ struct WorkerSpawn {
     id: usize,
     listeners: Vec<mio::net::TcpListener>,
     shared: Arc<Shared>,
-    log: Option<accesslog::Handle>,
+    logs: Vec<(String, accesslog::Handle)>,
     max_conns: usize,
     exits: std::sync::mpsc::Sender<WorkerExit>,
 }
@@ -470,7 +506,7 @@ fn spawn_worker(w: WorkerSpawn) -> Result<std::thread::JoinHandle<()>, String> {
             // Unwind safety: everything the closure owns dies with it; the only
             // shared state is atomics and the snapshot mutex (poison-tolerant).
             let body = std::panic::AssertUnwindSafe(move || {
-                let wl = accesslog::WorkerLog::new(w.log);
+                let wl = accesslog::WorkerLog::new(w.logs);
                 let worker = worker::Worker::new(id, w.listeners, w.shared, wl, w.max_conns)
                     .map_err(|e| e.to_string())?;
                 let _ = w.exits.send(WorkerExit::Ready(id));
@@ -510,12 +546,15 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
     match result {
         Ok(snap) => {
             let (old, _) = shared.current();
+            let logs = |s: &Snapshot| -> Vec<Option<String>> {
+                s.sites.iter().map(|x| x.conf.access_log.clone()).collect()
+            };
             if old.config.server.listen != snap.config.server.listen
                 || old.config.server.workers != snap.config.server.workers
-                || old.config.log.access != snap.config.log.access
+                || logs(&old) != logs(&snap)
             {
                 tracing::warn!(
-                    "reload: listen, workers and log.access take effect only after a restart"
+                    "reload: listen, workers and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
                 );
             }
             shared.replace(snap);

@@ -6,7 +6,7 @@
 //! conditioning happens before this, in the worker (`worker.rs`); sending happens
 //! after, in `send.rs`.
 
-use crate::Snapshot;
+use crate::Site;
 use sluice_http::response::{Chunk, Response};
 use sluice_http::{Method, RequestHead};
 use sluice_static::StaticHandler;
@@ -15,7 +15,8 @@ use std::time::Instant;
 
 /// What the phases can see besides the request.
 pub struct PhaseCtx<'a> {
-    pub snap: &'a Snapshot,
+    /// The site the request's Host chose (`Snapshot::hosts`).
+    pub site: &'a Site,
     pub files: &'a mut StaticHandler,
     pub peer: IpAddr,
     pub now: Instant,
@@ -29,7 +30,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     }
     // 2. Rules: redirects, rewrites, deny/gone, before the file system is touched,
     //    so a redirect costs no stat (seed 001).
-    if let Some(rules) = ctx.snap.rules.as_deref() {
+    if let Some(rules) = ctx.site.rules.as_deref() {
         // Rules match text; a User-Agent with obs-text bytes is matched as lossy UTF-8.
         let ua = head.user_agent.map(String::from_utf8_lossy);
         let req = sluice_rules::Request {

@@ -147,7 +147,10 @@ pub struct Worker {
     shared: Arc<Shared>,
     snap: Arc<Snapshot>,
     snap_gen: u64,
-    files: StaticHandler,
+    /// One file handler per site (`snap.sites` order).
+    files: Vec<StaticHandler>,
+    /// Each site's log output (`WorkerLog` index), `None` = not logged.
+    site_log: Vec<Option<u8>>,
     limits: Limits,
     date: DateCache,
     pool: Vec<Vec<u8>>,
@@ -194,7 +197,8 @@ impl Worker {
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let (snap, snap_gen) = shared.current();
-        let files = snap.static_handler()?;
+        let files = snap.static_handlers()?;
+        let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
         let shared_workers = shared.stats.len().max(1);
         let now = Instant::now();
@@ -212,6 +216,7 @@ impl Worker {
             snap,
             snap_gen,
             files,
+            site_log,
             date: DateCache::default(),
             pool: Vec::new(),
             out_pool: Vec::new(),
@@ -291,7 +296,9 @@ impl Worker {
             self.log.tick(self.now);
             if self.now_ms >= self.next_expire_ms {
                 self.next_expire_ms = self.now_ms + 1000;
-                self.files.expire(self.now);
+                for f in &mut self.files {
+                    f.expire(self.now);
+                }
             }
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
                 self.begin_stop();
@@ -318,9 +325,10 @@ impl Worker {
             return;
         }
         let (snap, g) = self.shared.current();
-        match snap.static_handler() {
+        match snap.static_handlers() {
             Ok(files) => {
                 self.files = files;
+                self.site_log = site_logs(&snap, &self.log);
                 self.limits = snap.limits();
                 self.snap = snap;
             }
@@ -539,7 +547,11 @@ impl Worker {
                 // sent nothing at all is closed silently.
                 send_now(&c.sock, b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
                 if self.log.enabled() {
-                    let p = Pending::rejected(&c.rbuf, 408);
+                    let p = Pending::rejected(
+                        &c.rbuf,
+                        408,
+                        self.site_log[self.snap.hosts.default_site()],
+                    );
                     self.log.line(SystemTime::now(), c.peer, &p, 0);
                 }
             }
@@ -913,19 +925,25 @@ impl Worker {
                 // The framing can no longer be trusted: whatever else the client
                 // sends is drained after the answer, never parsed.
                 c.linger = true;
-                let log = self
-                    .log
-                    .enabled()
-                    .then(|| Pending::rejected(&rbuf, e.status()));
+                let log = self.log.enabled().then(|| {
+                    Pending::rejected(
+                        &rbuf,
+                        e.status(),
+                        self.site_log[self.snap.hosts.default_site()],
+                    )
+                });
                 (r, rbuf.len(), false, false, false, log)
             }
             Ok(Parsed::Complete(head)) => {
                 if self.panic_path.as_deref() == Some(head.path) {
                     panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
                 }
+                // Virtual hosts: the Host header picks the site (its root, settings,
+                // rules and log); unknown or missing hosts get the default site.
+                let site = self.snap.hosts.find(head.host);
                 let mut ctx = PhaseCtx {
-                    snap: &self.snap,
-                    files: &mut self.files,
+                    site: &self.snap.sites[site],
+                    files: &mut self.files[site],
                     peer: c.peer,
                     now: self.now,
                 };
@@ -957,7 +975,10 @@ impl Worker {
                 if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
                     resp.close = true;
                 }
-                let log = self.log.enabled().then(|| Pending::new(&head, resp.status));
+                let log = self
+                    .log
+                    .enabled()
+                    .then(|| Pending::new(&head, resp.status, self.site_log[site]));
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
@@ -1145,4 +1166,21 @@ mod tests {
         assert!(size <= 120, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
     }
+}
+
+/// Each site's log output: its own file if that file is open (logs open at start-up
+/// only), else the main log, else none.
+fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
+    let main = snap.sites[0]
+        .conf
+        .access_log
+        .as_deref()
+        .and_then(|p| log.index_of(p));
+    snap.sites
+        .iter()
+        .map(|s| match s.conf.access_log.as_deref() {
+            None => None,
+            Some(p) => log.index_of(p).or(main),
+        })
+        .collect()
 }

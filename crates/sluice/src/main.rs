@@ -248,14 +248,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cfg = sluice_server::load_config(Some(&config), &Default::default())
                 .map_err(anyhow::Error::msg)?;
             let snap = sluice_server::Snapshot::build(cfg).map_err(anyhow::Error::msg)?;
-            match &snap.rules {
-                Some(r) => {
-                    for w in &r.warnings {
-                        eprintln!("warning: {w}");
-                    }
-                    println!("{}: OK ({})", config.display(), r.summary())
+            println!("{}: OK", config.display());
+            // One line per site: which names it answers, its root, its rules.
+            for (i, site) in snap.sites.iter().enumerate() {
+                let c = &site.conf;
+                if i == 0
+                    && snap.sites.len() > 1
+                    && c.names.is_empty()
+                    && snap.hosts.default_site() != 0
+                {
+                    continue; // the top level is not used: a [[site]] is the default
                 }
-                None => println!("{}: OK", config.display()),
+                let names = if c.names.is_empty() {
+                    "-".to_string()
+                } else {
+                    c.names.join(" ")
+                };
+                let default = if snap.hosts.default_site() == i {
+                    " (default)"
+                } else {
+                    ""
+                };
+                let rules = match &site.rules {
+                    Some(r) => {
+                        for w in &r.warnings {
+                            eprintln!("warning: {}: {w}", c.label);
+                        }
+                        r.summary()
+                    }
+                    None => "no rules".into(),
+                };
+                println!(
+                    "  site {}{default}: names {names}; root {}; {rules}; log {}",
+                    c.label,
+                    c.root.display(),
+                    c.access_log.as_deref().unwrap_or("off")
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -306,12 +334,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => {
             init_tracing("warn");
-            let (files, root) = if file.extension().and_then(|e| e.to_str()) == Some("toml") {
-                let cfg = sluice_config::Config::load(&file).map_err(anyhow::Error::msg)?;
-                (cfg.rules.files.clone(), Some(cfg.server.root.clone()))
-            } else {
-                (vec![file.clone()], None)
-            };
+            let (files, root, lenient) =
+                if file.extension().and_then(|e| e.to_str()) == Some("toml") {
+                    // A config: the site that --host chooses (as the server would), with
+                    // that site's rules only.
+                    let cfg = sluice_config::Config::load(&file).map_err(anyhow::Error::msg)?;
+                    let (sites, hosts) =
+                        sluice_config::sites::resolve(&cfg, &file.display().to_string())
+                            .map_err(anyhow::Error::msg)?;
+                    let host_only = host.as_deref().map(strip_port);
+                    let site = &sites[hosts.find(host_only)];
+                    if sites.len() > 1 {
+                        println!("site: {} (root {})", site.label, site.root.display());
+                    }
+                    (
+                        site.rules.clone(),
+                        Some(site.root.clone()),
+                        lenient || site.lenient,
+                    )
+                } else {
+                    (vec![file.clone()], None, lenient)
+                };
             let set =
                 sluice_rules::RuleSet::load_files(&files, &sluice_rules::LoadOptions { lenient })?;
             for w in &set.warnings {
@@ -332,6 +375,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", set.explain(&req));
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `example.org:8080` → `example.org`; `[::1]:80` → `[::1]` (as the server sees Host).
+fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.find(']').map_or(h, |i| &h[..=i]);
+    }
+    match h.split_once(':') {
+        Some((name, port)) if !port.contains(':') => name,
+        _ => h,
     }
 }
 

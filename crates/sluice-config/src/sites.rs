@@ -1,0 +1,255 @@
+//! Virtual hosts: `[[site]]` sections, and choosing a site by `Host`.
+//!
+//! Owns the site list as the server sees it (every site resolved to a root, file
+//! settings, rules files and an access log) and [`HostIndex`], the lookup from a
+//! request's host to a site. Pure data: no sockets, no rules compilation.
+//!
+//! The top-level `[server] root`, `[rules]`, `[files]` and `[log] access` form the
+//! *main site*: it answers requests whose host names no `[[site]]` (or that have no
+//! host), unless a `[[site]]` says `default = true`. So a config without `[[site]]`
+//! is one site, exactly as before.
+//!
+//! Names are matched as nginx does for the two forms it has without regexes: exact
+//! names first, then `*.example.org` (any depth of subdomain, not `example.org`
+//! itself), longest suffix first. Matching is ASCII case-insensitive and ignores a
+//! trailing dot. Cost per request: nothing with one site; otherwise one hash lookup
+//! plus one per wildcard suffix of the host (a few).
+
+use crate::{ConfigError, FilesSection};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// One `[[site]]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SiteSection {
+    /// Host names: `"mirror.example.org"` or `"*.example.org"`.
+    pub names: Vec<String>,
+    /// This site answers unknown or missing hosts (at most one site may say so).
+    pub default: bool,
+    pub root: PathBuf,
+    /// Rules files for this site only (relative to the config file).
+    pub rules: Vec<PathBuf>,
+    pub lenient: bool,
+    /// Override `[files] listing` / `hidden` for this site.
+    pub listing: Option<bool>,
+    pub hidden: Option<bool>,
+    /// This site's own access log (default: the main `[log] access`).
+    pub access_log: Option<String>,
+}
+
+/// A site resolved against the top-level settings.
+#[derive(Clone, Debug)]
+pub struct Site {
+    /// The first name, or `"(main)"` for the top-level site; for messages and logs.
+    pub label: String,
+    pub names: Vec<String>,
+    pub root: PathBuf,
+    pub files: FilesSection,
+    pub rules: Vec<PathBuf>,
+    pub lenient: bool,
+    /// `None`: no access log for this site.
+    pub access_log: Option<String>,
+}
+
+/// Host → site index.
+#[derive(Clone, Debug, Default)]
+pub struct HostIndex {
+    exact: HashMap<String, usize>,
+    /// (".example.org", site), longest suffix first.
+    wildcard: Vec<(String, usize)>,
+    default: usize,
+}
+
+impl HostIndex {
+    /// The site for a request's host (port already stripped).
+    pub fn find(&self, host: Option<&str>) -> usize {
+        let Some(h) = host else {
+            return self.default;
+        };
+        if self.exact.is_empty() && self.wildcard.is_empty() {
+            return self.default;
+        }
+        let h = h.strip_suffix('.').unwrap_or(h);
+        let lower;
+        let h = if h.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = h.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            h
+        };
+        if let Some(&i) = self.exact.get(h) {
+            return i;
+        }
+        for (suffix, i) in &self.wildcard {
+            if h.len() > suffix.len() && h.ends_with(suffix.as_str()) {
+                return *i;
+            }
+        }
+        self.default
+    }
+
+    pub fn default_site(&self) -> usize {
+        self.default
+    }
+}
+
+/// Resolve the config's sites: index 0 is the main (top-level) site.
+pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostIndex), ConfigError> {
+    let err = |m: String| ConfigError(format!("{origin}: {m}"));
+    let main_log = (cfg.log.access != "off").then(|| cfg.log.access.clone());
+    let mut sites = vec![Site {
+        label: "(main)".into(),
+        names: Vec::new(),
+        root: cfg.server.root.clone(),
+        files: cfg.files.clone(),
+        rules: cfg.rules.files.clone(),
+        lenient: cfg.rules.lenient,
+        access_log: main_log.clone(),
+    }];
+    let mut idx = HostIndex::default();
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for (n, s) in cfg.site.iter().enumerate() {
+        let what = format!("site[{}]", n + 1);
+        if s.names.is_empty() && !s.default {
+            return Err(err(format!(
+                "{what}: names = [...] is needed (or default = true)"
+            )));
+        }
+        if s.root.as_os_str().is_empty() {
+            return Err(err(format!("{what}: root is needed")));
+        }
+        let site_no = sites.len();
+        let mut names = Vec::new();
+        for name in &s.names {
+            let name = name.trim().trim_end_matches('.').to_ascii_lowercase();
+            let bare = name.strip_prefix("*.").unwrap_or(&name);
+            if bare.is_empty()
+                || bare.contains('*')
+                || !bare
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
+            {
+                return Err(err(format!(
+                    "{what}: name {name:?}: a host name, or *.domain for its subdomains"
+                )));
+            }
+            if let Some(other) = seen.insert(name.clone(), what.clone()) {
+                return Err(err(format!("{what}: name {name:?} is also in {other}")));
+            }
+            match name.strip_prefix('*') {
+                Some(suffix) => idx.wildcard.push((suffix.to_string(), site_no)),
+                None => {
+                    idx.exact.insert(name.clone(), site_no);
+                }
+            }
+            names.push(name);
+        }
+        if s.default {
+            if idx.default != 0 {
+                return Err(err(format!(
+                    "{what}: default = true, but site[{}] already is the default",
+                    idx.default
+                )));
+            }
+            idx.default = site_no;
+        }
+        let mut files = cfg.files.clone();
+        if let Some(l) = s.listing {
+            files.listing = l;
+        }
+        if let Some(h) = s.hidden {
+            files.hidden = h;
+        }
+        let access_log = match s.access_log.as_deref() {
+            Some("off") => None,
+            Some("") => return Err(err(format!("{what}: access_log: empty path (use \"off\")"))),
+            Some(p) => Some(p.to_string()),
+            None => main_log.clone(),
+        };
+        sites.push(Site {
+            label: names.first().cloned().unwrap_or_else(|| what.clone()),
+            names,
+            root: s.root.clone(),
+            files,
+            rules: s.rules.clone(),
+            lenient: s.lenient,
+            access_log,
+        });
+    }
+    idx.wildcard
+        .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+    Ok((sites, idx))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    #[test]
+    fn hosts_choose_sites() {
+        let c = Config::parse(
+            r#"
+[[site]]
+names = ["mirror.example.org", "*.example.org"]
+root = "/a"
+[[site]]
+names = ["*.cdn.example.org", "Static.Example.NET"]
+root = "/b"
+listing = false
+"#,
+            "x.toml",
+        )
+        .unwrap();
+        let (sites, idx) = super::resolve(&c, "x.toml").unwrap();
+        assert_eq!(sites.len(), 3);
+        assert!(!sites[2].files.listing && sites[1].files.listing);
+        let f = |h| idx.find(Some(h));
+        assert_eq!(f("mirror.example.org"), 1);
+        assert_eq!(f("MIRROR.example.org."), 1);
+        assert_eq!(f("ftp.example.org"), 1);
+        assert_eq!(f("a.b.example.org"), 1);
+        assert_eq!(f("x.cdn.example.org"), 2, "longest suffix wins");
+        assert_eq!(f("static.example.net"), 2);
+        assert_eq!(f("example.org"), 0, "*.example.org is subdomains only");
+        assert_eq!(f("other"), 0);
+        assert_eq!(idx.find(None), 0);
+    }
+
+    #[test]
+    fn default_site_and_errors() {
+        let c = Config::parse(
+            "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\n[[site]]\ndefault=true\nroot=\"/b\"\n",
+            "x",
+        )
+        .unwrap();
+        let (_, idx) = super::resolve(&c, "x").unwrap();
+        assert_eq!(
+            (idx.find(None), idx.find(Some("zzz")), idx.find(Some("a"))),
+            (2, 2, 1)
+        );
+        for (text, want) in [
+            ("[[site]]\nroot=\"/a\"\n", "names"),
+            ("[[site]]\nnames=[\"a\"]\n", "root is needed"),
+            (
+                "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\n[[site]]\nnames=[\"A\"]\nroot=\"/b\"\n",
+                "also in site[1]",
+            ),
+            ("[[site]]\nnames=[\"a*b\"]\nroot=\"/a\"\n", "host name"),
+            (
+                "[[site]]\ndefault=true\nroot=\"/a\"\n[[site]]\ndefault=true\nroot=\"/b\"\n",
+                "already is the default",
+            ),
+        ] {
+            let e = Config::parse(text, "s.toml").unwrap_err();
+            assert!(
+                e.0.starts_with("s.toml: site[") && e.0.contains(want),
+                "{text}: {e}"
+            );
+        }
+        let e =
+            Config::parse("[[site]]\nnames=[\"a\"]\nroot=\"/a\"\nrooot=1\n", "s.toml").unwrap_err();
+        assert!(e.0.starts_with("s.toml:4:"), "{e}");
+    }
+}
