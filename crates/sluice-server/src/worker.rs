@@ -1155,19 +1155,6 @@ fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    /// An idle keep-alive connection costs its `Conn` record plus one 8-byte wheel
-    /// entry (docs/BENCHMARKS.md measures ~124 B of RSS each). Keep the record small:
-    /// anything only needed while a response is in flight belongs in `Outgoing`.
-    #[test]
-    fn idle_connection_record_stays_small() {
-        let size = std::mem::size_of::<super::Conn>();
-        assert!(size <= 120, "Conn grew to {size} bytes");
-        assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
-    }
-}
-
 /// Each site's log output: its own file if that file is open (logs open at start-up
 /// only), else the main log, else none.
 fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
@@ -1183,4 +1170,17 @@ fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
             Some(p) => log.index_of(p).or(main),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle keep-alive connection costs its `Conn` record plus one 8-byte wheel
+    /// entry (docs/BENCHMARKS.md measures ~124 B of RSS each). Keep the record small:
+    /// anything only needed while a response is in flight belongs in `Outgoing`.
+    #[test]
+    fn idle_connection_record_stays_small() {
+        let size = std::mem::size_of::<super::Conn>();
+        assert!(size <= 120, "Conn grew to {size} bytes");
+        assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
+    }
 }
