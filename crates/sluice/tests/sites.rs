@@ -1,0 +1,230 @@
+//! Virtual hosts (issue 14): `[[site]]` sections over TCP, per-site rules and logs,
+//! and `sluice check` / `sluice rules explain` on a config with sites.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+struct Sites {
+    srv: Server,
+    main_log: std::path::PathBuf,
+    mirror_log: std::path::PathBuf,
+    cfg: std::path::PathBuf,
+}
+
+/// Main site (the docroot), `mirror.example.org` + `*.example.org` with its own root,
+/// rules and log, and `static.example.net` with listings off.
+fn start_sites(tag: &str) -> Sites {
+    let d = docroot();
+    let base = d.path();
+    for (dir, text) in [("mirror", "mirror root\n"), ("static", "static root\n")] {
+        std::fs::create_dir(base.join(dir)).unwrap();
+        std::fs::write(base.join(dir).join("who.txt"), text).unwrap();
+        std::fs::create_dir(base.join(dir).join("pool")).unwrap();
+        std::fs::write(base.join(dir).join("pool/x.deb"), b"deb").unwrap();
+    }
+    std::fs::write(base.join("who.txt"), "main root\n").unwrap();
+    std::fs::write(
+        base.join(".mirror-rules.conf"),
+        "RedirectMatch 302 ^/old/(.*)$ /pool/$1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        base.join(".main-rules.conf"),
+        "Redirect 301 /gone-main /who.txt\n",
+    )
+    .unwrap();
+    let main_log = log_path(&format!("sites-main-{tag}"));
+    let mirror_log = log_path(&format!("sites-mirror-{tag}"));
+    let toml = format!(
+        r#"
+[log]
+access = "{}"
+[rules]
+files = [".main-rules.conf"]
+
+[[site]]
+names = ["mirror.example.org", "*.example.org"]
+root = "mirror"
+rules = [".mirror-rules.conf"]
+access_log = "{}"
+
+[[site]]
+names = ["static.example.net"]
+root = "static"
+listing = false
+"#,
+        main_log.display(),
+        mirror_log.display()
+    );
+    let cfg = base.join(".test-config.toml");
+    let srv = Server::start_with_config(d, &toml, &[]);
+    Sites {
+        srv,
+        main_log,
+        mirror_log,
+        cfg,
+    }
+}
+
+fn get(srv: &Server, host: Option<&str>, path: &str) -> Resp {
+    let host = host.map_or(String::new(), |h| format!("Host: {h}\r\n"));
+    let v = if host.is_empty() { "1.0" } else { "1.1" };
+    srv.get(&format!(
+        "GET {path} HTTP/{v}\r\n{host}Connection: close\r\n\r\n"
+    ))
+}
+
+#[test]
+fn each_site_answers_from_its_own_root_with_its_own_rules() {
+    let s = start_sites("roots");
+    let srv = &s.srv;
+    assert_eq!(
+        get(srv, Some("mirror.example.org"), "/who.txt").text(),
+        "mirror root\n"
+    );
+    assert_eq!(
+        get(srv, Some("MIRROR.Example.org:8080"), "/who.txt").text(),
+        "mirror root\n"
+    );
+    assert_eq!(
+        get(srv, Some("ftp.example.org"), "/who.txt").text(),
+        "mirror root\n"
+    );
+    assert_eq!(
+        get(srv, Some("static.example.net"), "/who.txt").text(),
+        "static root\n"
+    );
+    // Unknown and missing hosts: the main (top-level) site.
+    assert_eq!(
+        get(srv, Some("example.org"), "/who.txt").text(),
+        "main root\n"
+    );
+    assert_eq!(get(srv, None, "/who.txt").text(), "main root\n");
+    // Absolute-form targets choose by their host too.
+    let r = srv.get(
+        "GET http://mirror.example.org/who.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.text(), "mirror root\n");
+
+    // Rules apply to their own site only.
+    let r = get(srv, Some("mirror.example.org"), "/old/x.deb");
+    assert_eq!((r.status, r.header("location")), (302, Some("/pool/x.deb")));
+    assert_eq!(get(srv, None, "/old/x.deb").status, 404);
+    assert_eq!(
+        get(srv, Some("static.example.net"), "/old/x.deb").status,
+        404
+    );
+    let r = get(srv, None, "/gone-main");
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        get(srv, Some("mirror.example.org"), "/gone-main").status,
+        404
+    );
+
+    // Per-site settings: listings off on the static site only.
+    assert_eq!(get(srv, Some("static.example.net"), "/pool/").status, 403);
+    assert_eq!(get(srv, Some("mirror.example.org"), "/pool/").status, 200);
+    // A site's root is its own: the main site's files are not reachable from it.
+    assert_eq!(
+        get(srv, Some("mirror.example.org"), "/hello.txt").status,
+        404
+    );
+    assert_ne!(
+        get(srv, Some("mirror.example.org"), "/../hello.txt").status,
+        200
+    );
+
+    // Logs: the mirror's requests in its own log, everything else in the main log.
+    let mirror = wait_for_lines(&s.mirror_log, 1, Duration::from_secs(5), |l| {
+        l.contains("/old/x.deb")
+    });
+    let main = wait_for_lines(&s.main_log, 1, Duration::from_secs(5), |l| {
+        l.contains("/gone-main")
+    });
+    assert!(!mirror.contains("/gone-main HTTP/1.0"), "{mirror}");
+    assert!(
+        mirror
+            .lines()
+            .all(|l| !l.contains("\"GET /who.txt HTTP/1.0\"")),
+        "{mirror}"
+    );
+    assert!(!main.contains("/old/x.deb HTTP/1.1\" 302"), "{main}");
+
+    // SIGUSR1 reopens the per-site log too (logrotate's `mv`, then USR1).
+    let rotated = s.mirror_log.with_extension("log.1");
+    std::fs::rename(&s.mirror_log, &rotated).unwrap();
+    srv.signal(libc::SIGUSR1);
+    wait_for_stderr(srv, "access log reopened");
+    get(srv, Some("mirror.example.org"), "/who.txt?after-rotation");
+    wait_for_lines(&s.mirror_log, 1, Duration::from_secs(5), |l| {
+        l.contains("after-rotation")
+    });
+    assert!(!std::fs::read_to_string(&rotated)
+        .unwrap()
+        .contains("after-rotation"));
+    let _ = std::fs::remove_file(&rotated);
+    let _ = std::fs::remove_file(&s.main_log);
+    let _ = std::fs::remove_file(&s.mirror_log);
+}
+
+#[test]
+fn check_and_explain_understand_sites() {
+    let s = start_sites("check");
+    let cfg = s.cfg.to_str().unwrap();
+    let out = Command::new(bin()).args(["check", cfg]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("site mirror.example.org: names mirror.example.org *.example.org"),
+        "{text}"
+    );
+    assert!(text.contains("site (main) (default)"), "{text}");
+    assert_eq!(text.matches("  site ").count(), 3, "{text}");
+
+    let explain = |host: &str| {
+        let out = Command::new(bin())
+            .args(["rules", "explain", cfg, "/old/a.deb", "--host", host])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let m = explain("www.example.org:80");
+    assert!(m.contains("site: mirror.example.org"), "{m}");
+    assert!(m.contains("/pool/a.deb"), "{m}");
+    let o = explain("other.test");
+    assert!(o.contains("site: (main)"), "{o}");
+    assert!(!o.contains("/pool/a.deb"), "{o}");
+
+    // A broken site is named in the error, and reload keeps the old sites serving.
+    std::fs::write(
+        &s.cfg,
+        "[[site]]\nnames = [\"a.test\"]\nroot = \"/nonexistent-sluice\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin()).args(["check", cfg]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("site a.test: root /nonexistent-sluice"),
+        "{err}"
+    );
+    s.srv.signal(libc::SIGHUP);
+    wait_for_stderr(&s.srv, "reload failed");
+    assert_eq!(
+        get(&s.srv, Some("mirror.example.org"), "/who.txt").text(),
+        "mirror root\n"
+    );
+    let _ = std::fs::remove_file(&s.main_log);
+    let _ = std::fs::remove_file(&s.mirror_log);
+}
