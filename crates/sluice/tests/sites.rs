@@ -228,3 +228,51 @@ fn check_and_explain_understand_sites() {
     let _ = std::fs::remove_file(&s.main_log);
     let _ = std::fs::remove_file(&s.mirror_log);
 }
+
+/// docs/OPERATIONS.md's example config and rules file, with their paths moved into a
+/// temporary directory, pass `sluice check` without a warning: the document cannot
+/// drift from what the server accepts.
+#[test]
+fn the_operations_example_passes_check() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/OPERATIONS.md"
+    ))
+    .unwrap();
+    let block = |lang: &str| {
+        let start = doc.find(&format!("```{lang}\n")).unwrap() + lang.len() + 4;
+        doc[start..start + doc[start..].find("```").unwrap()].to_string()
+    };
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().to_str().unwrap();
+    for dir in [
+        "srv/www/default",
+        "srv/mirror",
+        "srv/www/example.org",
+        "etc",
+    ] {
+        std::fs::create_dir_all(d.path().join(dir)).unwrap();
+    }
+    let toml = block("toml")
+        .replace("/srv/", &format!("{t}/srv/"))
+        .replace("/etc/sluice/", &format!("{t}/etc/"))
+        .replace("/var/log/sluice/", &format!("{t}/"));
+    std::fs::write(d.path().join("sluice.toml"), toml).unwrap();
+    std::fs::write(d.path().join("etc/mirror-redirects.conf"), block("apache")).unwrap();
+    std::fs::write(
+        d.path().join("etc/www-redirects.conf"),
+        "Redirect 301 /old /new\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["check", &format!("{t}/sluice.toml")])
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{so}{se}");
+    assert!(!se.contains("warning"), "{se}");
+    assert_eq!(so.matches("  site ").count(), 3, "{so}");
+}
