@@ -10,6 +10,7 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)   # conditioning tests
 command -v systemd-socket-activate >/dev/null 2>&1 || need+=(systemd)   # socket activation test
 command -v gzip >/dev/null 2>&1 || need+=(gzip)   # precompressed siblings test
+command -v chromium >/dev/null 2>&1 || need+=(chromium)   # status page test (headless)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
     echo "installing: ${need[*]}"
@@ -17,6 +18,9 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is needed (https://rustup.rs)"; exit 1; }
+# The status test parses /server-status/metrics with Prometheus's own Python parsers.
+python3 -c "import prometheus_client" 2>/dev/null || python3 -m pip install -q prometheus_client 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages prometheus_client
 
 if cargo fmt --version >/dev/null 2>&1; then
     echo "== cargo fmt --check"

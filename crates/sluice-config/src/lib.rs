@@ -204,6 +204,28 @@ impl Default for ConditionSection {
     }
 }
 
+/// The status page (docs/STATUS.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusSection {
+    pub enabled: bool,
+    /// The page's path on every site; `PATH?format=json`, `PATH?auto` and
+    /// `PATH/metrics` are its other forms. A file at this path wins.
+    pub path: String,
+    /// Who may see it (`ADDR/LEN`); everyone else gets 403.
+    pub allow: Vec<String>,
+}
+
+impl Default for StatusSection {
+    fn default() -> Self {
+        StatusSection {
+            enabled: true,
+            path: "/server-status".into(),
+            allow: vec!["127.0.0.0/8".into(), "::1/128".into()],
+        }
+    }
+}
+
 /// The whole validated configuration.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -214,6 +236,7 @@ pub struct Config {
     pub log: LogSection,
     pub rules: RulesSection,
     pub condition: ConditionSection,
+    pub status: StatusSection,
     /// Virtual hosts ([`sites`]); none = one site, the top level.
     pub site: Vec<sites::SiteSection>,
 }
@@ -364,6 +387,16 @@ impl Config {
             )));
         }
         sites::resolve(self, origin)?;
+        let p = &self.status.path;
+        if !p.starts_with('/')
+            || p.len() < 2
+            || p.ends_with('/')
+            || p.contains(['?', '#', '%', ' '])
+        {
+            return Err(ConfigError(format!(
+                "{origin}: status.path {p:?}: a plain absolute path like \"/server-status\""
+            )));
+        }
         if self.log.access != "off" && self.log.access.is_empty() {
             return Err(ConfigError(format!(
                 "{origin}: log.access: empty path (use \"off\")"

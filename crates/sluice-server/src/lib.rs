@@ -14,6 +14,7 @@ pub mod listener;
 pub mod phases;
 pub mod privileges;
 pub mod send;
+pub mod status;
 pub mod systemd;
 pub mod wheel;
 pub mod worker;
@@ -35,12 +36,18 @@ pub struct Snapshot {
     pub hosts: sluice_config::sites::HostIndex,
     /// `condition.cap_exempt`, parsed.
     pub cap_exempt: Vec<sluice_condition::Cidr>,
+    /// `status.allow`, parsed.
+    pub status_allow: Vec<sluice_condition::Cidr>,
 }
 
 /// One site, compiled: its settings and its own rules (never another site's).
 pub struct Site {
     pub conf: sluice_config::sites::Site,
     pub rules: Option<Arc<sluice_rules::RuleSet>>,
+    /// A file or directory in this site's root has the status page's path: the
+    /// file wins (a status path never shadows content) and the page is not served
+    /// on this site.
+    pub status_shadowed: bool,
 }
 
 impl Snapshot {
@@ -73,7 +80,23 @@ impl Snapshot {
                 tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
                 Some(Arc::new(set))
             };
-            sites.push(Site { conf, rules });
+            let status_shadowed = config.status.enabled
+                && root
+                    .join(config.status.path.trim_start_matches('/'))
+                    .symlink_metadata()
+                    .is_ok();
+            if status_shadowed {
+                tracing::warn!(
+                    site = %conf.label,
+                    path = %config.status.path,
+                    "a file in this site's root has the status page's path: the file is served, not the status page (choose another status.path)"
+                );
+            }
+            sites.push(Site {
+                conf,
+                rules,
+                status_shadowed,
+            });
         }
         let cap_exempt = config
             .condition
@@ -83,11 +106,18 @@ impl Snapshot {
                 sluice_condition::Cidr::parse(c).map_err(|e| format!("condition.cap_exempt: {e}"))
             })
             .collect::<Result<_, _>>()?;
+        let status_allow = config
+            .status
+            .allow
+            .iter()
+            .map(|c| sluice_condition::Cidr::parse(c).map_err(|e| format!("status.allow: {e}")))
+            .collect::<Result<_, _>>()?;
         Ok(Snapshot {
             config,
             sites,
             hosts,
             cap_exempt,
+            status_allow,
         })
     }
 
@@ -117,21 +147,9 @@ impl Snapshot {
     }
 }
 
-/// Counters one worker bumps (relaxed atomics on its own cache line, so workers do
-/// not contend). The status page will sum them.
-#[derive(Default)]
-#[repr(align(64))]
-pub struct Stats {
-    pub accepted: AtomicU64,
-    pub closed: AtomicU64,
-    pub requests: AtomicU64,
-    pub bytes: AtomicU64,
-    pub timeouts: AtomicU64,
-    /// Times this worker died (panic or event-loop error) and was replaced.
-    pub restarts: AtomicU64,
-    /// Closed connections by reason (`sluice_condition::CloseReason::index`).
-    pub closes: [AtomicU64; sluice_condition::CloseReason::COUNT],
-}
+/// Counters one worker bumps (relaxed atomics on its own cache lines, so workers do
+/// not contend); the status page sums them (`sluice-status`).
+pub type Stats = sluice_status::Counters;
 
 pub struct Shared {
     /// Per-range connection counts for the caps, shared by every worker.
@@ -144,12 +162,16 @@ pub struct Shared {
     snapshot: Mutex<Arc<Snapshot>>,
     /// One per worker.
     pub stats: Vec<Stats>,
+    /// Rates and top talkers for the status page.
+    pub board: sluice_status::Board,
+    /// The descriptor limit (for the status page).
+    pub nofile: u64,
 }
 
 impl Shared {
     /// `max_connections`: the whole server's connection limit (the caps are
     /// fractions of it).
-    pub fn new(snap: Snapshot, workers: usize, max_connections: usize) -> Arc<Shared> {
+    pub fn new(snap: Snapshot, workers: usize, max_connections: usize, nofile: u64) -> Arc<Shared> {
         let c = &snap.config.condition;
         let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
         Arc::new(Shared {
@@ -164,6 +186,8 @@ impl Shared {
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(Arc::new(snap)),
             stats: (0..workers).map(|_| Stats::default()).collect(),
+            board: sluice_status::Board::new(workers),
+            nofile,
         })
     }
 
@@ -343,7 +367,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     // connections exactly evenly, and a per-worker share would make one worker evict
     // while the process still has descriptors to spare.
     let max_conns = wanted.max(16 * workers);
-    let shared = Shared::new(snap, workers, max_conns);
+    let shared = Shared::new(snap, workers, max_conns, nofile);
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
 
@@ -406,7 +430,15 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     const MAX_RESTARTS: usize = 5;
     let mut deaths: std::collections::VecDeque<std::time::Instant> = Default::default();
     let mut failure: Option<String> = None;
+    let mut next_sample = std::time::Instant::now();
     'main: loop {
+        // The status page's rates: one sample of the summed counters a second.
+        if std::time::Instant::now() >= next_sample {
+            next_sample += std::time::Duration::from_secs(1);
+            shared
+                .board
+                .sample(&sluice_status::Totals::sum(&shared.stats), 0);
+        }
         for sig in signals.pending() {
             match sig {
                 SIGHUP => {

@@ -6,7 +6,7 @@
 //! conditioning happens before this, in the worker (`worker.rs`); sending happens
 //! after, in `send.rs`.
 
-use crate::Site;
+use crate::{Shared, Site, Snapshot};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::{Method, RequestHead};
 use sluice_static::StaticHandler;
@@ -15,6 +15,8 @@ use std::time::Instant;
 
 /// What the phases can see besides the request.
 pub struct PhaseCtx<'a> {
+    pub snap: &'a Snapshot,
+    pub shared: &'a Shared,
     /// The site the request's Host chose (`Snapshot::hosts`).
     pub site: &'a Site,
     pub files: &'a mut StaticHandler,
@@ -28,7 +30,12 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     if let Some(r) = methods(head) {
         return r;
     }
-    // 2. Rules: redirects, rewrites, deny/gone, before the file system is touched,
+    // 2. Status page: the operator's view, before any rule can redirect it away
+    //    (and never in place of a file with the same path: `status.rs`).
+    if let Some(r) = crate::status::answer(ctx.snap, ctx.site, ctx.shared, ctx.peer, head) {
+        return r;
+    }
+    // 3. Rules: redirects, rewrites, deny/gone, before the file system is touched,
     //    so a redirect costs no stat (seed 001).
     if let Some(rules) = ctx.site.rules.as_deref() {
         // Rules match text; a User-Agent with obs-text bytes is matched as lossy UTF-8.
@@ -53,7 +60,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             }
         }
     }
-    // 3. Handler: static files, index files, listings.
+    // 4. Handler: static files, index files, listings.
     ctx.files.serve(head, head.path, head.query, ctx.now)
 }
 

@@ -64,6 +64,8 @@ pub struct Outgoing {
     /// When the request's head began (worker ms): a request body still being
     /// discarded after the response keeps this as its total deadline's start.
     pub head_started: u64,
+    /// When the response was ready to send (worker ms): time to first byte.
+    pub ready_at: u64,
     /// Slow-read prevention: the current rate window of this response.
     pub rate: sluice_condition::slowread::RateWindow,
     /// The access-log record, written when the response is done.
@@ -84,6 +86,7 @@ impl Outgoing {
         self.sent = 0;
         self.wbuf_is_body = false;
         self.head_started = 0;
+        self.ready_at = 0;
         self.rate = Default::default();
         self.log = None;
     }

@@ -177,6 +177,9 @@ pub struct Worker {
     sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
+    /// Top URLs and address ranges for the status page (published once a second).
+    talkers: sluice_status::top::Talkers,
+    last_publish: Instant,
     /// Test hook: a request for exactly this path panics the worker (set only by
     /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
     panic_path: Option<String>,
@@ -230,6 +233,8 @@ impl Worker {
             last_pressure_warn: None,
             stopping: None,
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
+            talkers: Default::default(),
+            last_publish: now,
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
@@ -299,6 +304,7 @@ impl Worker {
                 for f in &mut self.files {
                     f.expire(self.now);
                 }
+                self.publish_status();
             }
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
                 self.begin_stop();
@@ -317,6 +323,36 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Once a second: connections by state, and the top lists, for the status page.
+    /// O(connections of this worker): about a millisecond at 20,000.
+    fn publish_status(&mut self) {
+        let mut states = [0u64; sluice_status::counters::STATES.len()];
+        for (_, c) in self.conns.iter() {
+            let i = match c.phase {
+                Phase::Head { .. } if c.out.is_none() => 0,
+                Phase::Head { .. } => 4,
+                Phase::Send { .. } => 1,
+                Phase::Idle { .. } => 2,
+                Phase::Linger { .. } => 3,
+            };
+            states[i] += 1;
+        }
+        let st = &self.shared.stats[self.id];
+        for (a, n) in st.states.iter().zip(states) {
+            a.store(n, Ordering::Relaxed);
+        }
+        let secs = self.now.duration_since(self.last_publish).as_secs_f64();
+        self.last_publish = self.now;
+        let conns = self.conns.iter().map(|(_, c)| {
+            (
+                c.peer,
+                matches!(c.phase, Phase::Head { .. }) && c.out.is_none(),
+            )
+        });
+        let list = self.talkers.publish(conns, secs);
+        self.shared.board.publish(self.id, list);
     }
 
     fn refresh_snapshot(&mut self) {
@@ -712,6 +748,10 @@ impl Worker {
                             .bytes
                             .fetch_add(sent, Ordering::Relaxed);
                         let head_started = out.head_started;
+                        self.shared.stats[self.id].timings(
+                            out.ready_at.saturating_sub(head_started) * 1000,
+                            self.now_ms.saturating_sub(head_started) * 1000,
+                        );
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                         }
@@ -942,6 +982,8 @@ impl Worker {
                 // rules and log); unknown or missing hosts get the default site.
                 let site = self.snap.hosts.find(head.host);
                 let mut ctx = PhaseCtx {
+                    snap: &self.snap,
+                    shared: &self.shared,
                     site: &self.snap.sites[site],
                     files: &mut self.files[site],
                     peer: c.peer,
@@ -972,6 +1014,11 @@ impl Worker {
                     }
                 }
                 c.requests += 1;
+                // Status page: top URLs (by requests, and by bytes answered) and the
+                // request rate per address range.
+                self.talkers.request(c.peer, head.path);
+                self.talkers
+                    .bytes(head.path, resp.body.iter().map(|b| b.len()).sum());
                 if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
                     resp.close = true;
                 }
@@ -996,9 +1043,7 @@ impl Worker {
                 )
             }
         };
-        self.shared.stats[self.id]
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
+        self.shared.stats[self.id].response(resp.status);
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));
@@ -1012,6 +1057,7 @@ impl Worker {
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
         out.head_started = head_started;
+        out.ready_at = self.now_ms;
         out.rate = RateWindow::start(self.now_ms, 0);
         let wbuf = &mut out.wbuf;
         if wbuf.capacity() == 0 {

@@ -1,0 +1,92 @@
+//! The status phase: answers the status page's paths (`sluice-status` renders;
+//! this module decides whether to answer and who may see it).
+//!
+//! Paths (default `/server-status`, `[status] path`): `PATH` (HTML), `PATH?format=json`,
+//! `PATH?auto` (Apache mod_status), `PATH/metrics` (Prometheus; OpenMetrics when the
+//! scraper's Accept asks for it). Not answered on a site whose root has a file at
+//! `PATH` (the file wins, with a warning at start-up and reload). Clients outside
+//! `[status] allow` get 403. Cost for every other request: one string comparison.
+
+use crate::{Shared, Site, Snapshot};
+use sluice_http::response::{Chunk, Response};
+use sluice_http::RequestHead;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+pub fn answer(
+    snap: &Snapshot,
+    site: &Site,
+    shared: &Shared,
+    peer: IpAddr,
+    head: &RequestHead,
+) -> Option<Response> {
+    let cfg = &snap.config.status;
+    if !cfg.enabled || site.status_shadowed {
+        return None;
+    }
+    let rest = head.path.strip_prefix(cfg.path.as_str())?;
+    let form = match (rest, head.query) {
+        ("", Some(q)) if q.split('&').any(|kv| kv == "format=json") => Form::Json,
+        ("", Some(q)) if q.split('&').any(|kv| kv == "auto") => Form::Auto,
+        ("", _) => Form::Html,
+        ("/metrics", _) => {
+            let om = head
+                .accept
+                .is_some_and(|a| a.contains("application/openmetrics-text"));
+            Form::Metrics { openmetrics: om }
+        }
+        _ => return None,
+    };
+    if !snap.status_allow.iter().any(|c| c.contains(peer)) {
+        return Some(Response::text(
+            403,
+            Some("the status page is not for your address"),
+        ));
+    }
+    let totals = sluice_status::Totals::sum(&shared.stats);
+    let process = sluice_status::Process::read(
+        shared.nofile,
+        shared.max_open as u64,
+        shared.open.load(Ordering::Relaxed) as u64,
+    );
+    let view = shared
+        .board
+        .view(totals, process, shared.generation.load(Ordering::Relaxed));
+    let (body, ctype) = match form {
+        Form::Html => (
+            sluice_status::render::html(&view),
+            "text/html; charset=utf-8",
+        ),
+        Form::Json => (sluice_status::render::json(&view), "application/json"),
+        Form::Auto => (
+            sluice_status::render::auto(&view),
+            "text/plain; charset=utf-8",
+        ),
+        Form::Metrics { openmetrics: false } => (
+            sluice_status::render::prometheus(&view, false),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        Form::Metrics { openmetrics: true } => (
+            sluice_status::render::prometheus(&view, true),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    };
+    let mut r = Response::new(200);
+    r.headers.add("Content-Type", ctype);
+    r.headers.add_u64("Content-Length", body.len() as u64);
+    r.headers.add("Cache-Control", "no-store");
+    r.headers.add("X-Content-Type-Options", "nosniff");
+    if matches!(form, Form::Html) {
+        r.headers
+            .add("Content-Security-Policy", sluice_status::render::HTML_CSP);
+    }
+    r.body.push(Chunk::Owned(body.into_bytes()));
+    Some(r)
+}
+
+enum Form {
+    Html,
+    Json,
+    Auto,
+    Metrics { openmetrics: bool },
+}

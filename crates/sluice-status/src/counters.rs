@@ -1,0 +1,196 @@
+//! Per-worker counters: written by one worker with relaxed atomics on its own cache
+//! lines, summed by whoever reads the status page. No cache line is shared between
+//! workers, so counting costs a few uncontended `fetch_add`s per request.
+
+use sluice_condition::CloseReason;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds (seconds) of the time-to-first-byte histogram: 0.5 ms … 1 s.
+pub const TTFB_BOUNDS: [f64; 11] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+/// Upper bounds (seconds) of the whole-transfer histogram: 1 s … 2 h (an ISO
+/// download lands in a bucket, not in `+Inf`).
+pub const TRANSFER_BOUNDS: [f64; 10] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0,
+];
+
+/// Connection states shown on the page (and as the `state` label).
+pub const STATES: [&str; 5] = ["reading", "sending", "idle", "closing", "waiting"];
+
+/// Status codes 100..=599 are counted one by one.
+const CODES: usize = 500;
+
+/// One worker's counters.
+#[repr(align(64))]
+pub struct Counters {
+    pub accepted: AtomicU64,
+    pub closed: AtomicU64,
+    pub requests: AtomicU64,
+    pub bytes: AtomicU64,
+    pub timeouts: AtomicU64,
+    /// Times this worker died (panic or event-loop error) and was replaced.
+    pub restarts: AtomicU64,
+    /// Closed connections by reason (`CloseReason::index`).
+    pub closes: [AtomicU64; CloseReason::COUNT],
+    responses: Box<[AtomicU64]>,
+    ttfb: [AtomicU64; TTFB_BOUNDS.len() + 1],
+    ttfb_sum_us: AtomicU64,
+    transfer: [AtomicU64; TRANSFER_BOUNDS.len() + 1],
+    transfer_sum_ms: AtomicU64,
+    /// Gauges, refreshed by the worker about once a second: connections by state.
+    pub states: [AtomicU64; STATES.len()],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            accepted: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+            closes: Default::default(),
+            responses: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
+            ttfb: Default::default(),
+            ttfb_sum_us: AtomicU64::new(0),
+            transfer: Default::default(),
+            transfer_sum_ms: AtomicU64::new(0),
+            states: Default::default(),
+        }
+    }
+}
+
+fn bucket(bounds: &[f64], secs: f64) -> usize {
+    bounds
+        .iter()
+        .position(|b| secs <= *b)
+        .unwrap_or(bounds.len())
+}
+
+impl Counters {
+    /// One response started (its status is final): counted as a request.
+    pub fn response(&self, status: u16) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let i = usize::from(status).wrapping_sub(100);
+        if i < CODES {
+            self.responses[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A response finished: its time to first byte and whole transfer, in µs.
+    pub fn timings(&self, ttfb_us: u64, transfer_us: u64) {
+        self.ttfb[bucket(&TTFB_BOUNDS, ttfb_us as f64 / 1e6)].fetch_add(1, Ordering::Relaxed);
+        self.ttfb_sum_us.fetch_add(ttfb_us, Ordering::Relaxed);
+        self.transfer[bucket(&TRANSFER_BOUNDS, transfer_us as f64 / 1e6)]
+            .fetch_add(1, Ordering::Relaxed);
+        self.transfer_sum_ms
+            .fetch_add(transfer_us / 1000, Ordering::Relaxed);
+    }
+}
+
+/// The sum over all workers, read once per status request.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    pub accepted: u64,
+    pub closed: u64,
+    pub requests: u64,
+    pub bytes: u64,
+    pub restarts: u64,
+    pub closes: [u64; CloseReason::COUNT],
+    /// (status, count), non-zero only, ascending.
+    pub responses: Vec<(u16, u64)>,
+    pub ttfb: Vec<u64>,
+    pub ttfb_sum_s: f64,
+    pub transfer: Vec<u64>,
+    pub transfer_sum_s: f64,
+    /// Per worker, connections by state.
+    pub states: Vec<[u64; STATES.len()]>,
+}
+
+impl Totals {
+    pub fn sum(workers: &[Counters]) -> Totals {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut t = Totals {
+            ttfb: vec![0; TTFB_BOUNDS.len() + 1],
+            transfer: vec![0; TRANSFER_BOUNDS.len() + 1],
+            ..Default::default()
+        };
+        let mut codes = vec![0u64; CODES];
+        for w in workers {
+            t.accepted += ld(&w.accepted);
+            t.closed += ld(&w.closed);
+            t.requests += ld(&w.requests);
+            t.bytes += ld(&w.bytes);
+            t.restarts += ld(&w.restarts);
+            for (a, b) in t.closes.iter_mut().zip(&w.closes) {
+                *a += ld(b);
+            }
+            for (a, b) in codes.iter_mut().zip(w.responses.iter()) {
+                *a += ld(b);
+            }
+            for (a, b) in t.ttfb.iter_mut().zip(&w.ttfb) {
+                *a += ld(b);
+            }
+            for (a, b) in t.transfer.iter_mut().zip(&w.transfer) {
+                *a += ld(b);
+            }
+            t.ttfb_sum_s += ld(&w.ttfb_sum_us) as f64 / 1e6;
+            t.transfer_sum_s += ld(&w.transfer_sum_ms) as f64 / 1e3;
+            let mut s = [0u64; STATES.len()];
+            for (a, b) in s.iter_mut().zip(&w.states) {
+                *a = ld(b);
+            }
+            t.states.push(s);
+        }
+        t.responses = codes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (i as u16 + 100, *n))
+            .collect();
+        t
+    }
+
+    /// Connections by state over all workers.
+    pub fn states_total(&self) -> [u64; STATES.len()] {
+        let mut s = [0u64; STATES.len()];
+        for w in &self.states {
+            for (a, b) in s.iter_mut().zip(w) {
+                *a += b;
+            }
+        }
+        s
+    }
+
+    pub fn redirects(&self) -> u64 {
+        self.responses
+            .iter()
+            .filter(|(c, _)| matches!(c, 301 | 302 | 303 | 307 | 308))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn sums_and_buckets() {
+        let w = [Counters::default(), Counters::default()];
+        w[0].response(200);
+        w[1].response(200);
+        w[1].response(404);
+        w[0].response(999); // counted as a request, not as a code
+        w[0].timings(400, 2_000_000);
+        w[1].timings(2_000_000, 10_000_000_000);
+        let t = Totals::sum(&w);
+        assert_eq!(t.requests, 4);
+        assert_eq!(t.responses, vec![(200, 2), (404, 1)]);
+        assert_eq!(t.ttfb[0], 1);
+        assert_eq!(t.ttfb[TTFB_BOUNDS.len()], 1, "2 s is past 1 s");
+        assert_eq!(t.transfer[1], 1, "2 s: the 5 s bucket");
+        assert_eq!(t.transfer[TRANSFER_BOUNDS.len()], 1);
+    }
+}

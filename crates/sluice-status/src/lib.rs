@@ -1,0 +1,145 @@
+//! The status page and metrics: what the server is doing, for a browser, for
+//! Prometheus, and for the Munin/Zabbix/collectd plugins written for Apache's
+//! mod_status (docs/STATUS.md).
+//!
+//! Owns the counters' layout ([`counters`]), per-second rates ([`rates`]), top
+//! talkers ([`top`]) and the four renderings ([`render`]). Must not touch sockets or
+//! decide who may see the page: the server calls in with a [`View`] and sends what
+//! comes back. Cost on the request path: a few relaxed `fetch_add`s on the worker's
+//! own cache lines and two hash lookups (the URL sketches and the /24 tally);
+//! everything else happens once a second or when the page is read.
+
+pub mod counters;
+pub mod rates;
+pub mod render;
+pub mod top;
+
+pub use counters::{Counters, Totals};
+
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Shared by the workers and the main thread: the rates ring (written once a second
+/// by the main thread) and each worker's published top list (written once a second
+/// by that worker).
+pub struct Board {
+    pub started: Instant,
+    pub started_unix: f64,
+    ring: Mutex<rates::Ring>,
+    tops: Vec<Mutex<top::TopList>>,
+}
+
+impl Board {
+    pub fn new(workers: usize) -> Board {
+        Board {
+            started: Instant::now(),
+            started_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+            ring: Mutex::new(rates::Ring::default()),
+            tops: (0..workers).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// Main thread, once a second.
+    pub fn sample(&self, t: &Totals, rule_hits: u64) {
+        let mut classes = [0u64; 5];
+        for (code, n) in &t.responses {
+            let c = usize::from(code / 100).saturating_sub(1);
+            if c < 5 {
+                classes[c] += n;
+            }
+        }
+        let s = rates::Sample {
+            requests: t.requests,
+            bytes: t.bytes,
+            classes,
+            redirects: t.redirects(),
+            rule_hits,
+        };
+        self.ring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Instant::now(), s);
+    }
+
+    /// Worker `id`, once a second.
+    pub fn publish(&self, id: usize, list: top::TopList) {
+        if let Some(m) = self.tops.get(id) {
+            *m.lock().unwrap_or_else(|p| p.into_inner()) = list;
+        }
+    }
+
+    /// Everything the renderings need, read now.
+    pub fn view(&self, totals: Totals, process: Process, config_generation: u64) -> View {
+        let (rates, series) = {
+            let r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            (r.rates(), r.series(60))
+        };
+        let lists: Vec<top::TopList> = self
+            .tops
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect();
+        View {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            started_unix: self.started_unix,
+            totals,
+            rates,
+            series,
+            top: top::merge(&lists),
+            process,
+            config_generation,
+        }
+    }
+}
+
+/// Process-wide figures the server reads from the kernel.
+#[derive(Clone, Debug, Default)]
+pub struct Process {
+    pub open_fds: u64,
+    pub max_fds: u64,
+    pub resident_bytes: u64,
+    pub max_connections: u64,
+    pub open_connections: u64,
+}
+
+impl Process {
+    /// Read from `/proc/self` and `getrlimit`-free sources (the server fills in the
+    /// limits it knows).
+    pub fn read(max_fds: u64, max_connections: u64, open_connections: u64) -> Process {
+        let open_fds = std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count() as u64)
+            .unwrap_or(0);
+        let page = 4096u64;
+        let resident_bytes = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+            .map_or(0, |p| p * page);
+        Process {
+            open_fds,
+            max_fds,
+            resident_bytes,
+            max_connections,
+            open_connections,
+        }
+    }
+}
+
+/// A consistent reading of everything, rendered four ways.
+pub struct View {
+    pub uptime_s: f64,
+    pub started_unix: f64,
+    pub totals: Totals,
+    pub rates: Vec<rates::Rates>,
+    /// Last 60 s: (requests/s, bytes/s) per second.
+    pub series: Vec<(f64, f64)>,
+    pub top: top::TopList,
+    pub process: Process,
+    pub config_generation: u64,
+}

@@ -1,0 +1,302 @@
+//! Top talkers: URLs by requests and by bytes (Space-Saving sketches, bounded memory)
+//! and address ranges by open connections, incomplete connections and request rate.
+//!
+//! Each worker keeps its own [`Talkers`] (no locks on the request path) and publishes
+//! a [`TopList`] about once a second; the status page merges the published lists.
+//! Space-Saving (Metwally et al., 2005) keeps `k` counters: a new key takes over the
+//! smallest counter and inherits its count as its error bound, so any key with more
+//! than total/k hits is always present. Cost per request: one hash lookup per sketch
+//! (two for URLs, one for the /24 tally); O(k) only when a new URL evicts another.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// Counters kept per sketch.
+pub const SKETCH_K: usize = 64;
+/// Entries shown per list.
+pub const SHOWN: usize = 10;
+
+#[derive(Debug)]
+pub struct SpaceSaving {
+    k: usize,
+    map: HashMap<Box<str>, (u64, u64)>,
+}
+
+impl SpaceSaving {
+    pub fn new(k: usize) -> SpaceSaving {
+        SpaceSaving {
+            k,
+            map: HashMap::with_capacity(k + 1),
+        }
+    }
+
+    pub fn add(&mut self, key: &str, weight: u64) {
+        if let Some(e) = self.map.get_mut(key) {
+            e.0 += weight;
+            return;
+        }
+        if self.map.len() < self.k {
+            self.map.insert(key.into(), (weight, 0));
+            return;
+        }
+        // Replace the smallest: the newcomer inherits its count as error.
+        let Some((min_key, &(min, _))) = self.map.iter().min_by_key(|(_, v)| v.0) else {
+            return;
+        };
+        let min_key = min_key.clone();
+        self.map.remove(&min_key);
+        self.map.insert(key.into(), (min + weight, min));
+    }
+
+    /// The heaviest entries: (key, estimated count).
+    pub fn top(&self, n: usize) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = self.map.iter().map(|(k, v)| (k.to_string(), v.0)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+}
+
+/// The three range levels: IPv4 /8, /16, /24; IPv6 /32, /48, /64.
+pub fn range_label(ip: IpAddr, level: usize) -> String {
+    match ip {
+        IpAddr::V4(v) => {
+            let o = v.octets();
+            match level {
+                0 => format!("{}.0.0.0/8", o[0]),
+                1 => format!("{}.{}.0.0/16", o[0], o[1]),
+                _ => format!("{}.{}.{}.0/24", o[0], o[1], o[2]),
+            }
+        }
+        IpAddr::V6(v) => {
+            let bits = [32u32, 48, 64][level.min(2)];
+            let n = u128::from(v) & (!0u128 << (128 - bits));
+            format!("{}/{bits}", std::net::Ipv6Addr::from(n))
+        }
+    }
+}
+
+fn range_key(ip: IpAddr, level: usize) -> (bool, u128) {
+    match ip {
+        IpAddr::V4(v) => {
+            let bits = [8u32, 16, 24][level];
+            (false, u128::from(u32::from(v) & (!0u32 << (32 - bits))))
+        }
+        IpAddr::V6(v) => {
+            let bits = [32u32, 48, 64][level];
+            (true, u128::from(v) & (!0u128 << (128 - bits)))
+        }
+    }
+}
+
+/// One range's figures in a published list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RangeRow {
+    pub range: String,
+    pub level: usize,
+    pub open: u64,
+    pub incomplete: u64,
+    /// Requests per second over the last publishing interval.
+    pub req_rate: f64,
+}
+
+/// What a worker publishes.
+#[derive(Clone, Debug, Default)]
+pub struct TopList {
+    pub urls_by_requests: Vec<(String, u64)>,
+    pub urls_by_bytes: Vec<(String, u64)>,
+    pub ranges: Vec<RangeRow>,
+}
+
+/// A worker's talkers.
+pub struct Talkers {
+    by_requests: SpaceSaving,
+    by_bytes: SpaceSaving,
+    /// Requests per /24 (IPv6 /64) since the last publish, with one address of it.
+    requests_24: HashMap<(bool, u128), (u64, IpAddr)>,
+}
+
+impl Default for Talkers {
+    fn default() -> Self {
+        Talkers {
+            by_requests: SpaceSaving::new(SKETCH_K),
+            by_bytes: SpaceSaving::new(SKETCH_K),
+            requests_24: HashMap::new(),
+        }
+    }
+}
+
+impl Talkers {
+    /// A request for `path` from `peer`.
+    pub fn request(&mut self, peer: IpAddr, path: &str) {
+        self.by_requests.add(path, 1);
+        let e = self
+            .requests_24
+            .entry(range_key(peer, 2))
+            .or_insert((0, peer));
+        e.0 += 1;
+    }
+
+    /// A response for `path` finished with `bytes` sent.
+    pub fn bytes(&mut self, path: &str, bytes: u64) {
+        if bytes > 0 {
+            self.by_bytes.add(path, bytes);
+        }
+    }
+
+    /// Build the list to publish. `conns` yields (peer, incomplete?) for every open
+    /// connection of this worker; `secs` is the time since the last publish.
+    pub fn publish(&mut self, conns: impl Iterator<Item = (IpAddr, bool)>, secs: f64) -> TopList {
+        let mut ranges: HashMap<(usize, bool, u128), (RangeRow, IpAddr)> = HashMap::new();
+        for (ip, incomplete) in conns {
+            for level in 0..3 {
+                let (v6, k) = range_key(ip, level);
+                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
+                    (
+                        RangeRow {
+                            level,
+                            ..Default::default()
+                        },
+                        ip,
+                    )
+                });
+                e.0.open += 1;
+                e.0.incomplete += u64::from(incomplete);
+            }
+        }
+        let secs = secs.max(1e-3);
+        for (_, (n, ip)) in self.requests_24.drain() {
+            for level in 0..3 {
+                let (v6, k) = range_key(ip, level);
+                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
+                    (
+                        RangeRow {
+                            level,
+                            ..Default::default()
+                        },
+                        ip,
+                    )
+                });
+                e.0.req_rate += n as f64 / secs;
+            }
+        }
+        // Keep each level's heaviest by any measure: at most SHOWN per measure.
+        let mut out = Vec::new();
+        for level in 0..3 {
+            let rows: Vec<(RangeRow, IpAddr)> = ranges
+                .values()
+                .filter(|(r, _)| r.level == level)
+                .cloned()
+                .collect();
+            let mut keep = std::collections::HashSet::new();
+            for measure in 0..3 {
+                let mut idx: Vec<usize> = (0..rows.len()).collect();
+                let m = |r: &RangeRow| match measure {
+                    0 => r.open as f64,
+                    1 => r.incomplete as f64,
+                    _ => r.req_rate,
+                };
+                idx.sort_by(|a, b| m(&rows[*b].0).total_cmp(&m(&rows[*a].0)));
+                keep.extend(idx.into_iter().take(SHOWN));
+            }
+            for i in keep {
+                let (mut r, ip) = rows[i].clone();
+                r.range = range_label(ip, level);
+                out.push(r);
+            }
+        }
+        TopList {
+            urls_by_requests: self.by_requests.top(SHOWN * 2),
+            urls_by_bytes: self.by_bytes.top(SHOWN * 2),
+            ranges: out,
+        }
+    }
+}
+
+/// Merge the workers' lists: counts of the same key add up.
+pub fn merge(lists: &[TopList]) -> TopList {
+    let mut req: HashMap<String, u64> = HashMap::new();
+    let mut bytes: HashMap<String, u64> = HashMap::new();
+    let mut ranges: HashMap<String, RangeRow> = HashMap::new();
+    for l in lists {
+        for (k, n) in &l.urls_by_requests {
+            *req.entry(k.clone()).or_default() += n;
+        }
+        for (k, n) in &l.urls_by_bytes {
+            *bytes.entry(k.clone()).or_default() += n;
+        }
+        for r in &l.ranges {
+            let e = ranges.entry(r.range.clone()).or_insert_with(|| RangeRow {
+                range: r.range.clone(),
+                level: r.level,
+                ..Default::default()
+            });
+            e.open += r.open;
+            e.incomplete += r.incomplete;
+            e.req_rate += r.req_rate;
+        }
+    }
+    let top = |m: HashMap<String, u64>| {
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(SHOWN);
+        v
+    };
+    let mut ranges: Vec<RangeRow> = ranges.into_values().collect();
+    ranges.sort_by(|a, b| {
+        a.level
+            .cmp(&b.level)
+            .then(b.open.cmp(&a.open))
+            .then(b.req_rate.total_cmp(&a.req_rate))
+            .then_with(|| a.range.cmp(&b.range))
+    });
+    TopList {
+        urls_by_requests: top(req),
+        urls_by_bytes: top(bytes),
+        ranges,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_saving_keeps_heavy_hitters() {
+        let mut s = SpaceSaving::new(8);
+        for i in 0..10_000u32 {
+            s.add(&format!("/noise/{i}"), 1);
+            if i % 4 == 0 {
+                s.add("/hot.xsl", 1);
+            }
+        }
+        let top = s.top(1);
+        assert_eq!(top[0].0, "/hot.xsl");
+        assert!(top[0].1 >= 2500, "{top:?}");
+        assert!(s.map.len() <= 8);
+    }
+
+    #[test]
+    fn ranges_by_open_incomplete_and_rate() {
+        let mut t = Talkers::default();
+        let a: IpAddr = "10.1.2.3".parse().unwrap();
+        let b: IpAddr = "10.1.9.9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:2::5".parse().unwrap();
+        for _ in 0..4 {
+            t.request(a, "/x");
+        }
+        t.request(c, "/y");
+        let conns = vec![(a, true), (a, false), (b, true), (c, false)];
+        let l = t.publish(conns.into_iter(), 2.0);
+        let get = |r: &str| l.ranges.iter().find(|x| x.range == r).cloned().unwrap();
+        assert_eq!(get("10.0.0.0/8").open, 3);
+        assert_eq!(get("10.1.0.0/16").incomplete, 2);
+        assert_eq!(get("10.1.2.0/24").req_rate, 2.0);
+        assert_eq!(get("2001:db8::/32").open, 1);
+        assert_eq!(get("2001:db8:1:2::/64").req_rate, 0.5);
+        let m = merge(&[l.clone(), l]);
+        assert_eq!(m.ranges[0].range, "10.0.0.0/8");
+        assert_eq!(m.ranges[0].open, 6);
+        assert_eq!(m.urls_by_requests[0], ("/x".to_string(), 8));
+    }
+}
