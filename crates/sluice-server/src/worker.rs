@@ -331,8 +331,9 @@ impl Worker {
         let mut states = [0u64; sluice_status::counters::STATES.len()];
         for (_, c) in self.conns.iter() {
             let i = match c.phase {
-                Phase::Head { .. } if c.out.is_none() => 0,
-                Phase::Head { .. } => 4,
+                Phase::Head { .. } => 0,
+                // In the round-robin queue, waiting for its next send turn.
+                Phase::Send { .. } if c.queued => 4,
                 Phase::Send { .. } => 1,
                 Phase::Idle { .. } => 2,
                 Phase::Linger { .. } => 3,

@@ -6,8 +6,10 @@
 //! Space-Saving (Metwally et al., 2005) keeps `k` counters: a new key takes over the
 //! smallest counter and inherits its count as its error bound, so any key with more
 //! than total/k hits is always present. Cost per request: one hash lookup per sketch
-//! (two for URLs, one for the /24 tally); O(k) only when a new URL evicts another.
+//! (two for URLs, one for the /24 tally; FxHash, a few ns for a short path); O(k)
+//! only when a new URL evicts another. Measured: `cargo bench -p sluice-status`.
 
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -19,14 +21,24 @@ pub const SHOWN: usize = 10;
 #[derive(Debug)]
 pub struct SpaceSaving {
     k: usize,
-    map: HashMap<Box<str>, (u64, u64)>,
+    map: FxHashMap<Box<str>, (u64, u64)>,
+    /// Misses since the last admission (see [`ADMIT_EVERY`]).
+    misses: u32,
 }
+
+/// When the sketch is full, only every `ADMIT_EVERY`th miss replaces the smallest
+/// counter: a long tail of one-off paths (a mirror's normal traffic) would otherwise
+/// pay the O(k) replacement on most requests. A path with real weight still gets in
+/// after a few misses and is then counted exactly; its estimate can be low by at
+/// most the weight of the misses skipped before it got in.
+pub const ADMIT_EVERY: u32 = 8;
 
 impl SpaceSaving {
     pub fn new(k: usize) -> SpaceSaving {
         SpaceSaving {
             k,
-            map: HashMap::with_capacity(k + 1),
+            map: FxHashMap::with_capacity_and_hasher(k + 1, Default::default()),
+            misses: 0,
         }
     }
 
@@ -39,6 +51,11 @@ impl SpaceSaving {
             self.map.insert(key.into(), (weight, 0));
             return;
         }
+        self.misses += 1;
+        if self.misses < ADMIT_EVERY {
+            return;
+        }
+        self.misses = 0;
         // Replace the smallest: the newcomer inherits its count as error.
         let Some((min_key, &(min, _))) = self.map.iter().min_by_key(|(_, v)| v.0) else {
             return;
@@ -113,7 +130,7 @@ pub struct Talkers {
     by_requests: SpaceSaving,
     by_bytes: SpaceSaving,
     /// Requests per /24 (IPv6 /64) since the last publish, with one address of it.
-    requests_24: HashMap<(bool, u128), (u64, IpAddr)>,
+    requests_24: FxHashMap<(bool, u128), (u64, IpAddr)>,
 }
 
 impl Default for Talkers {
@@ -121,7 +138,7 @@ impl Default for Talkers {
         Talkers {
             by_requests: SpaceSaving::new(SKETCH_K),
             by_bytes: SpaceSaving::new(SKETCH_K),
-            requests_24: HashMap::new(),
+            requests_24: FxHashMap::default(),
         }
     }
 }
