@@ -157,14 +157,31 @@ impl RuleSet {
 
     /// The compiled lookup: the first rule (in rank order) that matches.
     pub fn lookup(&self, req: &Request) -> Outcome {
+        self.lookup_rule(req).0
+    }
+
+    /// [`RuleSet::lookup`], and the index of the rule that decided (for the status
+    /// page's per-rule counters; [`RuleSet::rule_origin`] names it).
+    pub fn lookup_rule(&self, req: &Request) -> (Outcome, Option<u32>) {
         let mut cands = Vec::new();
         self.index.candidates(req.path, &mut cands);
         for i in cands {
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
-                return o;
+                return (o, Some(i));
             }
         }
-        Outcome::Pass
+        (Outcome::Pass, None)
+    }
+
+    /// `file:line` of rule `i`.
+    pub fn rule_origin(&self, i: u32) -> String {
+        match self.rules.get(i as usize) {
+            Some(r) => {
+                let file = self.files.get(r.source.file as usize).map_or("?", |f| &**f);
+                format!("{file}:{}", r.source.line)
+            }
+            None => "?".into(),
+        }
     }
 
     /// The reference lookup: every rule, in order. For tests and `explain`.

@@ -437,7 +437,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             next_sample += std::time::Duration::from_secs(1);
             shared
                 .board
-                .sample(&sluice_status::Totals::sum(&shared.stats), 0);
+                .sample(&sluice_status::Totals::sum(&shared.stats));
         }
         for sig in signals.pending() {
             match sig {

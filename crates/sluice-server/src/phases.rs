@@ -22,6 +22,9 @@ pub struct PhaseCtx<'a> {
     pub files: &'a mut StaticHandler,
     pub peer: IpAddr,
     pub now: Instant,
+    /// Out: the rule that decided, and its action (`sluice_status::counters::ACTIONS`
+    /// index), for the status page's per-rule counters.
+    pub rule: Option<(u32, usize)>,
 }
 
 pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
@@ -48,14 +51,24 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             remote_addr: Some(ctx.peer),
             root: Some(ctx.files.root().path()),
         };
-        match rules.lookup(&req) {
+        let (outcome, rule) = rules.lookup_rule(&req);
+        let action = |a: usize| rule.map(|i| (i, a));
+        match outcome {
             sluice_rules::Outcome::Pass => {}
             sluice_rules::Outcome::Redirect { status, location } => {
-                return Response::redirect(status, &location)
+                ctx.rule = action(0);
+                return Response::redirect(status, &location);
             }
-            sluice_rules::Outcome::Forbidden => return Response::text(403, None),
-            sluice_rules::Outcome::Gone => return Response::text(410, None),
+            sluice_rules::Outcome::Forbidden => {
+                ctx.rule = action(2);
+                return Response::text(403, None);
+            }
+            sluice_rules::Outcome::Gone => {
+                ctx.rule = action(3);
+                return Response::text(410, None);
+            }
             sluice_rules::Outcome::Rewrite { path, query } => {
+                ctx.rule = action(1);
                 return ctx.files.serve(head, &path, query.as_deref(), ctx.now);
             }
         }

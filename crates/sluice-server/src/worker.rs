@@ -352,7 +352,17 @@ impl Worker {
                 matches!(c.phase, Phase::Head { .. }) && c.out.is_none(),
             )
         });
-        let list = self.talkers.publish(conns, secs);
+        let sites = &self.snap.sites;
+        let name = |site: u16, i: u32| {
+            let s = &sites[usize::from(site)];
+            let origin = s.rules.as_ref().map_or("?".into(), |r| r.rule_origin(i));
+            if sites.len() > 1 {
+                format!("{} {origin}", s.conf.label)
+            } else {
+                origin
+            }
+        };
+        let list = self.talkers.publish(conns, secs, name);
         self.shared.board.publish(self.id, list);
     }
 
@@ -366,6 +376,8 @@ impl Worker {
             Ok(files) => {
                 self.files = files;
                 self.site_log = site_logs(&snap, &self.log);
+                // Rule indices belong to the old rules.
+                self.talkers.reset_rules();
                 self.limits = snap.limits();
                 self.snap = snap;
             }
@@ -665,6 +677,13 @@ impl Worker {
                 // the megabytes still queued for a client that reads a few bytes a
                 // second, and the connection, seen from the client, would stay open.
                 abort_on_close(&c.sock);
+            }
+            match why {
+                CloseReason::EvictedIdle | CloseReason::EvictedIncomplete => {
+                    self.talkers.evicted(c.peer)
+                }
+                CloseReason::RangeCap => self.talkers.refused(c.peer),
+                _ => {}
             }
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             self.cond.forget(key as u32, c.peer);
@@ -989,6 +1008,7 @@ impl Worker {
                     files: &mut self.files[site],
                     peer: c.peer,
                     now: self.now,
+                    rule: None,
                 };
                 let mut resp = if c.cap == Cap::Over {
                     // Slow-read prevention: this address range holds more than its
@@ -1001,6 +1021,7 @@ impl Worker {
                 } else {
                     phases::respond(&mut ctx, &head)
                 };
+                let rule = ctx.rule;
                 match head.framing() {
                     BodyFraming::None => {}
                     BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
@@ -1017,9 +1038,18 @@ impl Worker {
                 c.requests += 1;
                 // Status page: top URLs (by requests, and by bytes answered) and the
                 // request rate per address range.
+                let body_len: u64 = resp.body.iter().map(|b| b.len()).sum();
                 self.talkers.request(c.peer, head.path);
-                self.talkers
-                    .bytes(head.path, resp.body.iter().map(|b| b.len()).sum());
+                self.talkers.bytes(head.path, body_len);
+                if let Some((rule, action)) = rule {
+                    self.shared.stats[self.id].rule_actions[action].fetch_add(1, Ordering::Relaxed);
+                    self.talkers.rule(
+                        site as u16,
+                        rule,
+                        sluice_status::counters::ACTIONS[action],
+                        body_len,
+                    );
+                }
                 if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
                     resp.close = true;
                 }

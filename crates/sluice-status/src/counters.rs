@@ -18,6 +18,9 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
 /// Connection states shown on the page (and as the `state` label).
 pub const STATES: [&str; 5] = ["reading", "sending", "idle", "closing", "waiting"];
 
+/// What a matched rule did (the `action` label).
+pub const ACTIONS: [&str; 4] = ["redirect", "rewrite", "forbidden", "gone"];
+
 /// Status codes 100..=599 are counted one by one.
 const CODES: usize = 500;
 
@@ -33,6 +36,8 @@ pub struct Counters {
     pub restarts: AtomicU64,
     /// Closed connections by reason (`CloseReason::index`).
     pub closes: [AtomicU64; CloseReason::COUNT],
+    /// Requests a rule decided, by action ([`ACTIONS`]).
+    pub rule_actions: [AtomicU64; ACTIONS.len()],
     responses: Box<[AtomicU64]>,
     ttfb: [AtomicU64; TTFB_BOUNDS.len() + 1],
     ttfb_sum_us: AtomicU64,
@@ -52,6 +57,7 @@ impl Default for Counters {
             timeouts: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             closes: Default::default(),
+            rule_actions: Default::default(),
             responses: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
             ttfb: Default::default(),
             ttfb_sum_us: AtomicU64::new(0),
@@ -99,6 +105,7 @@ pub struct Totals {
     pub bytes: u64,
     pub restarts: u64,
     pub closes: [u64; CloseReason::COUNT],
+    pub rule_actions: [u64; ACTIONS.len()],
     /// (status, count), non-zero only, ascending.
     pub responses: Vec<(u16, u64)>,
     pub ttfb: Vec<u64>,
@@ -125,6 +132,9 @@ impl Totals {
             t.bytes += ld(&w.bytes);
             t.restarts += ld(&w.restarts);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {
+                *a += ld(b);
+            }
+            for (a, b) in t.rule_actions.iter_mut().zip(&w.rule_actions) {
                 *a += ld(b);
             }
             for (a, b) in codes.iter_mut().zip(w.responses.iter()) {

@@ -43,7 +43,8 @@ impl Board {
     }
 
     /// Main thread, once a second.
-    pub fn sample(&self, t: &Totals, rule_hits: u64) {
+    pub fn sample(&self, t: &Totals) {
+        let rule_hits = t.rule_actions.iter().sum();
         let mut classes = [0u64; 5];
         for (code, n) in &t.responses {
             let c = usize::from(code / 100).saturating_sub(1);

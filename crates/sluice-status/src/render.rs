@@ -4,7 +4,7 @@
 //! Labels are bounded sets (status code, state, close reason, range level); client
 //! addresses and paths appear only in the JSON and HTML top lists, never as labels.
 
-use crate::counters::{STATES, TRANSFER_BOUNDS, TTFB_BOUNDS};
+use crate::counters::{ACTIONS, STATES, TRANSFER_BOUNDS, TTFB_BOUNDS};
 use crate::View;
 use serde_json::{json, Value};
 use sluice_condition::CloseReason;
@@ -63,7 +63,8 @@ pub fn json(v: &View) -> String {
         .iter()
         .map(|r| {
             json!({"range": r.range, "prefix_len": LEVELS[r.level.min(2)], "open": r.open,
-                   "incomplete": r.incomplete, "requests_per_s": r.req_rate})
+                   "incomplete": r.incomplete, "requests_per_s": r.req_rate,
+                   "evicted_last_s": r.evicted, "refused_last_s": r.refused})
         })
         .collect();
     let urls = |l: &[(String, u64)], k: &str| -> Vec<Value> {
@@ -92,6 +93,8 @@ pub fn json(v: &View) -> String {
         "rates": rates,
         "series_per_second": v.series.iter().map(|(r, b)| json!([r, b])).collect::<Vec<_>>(),
         "top_ranges": ranges,
+        "rule_actions": ACTIONS.iter().zip(t.rule_actions).map(|(a, n)| (a.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "top_rules": v.top.rules.iter().map(|r| json!({"rule": r.rule, "action": r.action, "matches": r.matches, "bytes": r.bytes})).collect::<Vec<_>>(),
         "top_urls_by_requests": urls(&v.top.urls_by_requests, "requests"),
         "top_urls_by_bytes": urls(&v.top.urls_by_bytes, "bytes"),
         "ttfb_seconds": hist(&TTFB_BOUNDS, &t.ttfb, t.ttfb_sum_s),
@@ -195,6 +198,14 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
             r.as_str(),
             t.closes[r.index()]
         );
+    }
+    counter(
+        &mut o,
+        "sluice_rule_actions_total",
+        "Requests a redirect/rewrite/access rule decided, by action.",
+    );
+    for (a, n) in ACTIONS.iter().zip(t.rule_actions) {
+        let _ = writeln!(o, "sluice_rule_actions_total{{action=\"{a}\"}} {n}");
     }
     counter(
         &mut o,
@@ -343,15 +354,31 @@ pub fn html(v: &View) -> String {
     for (c, n) in &t.responses {
         let _ = write!(o, "<tr><th>{c}</th><td>{n}</td></tr>");
     }
-    o.push_str("</table>\n<h2>Top address ranges</h2><table><tr><th>range</th><th>open</th><th>incomplete</th><th>req/s</th></tr>");
+    o.push_str("</table>\n<h2>Top address ranges</h2><table><tr><th>range</th><th>open</th><th>incomplete</th><th>req/s</th><th>evicted (1 s)</th><th>refused (1 s)</th></tr>");
     for r in v.top.ranges.iter().take(30) {
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.range),
             r.open,
             r.incomplete,
-            r.req_rate
+            r.req_rate,
+            r.evicted,
+            r.refused
+        );
+    }
+    o.push_str("</table>\n<h2>Rules</h2><table><tr><th>rule</th><th>action</th><th>matches</th><th>bytes</th></tr>");
+    for (a, n) in ACTIONS.iter().zip(t.rule_actions) {
+        let _ = write!(o, "<tr><td>all</td><td>{a}</td><td>{n}</td><td></td></tr>");
+    }
+    for r in &v.top.rules {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.rule),
+            r.action,
+            r.matches,
+            r.bytes
         );
     }
     o.push_str("</table>\n<h2>Top URLs</h2><table><tr><th>by requests</th><th></th><th>by bytes</th><th></th></tr>");

@@ -115,7 +115,25 @@ pub struct RangeRow {
     pub incomplete: u64,
     /// Requests per second over the last publishing interval.
     pub req_rate: f64,
+    /// Connections conditioning closed to make room, and requests refused because
+    /// the range was over its cap, over the last publishing interval.
+    pub evicted: u64,
+    pub refused: u64,
 }
+
+/// One rule's figures (since start, or since the reload that compiled it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuleRow {
+    /// `file:line`.
+    pub rule: String,
+    pub action: &'static str,
+    pub matches: u64,
+    pub bytes: u64,
+}
+
+/// Rules tracked one by one per worker; past this, matches still count in the
+/// per-action totals.
+pub const MAX_RULES_TRACKED: usize = 4096;
 
 /// What a worker publishes.
 #[derive(Clone, Debug, Default)]
@@ -123,6 +141,7 @@ pub struct TopList {
     pub urls_by_requests: Vec<(String, u64)>,
     pub urls_by_bytes: Vec<(String, u64)>,
     pub ranges: Vec<RangeRow>,
+    pub rules: Vec<RuleRow>,
 }
 
 /// A worker's talkers.
@@ -131,6 +150,10 @@ pub struct Talkers {
     by_bytes: SpaceSaving,
     /// Requests per /24 (IPv6 /64) since the last publish, with one address of it.
     requests_24: FxHashMap<(bool, u128), (u64, IpAddr)>,
+    /// Per /24: (evicted, refused) since the last publish.
+    conditioned_24: FxHashMap<(bool, u128), (u64, u64, IpAddr)>,
+    /// (site, rule index) → (action, matches, bytes).
+    rules: FxHashMap<(u16, u32), (&'static str, u64, u64)>,
 }
 
 impl Default for Talkers {
@@ -139,6 +162,8 @@ impl Default for Talkers {
             by_requests: SpaceSaving::new(SKETCH_K),
             by_bytes: SpaceSaving::new(SKETCH_K),
             requests_24: FxHashMap::default(),
+            conditioned_24: FxHashMap::default(),
+            rules: FxHashMap::default(),
         }
     }
 }
@@ -161,9 +186,53 @@ impl Talkers {
         }
     }
 
+    /// Conditioning closed a connection from `peer` to make room.
+    pub fn evicted(&mut self, peer: IpAddr) {
+        let e = self
+            .conditioned_24
+            .entry(range_key(peer, 2))
+            .or_insert((0, 0, peer));
+        e.0 += 1;
+    }
+
+    /// A request from `peer` was refused: its range is over its cap.
+    pub fn refused(&mut self, peer: IpAddr) {
+        let e = self
+            .conditioned_24
+            .entry(range_key(peer, 2))
+            .or_insert((0, 0, peer));
+        e.1 += 1;
+    }
+
+    /// Rule `rule` of site `site` decided a request, answered with `bytes`.
+    pub fn rule(&mut self, site: u16, rule: u32, action: &'static str, bytes: u64) {
+        let full = self.rules.len() >= MAX_RULES_TRACKED;
+        match self.rules.get_mut(&(site, rule)) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += bytes;
+            }
+            None if !full => {
+                self.rules.insert((site, rule), (action, 1, bytes));
+            }
+            None => {}
+        }
+    }
+
+    /// Forget per-rule figures (after a reload: rule indices change).
+    pub fn reset_rules(&mut self) {
+        self.rules.clear();
+    }
+
     /// Build the list to publish. `conns` yields (peer, incomplete?) for every open
     /// connection of this worker; `secs` is the time since the last publish.
-    pub fn publish(&mut self, conns: impl Iterator<Item = (IpAddr, bool)>, secs: f64) -> TopList {
+    /// `name` turns (site, rule index) into `file:line`.
+    pub fn publish(
+        &mut self,
+        conns: impl Iterator<Item = (IpAddr, bool)>,
+        secs: f64,
+        name: impl Fn(u16, u32) -> String,
+    ) -> TopList {
         let mut ranges: HashMap<(usize, bool, u128), (RangeRow, IpAddr)> = HashMap::new();
         for (ip, incomplete) in conns {
             for level in 0..3 {
@@ -197,6 +266,22 @@ impl Talkers {
                 e.0.req_rate += n as f64 / secs;
             }
         }
+        for (_, (ev, rf, ip)) in self.conditioned_24.drain() {
+            for level in 0..3 {
+                let (v6, k) = range_key(ip, level);
+                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
+                    (
+                        RangeRow {
+                            level,
+                            ..Default::default()
+                        },
+                        ip,
+                    )
+                });
+                e.0.evicted += ev;
+                e.0.refused += rf;
+            }
+        }
         // Keep each level's heaviest by any measure: at most SHOWN per measure.
         let mut out = Vec::new();
         for level in 0..3 {
@@ -206,12 +291,13 @@ impl Talkers {
                 .cloned()
                 .collect();
             let mut keep = std::collections::HashSet::new();
-            for measure in 0..3 {
+            for measure in 0..4 {
                 let mut idx: Vec<usize> = (0..rows.len()).collect();
                 let m = |r: &RangeRow| match measure {
                     0 => r.open as f64,
                     1 => r.incomplete as f64,
-                    _ => r.req_rate,
+                    2 => r.req_rate,
+                    _ => (r.evicted + r.refused) as f64,
                 };
                 idx.sort_by(|a, b| m(&rows[*b].0).total_cmp(&m(&rows[*a].0)));
                 keep.extend(idx.into_iter().take(SHOWN));
@@ -222,10 +308,23 @@ impl Talkers {
                 out.push(r);
             }
         }
+        let mut rules: Vec<_> = self.rules.iter().collect();
+        rules.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+        let rules = rules
+            .into_iter()
+            .take(SHOWN * 2)
+            .map(|(&(site, i), &(action, matches, bytes))| RuleRow {
+                rule: name(site, i),
+                action,
+                matches,
+                bytes,
+            })
+            .collect();
         TopList {
             urls_by_requests: self.by_requests.top(SHOWN * 2),
             urls_by_bytes: self.by_bytes.top(SHOWN * 2),
             ranges: out,
+            rules,
         }
     }
 }
@@ -235,7 +334,17 @@ pub fn merge(lists: &[TopList]) -> TopList {
     let mut req: HashMap<String, u64> = HashMap::new();
     let mut bytes: HashMap<String, u64> = HashMap::new();
     let mut ranges: HashMap<String, RangeRow> = HashMap::new();
+    let mut rules: HashMap<String, RuleRow> = HashMap::new();
     for l in lists {
+        for r in &l.rules {
+            let e = rules.entry(r.rule.clone()).or_insert_with(|| RuleRow {
+                rule: r.rule.clone(),
+                action: r.action,
+                ..Default::default()
+            });
+            e.matches += r.matches;
+            e.bytes += r.bytes;
+        }
         for (k, n) in &l.urls_by_requests {
             *req.entry(k.clone()).or_default() += n;
         }
@@ -251,8 +360,13 @@ pub fn merge(lists: &[TopList]) -> TopList {
             e.open += r.open;
             e.incomplete += r.incomplete;
             e.req_rate += r.req_rate;
+            e.evicted += r.evicted;
+            e.refused += r.refused;
         }
     }
+    let mut rules: Vec<RuleRow> = rules.into_values().collect();
+    rules.sort_by(|a, b| b.matches.cmp(&a.matches).then_with(|| a.rule.cmp(&b.rule)));
+    rules.truncate(SHOWN * 2);
     let top = |m: HashMap<String, u64>| {
         let mut v: Vec<_> = m.into_iter().collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -271,6 +385,7 @@ pub fn merge(lists: &[TopList]) -> TopList {
         urls_by_requests: top(req),
         urls_by_bytes: top(bytes),
         ranges,
+        rules,
     }
 }
 
@@ -304,13 +419,30 @@ mod tests {
         }
         t.request(c, "/y");
         let conns = vec![(a, true), (a, false), (b, true), (c, false)];
-        let l = t.publish(conns.into_iter(), 2.0);
+        t.evicted(b);
+        t.refused(b);
+        t.rule(0, 7, "redirect", 100);
+        t.rule(0, 7, "redirect", 50);
+        let l = t.publish(conns.into_iter(), 2.0, |s, i| format!("site{s}:{i}"));
         let get = |r: &str| l.ranges.iter().find(|x| x.range == r).cloned().unwrap();
         assert_eq!(get("10.0.0.0/8").open, 3);
         assert_eq!(get("10.1.0.0/16").incomplete, 2);
         assert_eq!(get("10.1.2.0/24").req_rate, 2.0);
         assert_eq!(get("2001:db8::/32").open, 1);
         assert_eq!(get("2001:db8:1:2::/64").req_rate, 0.5);
+        assert_eq!(
+            (get("10.1.9.0/24").evicted, get("10.0.0.0/8").refused),
+            (1, 1)
+        );
+        assert_eq!(
+            l.rules[0],
+            RuleRow {
+                rule: "site0:7".into(),
+                action: "redirect",
+                matches: 2,
+                bytes: 150
+            }
+        );
         let m = merge(&[l.clone(), l]);
         assert_eq!(m.ranges[0].range, "10.0.0.0/8");
         assert_eq!(m.ranges[0].open, 6);

@@ -254,3 +254,53 @@ fn traffic_small(srv: &Server) {
         c.response(false).unwrap();
     }
 }
+
+#[test]
+fn rules_are_counted_per_action_and_per_rule() {
+    let d = docroot();
+    let rules = d.path().join(".rules.conf");
+    std::fs::write(
+        &rules,
+        "Redirect 301 /old /hello.txt\nRedirect gone /gone\n",
+    )
+    .unwrap();
+    let rules = rules.to_str().unwrap().to_string();
+    let srv = Server::start_in(d, &["--rules", &rules]);
+    let mut c = srv.client();
+    for i in 0..7 {
+        let p = if i < 5 { "/old" } else { "/gone/x" };
+        c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.response(false).unwrap();
+    }
+    let t = Instant::now();
+    loop {
+        let j = json(&srv);
+        assert_eq!(j["rule_actions"]["redirect"], 5, "{j}");
+        assert_eq!(j["rule_actions"]["gone"], 2, "{j}");
+        let top = j["top_rules"].as_array().unwrap();
+        if top.len() == 2 {
+            assert!(
+                top[0]["rule"].as_str().unwrap().ends_with(".rules.conf:1"),
+                "{j}"
+            );
+            assert_eq!(
+                (top[0]["matches"].as_u64(), top[0]["action"].as_str()),
+                (Some(5), Some("redirect"))
+            );
+            assert_eq!(
+                (top[1]["matches"].as_u64(), top[1]["action"].as_str()),
+                (Some(2), Some("gone"))
+            );
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let m = srv
+        .get("GET /server-status/metrics HTTP/1.0\r\n\r\n")
+        .text();
+    assert!(
+        m.contains("sluice_rule_actions_total{action=\"redirect\"} 5\n"),
+        "{m}"
+    );
+}
