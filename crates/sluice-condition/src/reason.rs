@@ -28,10 +28,13 @@ pub enum CloseReason {
     BadRequest,
     /// Shutdown: idle, or still busy when the grace period ended.
     Shutdown,
+    /// An errant-client rule's answer ended it: `drop`, or a tarpit or oversize
+    /// answer that ran its course (or was over the tarpit cap).
+    Errant,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 12] = [
+    pub const ALL: [CloseReason; 13] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::HeaderTimeout,
@@ -44,6 +47,7 @@ impl CloseReason {
         CloseReason::RangeCap,
         CloseReason::BadRequest,
         CloseReason::Shutdown,
+        CloseReason::Errant,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -65,6 +69,7 @@ impl CloseReason {
             CloseReason::RangeCap => "range_cap",
             CloseReason::BadRequest => "bad_request",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::Errant => "errant",
         }
     }
 }

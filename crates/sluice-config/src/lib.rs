@@ -148,13 +148,26 @@ pub struct LogSection {
     pub level: String,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RulesSection {
     /// Rules files (native or Apache syntax), relative to the config file.
     pub files: Vec<PathBuf>,
     /// Skip unsupported directives with a warning instead of refusing the file.
     pub lenient: bool,
+    /// Most connections held by `tarpit` and `oversize` answers in the whole
+    /// server; past it those answers become `drop`.
+    pub tarpit_max: usize,
+}
+
+impl Default for RulesSection {
+    fn default() -> Self {
+        RulesSection {
+            files: Vec::new(),
+            lenient: false,
+            tarpit_max: 10_000,
+        }
+    }
 }
 
 /// Connection conditioning (docs/CONDITIONING.md; seed 004).

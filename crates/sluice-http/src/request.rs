@@ -160,6 +160,9 @@ pub struct RequestHead<'a> {
     pub referer: Option<&'a [u8]>,
     /// Length of the head in bytes (the body, if any, starts here).
     pub head_len: usize,
+    /// The header lines as received (`Name: value\r\n`...), for rules that match
+    /// arbitrary headers.
+    pub raw_headers: &'a [u8],
 }
 
 impl<'a> RequestHead<'a> {
@@ -254,6 +257,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         target,
         minor,
         head_len: head_len + start,
+        raw_headers: &buf[nl + 1..head_len],
         ..Default::default()
     };
 

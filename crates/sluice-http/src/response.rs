@@ -199,6 +199,9 @@ pub struct Response {
     pub body: Vec<Chunk>,
     /// Close the connection after this response (e.g. after a framing error).
     pub close: bool,
+    /// A fixed `Date` header instead of the clock's (an operator's answer to clients
+    /// that read the time from it; errant-client rules, `date=`).
+    pub date: Option<std::sync::Arc<str>>,
 }
 
 impl Response {

@@ -15,10 +15,12 @@
 //! Cost per lookup: see [`compiled`]; a miss with no candidates allocates nothing.
 
 pub mod apache;
+pub mod classify;
 pub mod compiled;
 pub mod loader;
 pub mod model;
 pub mod native;
+pub mod rates;
 pub mod template;
 
 pub use loader::{Format, LoadError};
@@ -38,6 +40,27 @@ pub struct Request<'a> {
     pub remote_addr: Option<IpAddr>,
     /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
     pub root: Option<&'a Path>,
+    /// The method as sent (`method=`).
+    pub method: &'a str,
+    /// The raw header lines (`Name: value\r\n`...), for `header=`; scanned only
+    /// by rules that ask.
+    pub headers: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// The first header called `name` (ASCII case-insensitive), trimmed.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        for line in self.headers.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+                return std::str::from_utf8(&line[colon + 1..]).ok().map(str::trim);
+            }
+        }
+        None
+    }
 }
 
 /// What the rules decided.
@@ -56,6 +79,12 @@ pub enum Outcome {
     },
     Forbidden,
     Gone,
+    /// An errant-client rule decided (`classify`): its answer (`None`: serve the
+    /// request normally, e.g. `pass date=...`) and a fixed `Date` header, if set.
+    Answer {
+        errant: Option<classify::Errant>,
+        date: Option<std::sync::Arc<str>>,
+    },
 }
 
 /// A `RewriteMap`.
@@ -82,6 +111,8 @@ pub struct RuleSet {
     index: compiled::Index,
     files: Vec<std::sync::Arc<str>>,
     pub warnings: Vec<String>,
+    /// Shared by every rate condition (`None` if there is none): fixed memory.
+    rates: Option<std::sync::Arc<rates::RateTable>>,
 }
 
 impl RuleSet {
@@ -121,17 +152,32 @@ impl RuleSet {
         rules.sort_by_key(|r| r.class);
         rules.shrink_to_fit();
         let index = compiled::Index::build(&mut rules);
+        // One rate table for all rate conditions, made only if some rule has one.
+        let mut rates = None;
+        for r in rules.iter_mut() {
+            if let Some(c) = r.classify.as_mut().filter(|c| !c.rates.is_empty()) {
+                let t =
+                    rates.get_or_insert_with(|| std::sync::Arc::new(rates::RateTable::default()));
+                c.table = Some(t.clone());
+            }
+        }
         RuleSet {
             rules,
             maps: ctx.maps,
             index,
             files: ctx.files,
             warnings: ctx.warnings,
+            rates,
         }
     }
 
     pub fn len(&self) -> usize {
         self.rules.len()
+    }
+
+    /// Bytes held by rate state (fixed, whatever the number of clients).
+    pub fn rate_memory(&self) -> usize {
+        self.rates.as_ref().map_or(0, |t| t.memory())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -223,6 +269,7 @@ impl RuleSet {
                 }
                 Err(m) => {
                     let why = match m {
+                        Miss::Classify(w) => w.to_string(),
                         Miss::Host => "host differs".to_string(),
                         Miss::Pattern => "pattern does not match".to_string(),
                         Miss::Cond(n) => format!("condition #{} fails", n + 1),
@@ -279,5 +326,34 @@ pub fn outcome_text(o: &Outcome) -> String {
         Outcome::Rewrite { path, query: None } => format!("internal rewrite to {path}"),
         Outcome::Forbidden => "403 Forbidden".into(),
         Outcome::Gone => "410 Gone".into(),
+        Outcome::Answer { errant, date } => {
+            use classify::Errant as E;
+            let what = match errant {
+                None => "pass (served as it is)".to_string(),
+                Some(E::Deny) => "deny (403)".into(),
+                Some(E::Drop) => "drop (close, no response)".into(),
+                Some(E::Substitute { body, .. }) => {
+                    format!("substitute ({} bytes, 200)", body.len())
+                }
+                Some(E::Tarpit {
+                    text,
+                    every_ms,
+                    for_ms,
+                }) => {
+                    format!("tarpit ({text:?} every {every_ms} ms for {for_ms} ms)")
+                }
+                Some(E::Loop) => "loop (302 to itself, fresh query)".into(),
+                Some(E::Oversize { bytes, for_ms }) => {
+                    format!("oversize (cut at {bytes} bytes or {for_ms} ms)")
+                }
+                Some(E::Limited { retry_after_s }) => {
+                    format!("limit exceeded (429, Retry-After: {retry_after_s})")
+                }
+            };
+            match date {
+                Some(d) => format!("{what}, Date: {d}"),
+                None => what,
+            }
+        }
     }
 }

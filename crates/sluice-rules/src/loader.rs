@@ -123,6 +123,8 @@ impl Ctx {
             conds: conds.into_boxed_slice(),
             action,
             flags,
+            classify: None,
+            date: None,
         });
     }
 

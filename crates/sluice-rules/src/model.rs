@@ -186,6 +186,12 @@ pub enum Action {
     },
     /// `RewriteRule pattern -`: match (and stop) without changing anything.
     Pass,
+    /// An errant-client answer (`deny`, `drop`, `substitute`, …); `None` = `pass`.
+    Errant(Option<crate::classify::Errant>),
+    /// `limit`: over the rule's rate, 429 with Retry-After; under it, served.
+    Limit {
+        retry_after_s: u64,
+    },
     Forbidden,
     Gone,
 }
@@ -220,11 +226,17 @@ pub struct Rule {
     pub conds: Box<[Cond]>,
     pub action: Action,
     pub flags: Flags,
+    /// Errant-client conditions (native `ua=`, `addr=`, `rate=`, …), if any.
+    pub classify: Option<Box<crate::classify::Classify>>,
+    /// A fixed `Date` header for the answer (`date=`).
+    pub date: Option<std::sync::Arc<str>>,
 }
 
 /// Why a rule did not apply (for `explain`).
 #[derive(Debug)]
 pub enum Miss {
+    /// A classification condition failed (which one).
+    Classify(&'static str),
     Host,
     Pattern,
     Cond(usize),
@@ -274,6 +286,14 @@ impl Rule {
                 }
             }
         };
+        let exceeded = match &self.classify {
+            None => false,
+            Some(c) => c.check(req).map_err(Miss::Classify)?,
+        };
+        let has_rates = self.classify.as_ref().is_some_and(|c| !c.rates.is_empty());
+        if has_rates && !exceeded && !matches!(self.action, Action::Limit { .. }) {
+            return Err(Miss::Classify("rate not exceeded"));
+        }
         let cond_caps = self.check_conds(req, maps, caps.as_ref())?;
         let ex = Expand {
             req,
@@ -284,6 +304,16 @@ impl Rule {
         };
         Ok(match &self.action {
             Action::Pass => Outcome::Pass,
+            Action::Errant(e) => Outcome::Answer {
+                errant: e.clone(),
+                date: self.date.clone(),
+            },
+            Action::Limit { retry_after_s } => Outcome::Answer {
+                errant: exceeded.then_some(crate::classify::Errant::Limited {
+                    retry_after_s: *retry_after_s,
+                }),
+                date: self.date.clone(),
+            },
             Action::Forbidden => Outcome::Forbidden,
             Action::Gone => Outcome::Gone,
             Action::Redirect { status, target } => {

@@ -128,6 +128,7 @@ fn check(set: &RuleSet, reqs: &[(Vec<usize>, usize, usize, usize)]) -> Result<()
             user_agent: Some(UAS[*u]),
             remote_addr: None,
             root: None,
+            ..Default::default()
         };
         let fast = set.lookup(&req);
         let slow = set.lookup_linear(&req);

@@ -106,6 +106,8 @@ pub struct Pending {
     /// Which of the worker's log outputs the line goes to (`None`: the site logs
     /// nothing).
     out: Option<u8>,
+    /// Appended as ` errant=NOTE` (the errant-client answer taken), if set.
+    note: Option<&'static str>,
 }
 
 impl Pending {
@@ -122,6 +124,7 @@ impl Pending {
             referer: head.referer.unwrap_or(b"").to_vec(),
             user_agent: head.user_agent.unwrap_or(b"").to_vec(),
             out,
+            note: None,
         }
     }
 
@@ -148,11 +151,24 @@ impl Pending {
             referer: Vec::new(),
             user_agent: Vec::new(),
             out,
+            note: None,
         }
     }
 
     pub fn status(&self) -> u16 {
         self.status
+    }
+
+    /// Record the errant-client answer taken (logged as ` errant=NOTE` after the
+    /// combined fields, where log analysers that read combined lines ignore it).
+    pub fn with_note(mut self, note: &'static str) -> Pending {
+        self.note = Some(note);
+        self
+    }
+
+    pub fn with_status(mut self, status: u16) -> Pending {
+        self.status = status;
+        self
     }
 }
 
@@ -251,7 +267,12 @@ impl WorkerLog {
         } else {
             escape_into(b, user_agent)
         }
-        b.extend_from_slice(b"\"\n");
+        b.push(b'"');
+        if let Some(n) = p.note {
+            b.extend_from_slice(b" errant=");
+            b.extend_from_slice(n.as_bytes());
+        }
+        b.push(b'\n');
         if o.buf.len() >= FLUSH_BYTES {
             o.flush();
         }

@@ -156,6 +156,8 @@ pub struct Shared {
     pub caps: sluice_condition::RangeCaps,
     /// Connections open in the whole server, and the most it holds.
     pub open: std::sync::atomic::AtomicUsize,
+    /// Connections held by `tarpit`/`oversize` answers (not counted in `open`).
+    pub drips: std::sync::atomic::AtomicUsize,
     pub max_open: usize,
     pub stop: AtomicBool,
     pub generation: AtomicU64,
@@ -176,6 +178,7 @@ impl Shared {
         let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
         Arc::new(Shared {
             open: std::sync::atomic::AtomicUsize::new(0),
+            drips: std::sync::atomic::AtomicUsize::new(0),
             max_open: max_connections,
             caps: sluice_condition::RangeCaps::new([
                 limit(c.cap_8),

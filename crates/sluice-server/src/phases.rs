@@ -9,6 +9,7 @@
 use crate::{Shared, Site, Snapshot};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::{Method, RequestHead};
+use sluice_rules::classify::Errant;
 use sluice_static::StaticHandler;
 use std::net::IpAddr;
 use std::time::Instant;
@@ -25,6 +26,23 @@ pub struct PhaseCtx<'a> {
     /// Out: the rule that decided, and its action (`sluice_status::counters::ACTIONS`
     /// index), for the status page's per-rule counters.
     pub rule: Option<(u32, usize)>,
+    /// Out: an errant-client answer the connection must carry out (`drop`,
+    /// `tarpit`, `oversize`); the returned response is then what the log records.
+    pub errant: Option<Errant>,
+}
+
+/// Index of an errant answer in `sluice_status::counters::ACTIONS`.
+fn errant_action(e: Option<&Errant>) -> usize {
+    match e {
+        Some(Errant::Deny) => 4,
+        Some(Errant::Drop) => 5,
+        Some(Errant::Substitute { .. }) => 6,
+        Some(Errant::Tarpit { .. }) => 7,
+        Some(Errant::Loop) => 8,
+        Some(Errant::Oversize { .. }) => 9,
+        Some(Errant::Limited { .. }) => 10,
+        None => 11,
+    }
 }
 
 pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
@@ -50,6 +68,8 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             user_agent: ua.as_deref(),
             remote_addr: Some(ctx.peer),
             root: Some(ctx.files.root().path()),
+            method: head.method_str,
+            headers: head.raw_headers,
         };
         let (outcome, rule) = rules.lookup_rule(&req);
         let action = |a: usize| rule.map(|i| (i, a));
@@ -70,6 +90,17 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             sluice_rules::Outcome::Rewrite { path, query } => {
                 ctx.rule = action(1);
                 return ctx.files.serve(head, &path, query.as_deref(), ctx.now);
+            }
+            // Errant clients (seed 000): the rule's answer, every one bounded.
+            sluice_rules::Outcome::Answer { errant, date } => {
+                ctx.rule = action(errant_action(errant.as_ref()));
+                let mut r = match errant {
+                    // pass: served as it is (perhaps with a fixed Date).
+                    None => ctx.files.serve(head, head.path, head.query, ctx.now),
+                    Some(e) => errant_response(ctx, head, e),
+                };
+                r.date = date;
+                return r;
             }
         }
     }
@@ -95,4 +126,49 @@ fn methods(head: &RequestHead) -> Option<Response> {
     r.headers.add_u64("Content-Length", body.len() as u64);
     r.body.push(Chunk::Owned(body.into_bytes()));
     Some(r)
+}
+
+/// The response for an errant-client answer. `drop`, `tarpit` and `oversize` are
+/// carried out by the worker (`ctx.errant`); their response here is what the
+/// access log records.
+fn errant_response(ctx: &mut PhaseCtx, head: &RequestHead, e: Errant) -> Response {
+    match e {
+        Errant::Deny => Response::text(403, Some("refused by the mirror's rules")),
+        Errant::Limited { retry_after_s } => {
+            let mut r = Response::text(429, Some("too many requests; slow down"));
+            r.headers.add_u64("Retry-After", retry_after_s);
+            r
+        }
+        Errant::Substitute { body, ctype } => {
+            let mut r = Response::new(200);
+            r.headers.add("Content-Type", ctype);
+            r.headers.add_u64("Content-Length", body.len() as u64);
+            r.headers.add("Cache-Control", "no-store");
+            r.body.push(Chunk::Owned(body.to_vec()));
+            r
+        }
+        Errant::Loop => {
+            // The same path, a fresh query each time: naive loop detection (same
+            // URL twice) never fires; a client with a redirect limit stops there.
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static SEQ: AtomicU64 = AtomicU64::new(0x2545_f491_4f6c_dd1d);
+            let x = SEQ
+                .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+                .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let loc = format!("{}?{:016x}", head.path, x ^ (x >> 31));
+            Response::redirect(302, &loc)
+        }
+        Errant::Drop => {
+            ctx.errant = Some(Errant::Drop);
+            let mut r = Response::new(444);
+            r.close = true;
+            r
+        }
+        e @ (Errant::Tarpit { .. } | Errant::Oversize { .. }) => {
+            ctx.errant = Some(e);
+            let mut r = Response::new(200);
+            r.close = true;
+            r
+        }
+    }
 }

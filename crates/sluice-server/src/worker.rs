@@ -83,6 +83,9 @@ enum Phase {
     /// discarding what the client still sends (bounded in time and bytes) so that
     /// closing does not send a RST that destroys the response's tail (RFC 9112 §9.6).
     Linger { since: Ms },
+    /// Answering an errant client slowly (`tarpit`, `oversize`) until `until`; the
+    /// rest of its state is in `Worker::drips`. Holds no buffers.
+    Drip { until: Ms },
 }
 
 struct Conn {
@@ -136,6 +139,19 @@ enum Step {
     /// Need more bytes from the client.
     NeedMore,
     Close,
+    /// The connection left the request cycle (an errant-client answer took it).
+    Parked,
+}
+
+/// A connection answered slowly (`tarpit`, `oversize`): what to send each turn.
+struct Drip {
+    /// Sent every `every` ms: a tarpit's line, or a block of an oversize body.
+    piece: std::sync::Arc<[u8]>,
+    every: Ms,
+    /// Bytes still allowed.
+    budget: u64,
+    sent: u64,
+    log: Option<Pending>,
 }
 
 pub struct Worker {
@@ -177,6 +193,8 @@ pub struct Worker {
     sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
+    /// Connections in `Phase::Drip`, by slab key.
+    drips: std::collections::HashMap<usize, Drip>,
     /// Top URLs and address ranges for the status page (published once a second).
     talkers: sluice_status::top::Talkers,
     last_publish: Instant,
@@ -235,6 +253,7 @@ impl Worker {
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             talkers: Default::default(),
             last_publish: now,
+            drips: Default::default(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
@@ -325,6 +344,112 @@ impl Worker {
         }
     }
 
+    /// Carry out `drop`, `tarpit` or `oversize` for the request just parsed.
+    /// Tarpits and oversize answers leave conditioning's accounting (no range cap,
+    /// no eviction, not in `open`), hold no buffers, and are capped server-wide by
+    /// `rules.tarpit_max`; past the cap they are dropped.
+    fn errant_answer(
+        &mut self,
+        key: usize,
+        e: sluice_rules::classify::Errant,
+        log: Option<Pending>,
+    ) -> Step {
+        use sluice_rules::classify::Errant;
+        const OVERSIZE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000000000000\r\nConnection: close\r\n\r\n";
+        const TARPIT_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+        /// An oversize body goes out 4 KiB every 250 ms: 16 KiB/s, 1 MiB in 64 s.
+        const OVERSIZE_PIECE: usize = 4096;
+        let full = self.shared.drips.load(Ordering::Relaxed) >= self.snap.config.rules.tarpit_max;
+        let (head, piece, every, budget, for_ms): (&[u8], std::sync::Arc<[u8]>, Ms, u64, u64) =
+            match e {
+                Errant::Tarpit {
+                    text,
+                    every_ms,
+                    for_ms,
+                } if !full => {
+                    let mut line = text.as_bytes().to_vec();
+                    line.push(b'\n');
+                    (TARPIT_HEAD, line.into(), every_ms, u64::MAX, for_ms)
+                }
+                Errant::Oversize { bytes, for_ms } if !full => (
+                    OVERSIZE_HEAD,
+                    vec![b'0'; OVERSIZE_PIECE].into(),
+                    250,
+                    bytes,
+                    for_ms,
+                ),
+                _ => {
+                    // drop (asked for, or over the tarpit cap): no response at all.
+                    let c = &mut self.conns[key];
+                    if let Some(p) = log {
+                        self.log.line(
+                            SystemTime::now(),
+                            c.peer,
+                            &p.with_status(444).with_note("drop"),
+                            0,
+                        );
+                    }
+                    c.why = CloseReason::Errant;
+                    return Step::Close;
+                }
+            };
+        let now = self.now_ms;
+        let c = &mut self.conns[key];
+        let (peer, cap) = (c.peer, c.cap);
+        c.cap = Cap::Exempt;
+        c.rbuf = Vec::new();
+        c.phase = Phase::Drip {
+            until: now + for_ms,
+        };
+        let sent = send_some(&c.sock, head);
+        self.release_range(peer, cap);
+        self.cond.forget(key as u32, peer);
+        self.shared.open.fetch_sub(1, Ordering::Relaxed);
+        self.shared.drips.fetch_add(1, Ordering::Relaxed);
+        self.drips.insert(
+            key,
+            Drip {
+                piece,
+                every,
+                budget,
+                sent: sent as u64,
+                log,
+            },
+        );
+        self.set_deadline(key, (now + every).min(now + for_ms));
+        Step::Parked
+    }
+
+    /// A dripping connection's timer: send the next piece, or end it.
+    fn drip_turn(&mut self, key: usize) {
+        let now = self.now_ms;
+        let Phase::Drip { until } = self.conns[key].phase else {
+            return;
+        };
+        let Some(d) = self.drips.get_mut(&key) else {
+            self.close(key, CloseReason::Errant);
+            return;
+        };
+        if now >= until || d.budget == 0 {
+            self.close(key, CloseReason::Errant);
+            return;
+        }
+        let n = (d.piece.len() as u64).min(d.budget) as usize;
+        let sent = send_some(&self.conns[key].sock, &d.piece[..n]);
+        if sent < 0 {
+            self.close(key, CloseReason::ClientGone);
+            return;
+        }
+        d.sent += sent as u64;
+        d.budget -= sent as u64;
+        let next = (now + d.every).min(until);
+        // This runs from the timer that just fired: re-arm like any other deadline.
+        let c = &mut self.conns[key];
+        c.deadline = next;
+        let gen = c.gen;
+        self.rearm(key, gen);
+    }
+
     /// Once a second: connections by state, and the top lists, for the status page.
     /// O(connections of this worker): about a millisecond at 20,000.
     fn publish_status(&mut self) {
@@ -337,6 +462,7 @@ impl Worker {
                 Phase::Send { .. } => 1,
                 Phase::Idle { .. } => 2,
                 Phase::Linger { .. } => 3,
+                Phase::Drip { .. } => 5,
             };
             states[i] += 1;
         }
@@ -584,6 +710,10 @@ impl Worker {
                     self.close(key, CloseReason::Done);
                     return;
                 }
+                Phase::Drip { .. } => {
+                    self.drip_turn(key);
+                    return;
+                }
             };
             let c = &mut self.conns[key];
             tracing::debug!(peer = %c.peer, why = reason.as_str(), "timeout");
@@ -671,6 +801,17 @@ impl Worker {
 
     /// Close a connection, for `why` (counted per reason for the status page).
     fn close(&mut self, key: usize, why: CloseReason) {
+        if let Some(d) = self.drips.remove(&key) {
+            // It left `open` when it began to drip; `open` is decremented below.
+            self.shared.open.fetch_add(1, Ordering::Relaxed);
+            self.shared.drips.fetch_sub(1, Ordering::Relaxed);
+            if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
+                self.log.line(SystemTime::now(), c.peer, &p, d.sent);
+            }
+            self.shared.stats[self.id]
+                .bytes
+                .fetch_add(d.sent, Ordering::Relaxed);
+        }
         if let Some(mut c) = self.conns.try_remove(key) {
             if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
                 // Abortive close (RST): a plain close would leave the kernel sending
@@ -716,6 +857,12 @@ impl Worker {
             let class = match c.phase {
                 Phase::Head { .. } if c.out.is_none() => Class::Incomplete,
                 Phase::Idle { .. } => Class::Idle,
+                // Errant clients being answered slowly are outside conditioning's
+                // accounting: never evicted for room, never counted in a range.
+                Phase::Drip { .. } => {
+                    self.cond.forget(key as u32, c.peer);
+                    return;
+                }
                 _ => Class::Active,
             };
             self.cond.park(key as u32, c.peer, class);
@@ -732,6 +879,13 @@ impl Worker {
             };
             if let Phase::Linger { .. } = c.phase {
                 self.drain_lingering(key);
+                return;
+            }
+            if let Phase::Drip { .. } = c.phase {
+                // Whatever the client sends is read and thrown away; its EOF ends it.
+                if !drain_input(&c.sock) {
+                    self.close(key, CloseReason::ClientGone);
+                }
                 return;
             }
             // 1. Finish the response in flight (in turns: see `run_sendq`).
@@ -855,6 +1009,7 @@ impl Worker {
             // 4. Parse and answer the next request, if a whole head is here.
             match self.next_request(key) {
                 Step::Responded => continue,
+                Step::Parked => return,
                 Step::Close => {
                     let why = self.conns[key].why;
                     self.close(key, why);
@@ -878,6 +1033,7 @@ impl Worker {
                         }
                         Phase::Send { last } => last + ms(self.snap.config.http.send_timeout),
                         Phase::Linger { since } => since + LINGER_MS,
+                        Phase::Drip { until } => until,
                     };
                     if c.rbuf.is_empty() {
                         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
@@ -972,6 +1128,7 @@ impl Worker {
         let rbuf = std::mem::take(&mut c.rbuf);
         let mut head_started = self.now_ms;
         let parsed = parse_head(&rbuf, &self.limits);
+        let mut errant: Option<sluice_rules::classify::Errant> = None;
         let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
                 self.conns[key].rbuf = rbuf;
@@ -1009,6 +1166,7 @@ impl Worker {
                     peer: c.peer,
                     now: self.now,
                     rule: None,
+                    errant: None,
                 };
                 let mut resp = if c.cap == Cap::Over {
                     // Slow-read prevention: this address range holds more than its
@@ -1022,6 +1180,7 @@ impl Worker {
                     phases::respond(&mut ctx, &head)
                 };
                 let rule = ctx.rule;
+                errant = ctx.errant.take();
                 match head.framing() {
                     BodyFraming::None => {}
                     BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
@@ -1056,7 +1215,12 @@ impl Worker {
                 let log = self
                     .log
                     .enabled()
-                    .then(|| Pending::new(&head, resp.status, self.site_log[site]));
+                    .then(|| Pending::new(&head, resp.status, self.site_log[site]))
+                    .map(|p| match rule {
+                        // Errant-client answers say which in the log line.
+                        Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
+                        _ => p,
+                    });
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
@@ -1075,6 +1239,10 @@ impl Worker {
             }
         };
         self.shared.stats[self.id].response(resp.status);
+        if let Some(e) = errant {
+            recycle(&mut self.pool, rbuf);
+            return self.errant_answer(key, e, log);
+        }
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));
@@ -1096,7 +1264,11 @@ impl Worker {
         }
         write_status_line(wbuf, resp.status);
         wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
-        wbuf.extend_from_slice(self.date.get(SystemTime::now()).as_bytes());
+        match &resp.date {
+            // An errant-client rule's fixed Date (`date=`).
+            Some(d) => wbuf.extend_from_slice(d.as_bytes()),
+            None => wbuf.extend_from_slice(self.date.get(SystemTime::now()).as_bytes()),
+        }
         wbuf.extend_from_slice(b"\r\n");
         wbuf.extend_from_slice(resp.headers.as_bytes());
         if close {
@@ -1200,6 +1372,53 @@ fn abort_on_close(sock: &TcpStream) {
 
 /// One non-blocking send of a short, final message (a 408); failures are ignored
 /// because the connection is closed right after.
+/// One non-blocking send: bytes sent (0 if the socket is full), or -1 if the
+/// connection is gone.
+fn send_some(sock: &TcpStream, msg: &[u8]) -> isize {
+    // SAFETY: send from a valid slice on our own socket.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n >= 0 {
+        return n;
+    }
+    match io::Error::last_os_error().kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => 0,
+        _ => -1,
+    }
+}
+
+/// Read and discard whatever is waiting; false on EOF or error.
+fn drain_input(sock: &TcpStream) -> bool {
+    let mut scratch = [0u8; 4096];
+    loop {
+        // SAFETY: recv into a stack buffer of the given length.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                scratch.as_mut_ptr().cast(),
+                scratch.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            continue;
+        }
+        if n == 0 {
+            return false;
+        }
+        return matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        );
+    }
+}
+
 fn send_now(sock: &TcpStream, msg: &[u8]) {
     // SAFETY: send from a valid slice on our own socket.
     unsafe {

@@ -16,10 +16,30 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
 ];
 
 /// Connection states shown on the page (and as the `state` label).
-pub const STATES: [&str; 5] = ["reading", "sending", "idle", "closing", "waiting"];
+pub const STATES: [&str; 6] = [
+    "reading",
+    "sending",
+    "idle",
+    "closing",
+    "waiting",
+    "tarpitted",
+];
 
 /// What a matched rule did (the `action` label).
-pub const ACTIONS: [&str; 4] = ["redirect", "rewrite", "forbidden", "gone"];
+pub const ACTIONS: [&str; 12] = [
+    "redirect",
+    "rewrite",
+    "forbidden",
+    "gone",
+    "deny",
+    "drop",
+    "substitute",
+    "tarpit",
+    "loop",
+    "oversize",
+    "limit",
+    "pass",
+];
 
 /// Status codes 100..=599 are counted one by one.
 const CODES: usize = 500;

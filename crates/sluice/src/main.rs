@@ -199,6 +199,12 @@ enum RulesCmd {
         ua: Option<String>,
         #[arg(long)]
         addr: Option<IpAddr>,
+        /// The request method (for `method=` conditions).
+        #[arg(long, default_value = "GET")]
+        method: String,
+        /// A request header, "Name: value" (for `header=` conditions); repeatable.
+        #[arg(long = "header")]
+        headers: Vec<String>,
         #[arg(long)]
         lenient: bool,
     },
@@ -330,6 +336,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     host,
                     ua,
                     addr,
+                    method,
+                    headers,
                     lenient,
                 },
         } => {
@@ -360,6 +368,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for w in &set.warnings {
                 eprintln!("warning: {w}");
             }
+            let raw_headers: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
             let (path, query) = match url.split_once('?') {
                 Some((p, q)) => (p.to_string(), Some(q.to_string())),
                 None => (url.clone(), None),
@@ -371,6 +380,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 user_agent: ua.as_deref(),
                 remote_addr: addr,
                 root: root.as_deref(),
+                method: &method,
+                headers: raw_headers.as_bytes(),
             };
             print!("{}", set.explain(&req));
             Ok(ExitCode::SUCCESS)

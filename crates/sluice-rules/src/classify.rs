@@ -1,0 +1,239 @@
+//! Errant-client classification (seed 000's countermeasures): the extra conditions
+//! a native rule line may carry (`ua=`, `addr=`, `method=`, `header=`, `rate=`,
+//! `rate24=`, `repeat=`) and the answers it may give (`deny`, `drop`, `substitute`,
+//! `tarpit`, `loop`, `oversize`, `limit`, `pass`). docs/RULES.md has the syntax.
+//!
+//! Owns checking the conditions against a request and describing the answer; the
+//! server carries the answers out (it owns sockets and timers). Conditions are
+//! checked cheapest first, and rate conditions last, so a request is counted only
+//! by the rules whose other conditions it meets. Rules without these options pay
+//! one `Option` test.
+
+use crate::model::RegexPattern;
+use crate::rates::RateTable;
+use crate::Request;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// An address range, `ADDR/LEN` (or a bare address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Net {
+    addr: u128,
+    v6: bool,
+    len: u8,
+}
+
+impl Net {
+    pub fn parse(s: &str) -> Result<Net, String> {
+        let (a, l) = s.split_once('/').map_or((s, None), |(a, l)| (a, Some(l)));
+        let ip: IpAddr = a
+            .parse()
+            .map_err(|_| format!("addr={s:?}: not an IPv4 or IPv6 address"))?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("addr={s:?}: prefix length 0..={max}"))?,
+        };
+        let (addr, v6) = bits(ip);
+        Ok(Net {
+            addr: addr & mask(len, v6),
+            v6,
+            len,
+        })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let (a, v6) = bits(ip);
+        v6 == self.v6 && a & mask(self.len, v6) == self.addr
+    }
+}
+
+fn bits(ip: IpAddr) -> (u128, bool) {
+    match ip {
+        IpAddr::V4(v) => (u128::from(u32::from(v)), false),
+        IpAddr::V6(v) => match v.to_ipv4_mapped() {
+            Some(v4) => (u128::from(u32::from(v4)), false),
+            None => (u128::from(v), true),
+        },
+    }
+}
+
+fn mask(len: u8, v6: bool) -> u128 {
+    let width = if v6 { 128 } else { 32 };
+    if len == 0 {
+        0
+    } else {
+        (!0u128 >> (128 - width)) & !((1u128 << (width - u32::from(len))) - 1)
+    }
+}
+
+/// What a rate condition counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `rate=`: requests by this client address.
+    Addr,
+    /// `rate24=`: by its /24 (IPv6: /64).
+    Net,
+    /// `repeat=`: the same URL by the same address.
+    Repeat,
+}
+
+#[derive(Debug, Clone)]
+pub struct RateCond {
+    pub scope: Scope,
+    /// More than this many in the window: the condition holds.
+    pub max: u64,
+    pub window_ms: u64,
+    /// Distinguishes this rule's counts from every other rule's.
+    pub seed: u32,
+}
+
+/// The classification conditions of one rule.
+#[derive(Debug, Default)]
+pub struct Classify {
+    pub ua: Option<Box<RegexPattern>>,
+    pub addrs: Vec<Net>,
+    pub methods: Vec<String>,
+    pub headers: Vec<(String, Box<RegexPattern>)>,
+    pub rates: Vec<RateCond>,
+    pub table: Option<Arc<RateTable>>,
+}
+
+/// Why a classification did not hold, for `sluice rules explain`.
+pub type Why = &'static str;
+
+/// The result of the conditions: `Err(why)` if one fails, else whether the rate
+/// conditions (if any) were exceeded.
+impl Classify {
+    pub fn check(&self, req: &Request) -> Result<bool, Why> {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == req.method) {
+            return Err("method differs");
+        }
+        if !self.addrs.is_empty() {
+            match req.remote_addr {
+                Some(a) if self.addrs.iter().any(|n| n.contains(a)) => {}
+                _ => return Err("addr not in the list"),
+            }
+        }
+        if let Some(re) = &self.ua {
+            let ua = req.user_agent.unwrap_or("");
+            if !re.regex().is_some_and(|r| r.is_match(ua.as_bytes())) {
+                return Err("ua does not match");
+            }
+        }
+        for (name, re) in &self.headers {
+            let v = req.header(name).unwrap_or("");
+            if !re.regex().is_some_and(|r| r.is_match(v.as_bytes())) {
+                return Err("header does not match");
+            }
+        }
+        if self.rates.is_empty() {
+            return Ok(false);
+        }
+        let Some(table) = &self.table else {
+            return Ok(false);
+        };
+        let ip = req.remote_addr.map(bits).unwrap_or((0, false));
+        let mut exceeded = true;
+        for r in &self.rates {
+            let n = match r.scope {
+                Scope::Addr => table.hit((r.seed, ip), r.window_ms),
+                Scope::Net => {
+                    let net = ip.0 & mask(if ip.1 { 64 } else { 24 }, ip.1);
+                    table.hit((r.seed, net, ip.1), r.window_ms)
+                }
+                Scope::Repeat => table.hit((r.seed, ip, req.path, req.query), r.window_ms),
+            };
+            exceeded &= n > r.max;
+        }
+        Ok(exceeded)
+    }
+}
+
+/// An answer to an errant client. Every one is bounded in time and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Errant {
+    /// 403 with a short body.
+    Deny,
+    /// Close without any response.
+    Drop,
+    /// 200 with these bytes instead of the resource.
+    Substitute {
+        body: Arc<[u8]>,
+        ctype: &'static str,
+    },
+    /// 200, then `text` + newline every `every_ms`, for at most `for_ms`.
+    Tarpit {
+        text: Arc<str>,
+        every_ms: u64,
+        for_ms: u64,
+    },
+    /// 302 to the same path with a fresh random query.
+    Loop,
+    /// A head promising `Content-Length: 10^15`, then a slow body cut at `bytes` or
+    /// `for_ms`, whichever comes first.
+    Oversize { bytes: u64, for_ms: u64 },
+    /// 429 with Retry-After (the window, in seconds).
+    Limited { retry_after_s: u64 },
+}
+
+pub fn parse_window(v: &str) -> Result<(u64, u64), String> {
+    let (n, w) = v
+        .split_once('/')
+        .ok_or_else(|| format!("{v:?}: expected N/WINDOW, e.g. 100/10s"))?;
+    let n: u64 = n.parse().map_err(|_| format!("{v:?}: N is not a number"))?;
+    let w = parse_ms(w)?;
+    if w == 0 {
+        return Err(format!("{v:?}: the window must be longer than 0"));
+    }
+    Ok((n, w))
+}
+
+/// `500ms`, `10s`, `5m`, `1h`, or a number of seconds.
+pub fn parse_ms(v: &str) -> Result<u64, String> {
+    let (num, mult) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = v.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = v.strip_suffix('h') {
+        (n, 3_600_000)
+    } else {
+        (v, 1000)
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|ms| *ms <= 86_400_000)
+        .ok_or_else(|| format!("{v:?}: a duration like 500ms, 10s, 5m (at most a day)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn nets() {
+        let n = Net::parse("10.1.0.0/16").unwrap();
+        assert!(n.contains("10.1.200.3".parse().unwrap()));
+        assert!(!n.contains("10.2.0.1".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.0.9".parse().unwrap()));
+        let n = Net::parse("2001:db8::/32").unwrap();
+        assert!(n.contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(!n.contains("10.1.0.1".parse().unwrap()));
+        assert!(Net::parse("1.2.3.4")
+            .unwrap()
+            .contains("1.2.3.4".parse().unwrap()));
+        assert!(Net::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("9.9.9.9".parse().unwrap()));
+        assert!(Net::parse("1.2.3.4/33").is_err());
+        assert_eq!(parse_window("100/10s"), Ok((100, 10_000)));
+        assert!(parse_window("100").is_err());
+        assert_eq!(parse_ms("250ms"), Ok(250));
+    }
+}

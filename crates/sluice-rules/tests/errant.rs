@@ -1,0 +1,169 @@
+//! Errant-client classification (issue 9): conditions, answers, rates, explain.
+
+use sluice_rules::classify::Errant;
+use sluice_rules::{Format, LoadOptions, Outcome, Request, RuleSet};
+
+fn set(text: &str) -> RuleSet {
+    RuleSet::from_str(
+        text,
+        "errant.rules",
+        Format::Native,
+        &LoadOptions::default(),
+    )
+    .unwrap()
+}
+
+fn req<'a>(path: &'a str, ua: &'a str, addr: &str) -> Request<'a> {
+    Request {
+        path,
+        user_agent: Some(ua),
+        remote_addr: Some(addr.parse().unwrap()),
+        method: "GET",
+        ..Default::default()
+    }
+}
+
+fn answer(o: Outcome) -> Option<Errant> {
+    match o {
+        Outcome::Answer { errant, .. } => errant,
+        other => panic!("not an answer: {other:?}"),
+    }
+}
+
+#[test]
+fn conditions_all_hold_and_order_decides() {
+    let s = set(r#"
+# mirror checkers first: never touched by what follows
+prefix /debian/project/trace  pass  ua="^MirrorManager"
+prefix /  deny   ua="BadBot" addr=10.0.0.0/8,2001:db8::/32
+prefix /  drop   method=POST,PUT
+regex  \.iso$  loop  header=X-Loop:^yes$
+prefix /  tarpit ua="wget" text="please contact the mirror admin" every=2s for=30s
+"#);
+    assert_eq!(
+        set_lookup(&s, req("/x", "a BadBot/1.0", "10.9.9.9")),
+        Some(Errant::Deny)
+    );
+    assert_eq!(
+        set_lookup(&s, req("/x", "badbot", "2001:db8::1")),
+        Some(Errant::Deny),
+        "ua is case-insensitive"
+    );
+    assert!(
+        matches!(s.lookup(&req("/x", "BadBot", "11.0.0.1")), Outcome::Pass),
+        "addr not in list"
+    );
+    let mut post = req("/x", "curl", "1.2.3.4");
+    post.method = "POST";
+    assert_eq!(set_lookup(&s, post), Some(Errant::Drop));
+    let mut h = req("/a.iso", "curl", "1.2.3.4");
+    h.headers = b"Host: x\r\nx-loop: yes\r\n";
+    assert_eq!(set_lookup(&s, h), Some(Errant::Loop));
+    match set_lookup(&s, req("/pub/", "Wget/1.21", "1.2.3.4")) {
+        Some(Errant::Tarpit {
+            text,
+            every_ms,
+            for_ms,
+        }) => {
+            assert_eq!(
+                (&*text, every_ms, for_ms),
+                ("please contact the mirror admin", 2000, 30_000)
+            )
+        }
+        o => panic!("{o:?}"),
+    }
+    // pass first: the checker is served normally even though it says wget.
+    assert_eq!(
+        set_lookup(
+            &s,
+            req("/debian/project/trace/x", "MirrorManager wget", "10.0.0.1")
+        ),
+        None
+    );
+}
+
+fn set_lookup(s: &RuleSet, r: Request) -> Option<Errant> {
+    let fast = s.lookup(&r);
+    assert_eq!(fast, s.lookup_linear(&r));
+    match fast {
+        Outcome::Pass => None,
+        o => answer(o),
+    }
+}
+
+#[test]
+fn rates_limit_and_repeat() {
+    let s = set("prefix /api limit rate=3/10s\nprefix / deny repeat=2/1m\n");
+    let r = req("/api/x", "c", "192.0.2.1");
+    for _ in 0..3 {
+        assert_eq!(answer(s.lookup(&r)), None, "under the rate: served");
+    }
+    assert_eq!(
+        answer(s.lookup(&r)),
+        Some(Errant::Limited { retry_after_s: 10 })
+    );
+    // Another address has its own count.
+    assert_eq!(answer(s.lookup(&req("/api/x", "c", "192.0.2.2"))), None);
+    // repeat: the same URL a third time within a minute is denied; others are not.
+    let a = req("/pool/a.deb", "c", "192.0.2.9");
+    assert!(matches!(s.lookup(&a), Outcome::Pass));
+    assert!(matches!(s.lookup(&a), Outcome::Pass));
+    assert_eq!(answer(s.lookup(&a)), Some(Errant::Deny));
+    assert!(matches!(
+        s.lookup(&req("/pool/b.deb", "c", "192.0.2.9")),
+        Outcome::Pass
+    ));
+    assert_eq!(s.rate_memory(), 8 << 20);
+}
+
+#[test]
+fn substitute_with_a_fixed_date_and_explain_says_why() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("ntp.txt"), b"use a real NTP server\n").unwrap();
+    let rules = d.path().join("e.rules");
+    std::fs::write(
+        &rules,
+        "exact / substitute ntp.txt ua=\"^$\" date=\"Fri, 31 Dec 1999 23:59:59 GMT\"\nprefix / deny ua=evil\n",
+    )
+    .unwrap();
+    let s = RuleSet::load_files(&[rules], &LoadOptions::default()).unwrap();
+    match s.lookup(&req("/", "", "1.1.1.1")) {
+        Outcome::Answer {
+            errant: Some(Errant::Substitute { body, ctype }),
+            date,
+        } => {
+            assert_eq!(&*body, b"use a real NTP server\n");
+            assert_eq!(ctype, "text/plain; charset=utf-8");
+            assert_eq!(date.as_deref(), Some("Fri, 31 Dec 1999 23:59:59 GMT"));
+        }
+        o => panic!("{o:?}"),
+    }
+    let e = s.explain(&req("/", "curl", "1.1.1.1"));
+    assert!(e.contains("no: ua does not match"), "{e}");
+}
+
+#[test]
+fn bad_lines_name_file_line_and_what() {
+    for (text, want) in [
+        ("prefix / deny ua=\"(\"\n", "bad regex"),
+        ("prefix / limit\n", "limit needs a rate"),
+        ("prefix / deny rate=5\n", "N/WINDOW"),
+        ("prefix / deny addr=1.2.3.4/40\n", "prefix length"),
+        ("prefix / deny date=yesterday\n", "HTTP date"),
+        (
+            "prefix / 301 /x ua=bot\n",
+            "go with the errant-client actions",
+        ),
+        ("prefix / tarpit text=\"unterminated\n", "unterminated"),
+        ("prefix / deny colour=red\n", "unknown option"),
+    ] {
+        let e = RuleSet::from_str(text, "e.rules", Format::Native, &LoadOptions::default())
+            .err()
+            .unwrap_or_else(|| panic!("accepted {text:?}"))
+            .to_string();
+        assert!(
+            e.starts_with("e.rules:1:") && e.contains(want),
+            "{text:?}: {e}"
+        );
+    }
+}
