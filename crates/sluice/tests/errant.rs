@@ -123,7 +123,7 @@ fn each_answer_as_curl_and_wget_see_it() {
     ]);
     let got: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert_eq!(out.status.code(), Some(18), "partial transfer");
-    assert!(got <= 20_000 && got >= 16_000, "{got}");
+    assert!((16_000..=20_000).contains(&got), "{got}");
     assert!(t.elapsed() < Duration::from_secs(10));
 
     // limit: served under the rate, then 429 with Retry-After.
