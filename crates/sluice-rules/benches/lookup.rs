@@ -90,9 +90,55 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// Errant-client classification rules (issue 9): 40% user-agent regexes, 40%
+/// address ranges, 20% rate rules on their own paths, all on `prefix /` or the
+/// rate rule's path; an ordinary request (a browser, an unlisted address, a
+/// package path) against 10 and 10,000 of them. Target: 10,000 within 2× of 10.
+fn classify(c: &mut Criterion) {
+    let mut g = c.benchmark_group("lookup/classify");
+    for n in [10usize, 10_000] {
+        let mut text = String::new();
+        for i in 0..n {
+            match i % 5 {
+                0 | 1 => text.push_str(&format!("prefix / deny ua=\"^badbot{i}/[0-9]+\"\n")),
+                2 | 3 => text.push_str(&format!(
+                    "prefix / drop addr=10.{}.{}.0/24\n",
+                    (i / 256) % 256,
+                    i % 256
+                )),
+                _ => text.push_str(&format!("exact /api/{i} limit rate=100/10s\n")),
+            }
+        }
+        let set =
+            RuleSet::from_str(&text, "bench", Format::Native, &LoadOptions::default()).unwrap();
+        let ordinary = Request {
+            path: "/pub/debian/pool/main/l/linux/linux-image_6.1.iso",
+            user_agent: Some(
+                "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+            ),
+            remote_addr: Some("198.51.100.23".parse().unwrap()),
+            method: "GET",
+            ..Default::default()
+        };
+        assert_eq!(set.lookup(&ordinary), Outcome::Pass);
+        g.bench_with_input(BenchmarkId::new("ordinary", n), &n, |b, _| {
+            b.iter(|| set.lookup(black_box(&ordinary)))
+        });
+        let bot = Request {
+            user_agent: Some("badbot0/1.0"),
+            ..ordinary
+        };
+        assert!(matches!(set.lookup(&bot), Outcome::Answer { .. }));
+        g.bench_with_input(BenchmarkId::new("bot", n), &n, |b, _| {
+            b.iter(|| set.lookup(black_box(&bot)))
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
-    targets = bench
+    targets = bench, classify
 }
 criterion_main!(benches);

@@ -46,10 +46,25 @@ impl Net {
         })
     }
 
+    /// (prefix length, is IPv6, masked address).
+    pub fn parts(&self) -> (u8, bool, u128) {
+        (self.len, self.v6, self.addr)
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         let (a, v6) = bits(ip);
         v6 == self.v6 && a & mask(self.len, v6) == self.addr
     }
+}
+
+/// An address as (bits, is IPv6); IPv4-mapped IPv6 counts as IPv4.
+pub fn addr_bits(ip: IpAddr) -> (u128, bool) {
+    bits(ip)
+}
+
+/// The mask of a prefix length.
+pub fn mask_of(len: u8, v6: bool) -> u128 {
+    mask(len, v6)
 }
 
 fn bits(ip: IpAddr) -> (u128, bool) {
@@ -101,6 +116,8 @@ pub struct Classify {
     pub headers: Vec<(String, Box<RegexPattern>)>,
     pub rates: Vec<RateCond>,
     pub table: Option<Arc<RateTable>>,
+    /// Found through [`crate::classindex`], not the path index.
+    pub indexed: bool,
 }
 
 /// Why a classification did not hold, for `sluice rules explain`.

@@ -199,6 +199,9 @@ impl Index {
         let mut anch_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
         for (i, r) in rules.iter_mut().enumerate() {
             let id = i as u32;
+            if r.classify.as_ref().is_some_and(|c| c.indexed) {
+                continue; // found by User-Agent or address instead (classindex)
+            }
             let nocase = r.flags.nocase;
             match &mut r.pattern {
                 Pattern::Exact(p) => {

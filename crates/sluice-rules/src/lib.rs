@@ -16,6 +16,7 @@
 
 pub mod apache;
 pub mod classify;
+pub mod classindex;
 pub mod compiled;
 pub mod loader;
 pub mod model;
@@ -109,6 +110,7 @@ pub struct RuleSet {
     rules: Vec<Rule>,
     maps: Maps,
     index: compiled::Index,
+    class_index: classindex::ClassIndex,
     files: Vec<std::sync::Arc<str>>,
     pub warnings: Vec<String>,
     /// Shared by every rate condition (`None` if there is none): fixed memory.
@@ -151,6 +153,7 @@ impl RuleSet {
         // Stable: file order is kept within each class.
         rules.sort_by_key(|r| r.class);
         rules.shrink_to_fit();
+        let class_index = classindex::ClassIndex::build(&mut rules);
         let index = compiled::Index::build(&mut rules);
         // One rate table for all rate conditions, made only if some rule has one.
         let mut rates = None;
@@ -165,6 +168,7 @@ impl RuleSet {
             rules,
             maps: ctx.maps,
             index,
+            class_index,
             files: ctx.files,
             warnings: ctx.warnings,
             rates,
@@ -192,12 +196,16 @@ impl RuleSet {
     pub fn summary(&self) -> String {
         let c = self.index.counts;
         format!(
-            "{} rules: {} exact, {} prefix, {} literal-indexed regex, {} always-checked regex",
+            "{} rules: {} exact, {} prefix, {} literal-indexed regex, {} always-checked regex{}",
             self.rules.len(),
             c.exact,
             c.prefix,
             c.literal,
-            c.always
+            c.always,
+            match self.class_index.count {
+                0 => String::new(),
+                n => format!(", {n} found by user agent or address"),
+            }
         )
     }
 
@@ -210,7 +218,7 @@ impl RuleSet {
     /// page's per-rule counters; [`RuleSet::rule_origin`] names it).
     pub fn lookup_rule(&self, req: &Request) -> (Outcome, Option<u32>) {
         let mut cands = Vec::new();
-        self.index.candidates(req.path, &mut cands);
+        self.candidates(req, &mut cands);
         for i in cands {
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
                 return (o, Some(i));
@@ -227,6 +235,21 @@ impl RuleSet {
                 format!("{file}:{}", r.source.line)
             }
             None => "?".into(),
+        }
+    }
+
+    /// Rules that may match, ascending (rank order), without duplicates: from the
+    /// path index and, for classification rules, by User-Agent and address.
+    fn candidates(&self, req: &Request, out: &mut Vec<u32>) {
+        self.index.candidates(req.path, out);
+        if self.class_index.count > 0 {
+            let before = out.len();
+            self.class_index
+                .candidates(req.user_agent, req.remote_addr, out);
+            if out.len() != before {
+                out.sort_unstable();
+                out.dedup();
+            }
         }
     }
 
@@ -255,7 +278,7 @@ impl RuleSet {
         use std::fmt::Write;
         let mut out = String::new();
         let mut cands = Vec::new();
-        self.index.candidates(req.path, &mut cands);
+        self.candidates(req, &mut cands);
         let _ = writeln!(out, "{}", self.summary());
         let _ = writeln!(out, "candidates for {:?}: {}", req.path, cands.len());
         let mut matched = None;

@@ -167,3 +167,66 @@ fn bad_lines_name_file_line_and_what() {
         );
     }
 }
+
+/// The user-agent and address indexes find exactly what trying every rule in order
+/// finds, whatever the mix of rules and requests.
+#[test]
+fn class_index_agrees_with_the_linear_lookup() {
+    let mut text = String::new();
+    let agents = [
+        "BadBot",
+        "wget",
+        "curl",
+        "Mozilla",
+        "python-requests",
+        "Go-http",
+        "libwww",
+        "Java",
+    ];
+    for i in 0..400 {
+        match i % 5 {
+            0 => text.push_str(&format!(
+                "prefix / deny ua=\"{}/{}\"\n",
+                agents[i % 8],
+                i % 7
+            )),
+            1 => text.push_str(&format!(
+                "prefix /p{} drop addr=10.{}.0.0/16\n",
+                i % 3,
+                i % 50
+            )),
+            2 => text.push_str(&format!(
+                "regex ^/r{}/ loop ua=\"^{}\" \n",
+                i % 4,
+                agents[(i / 5) % 8]
+            )),
+            3 => text.push_str(&format!(
+                "prefix / deny addr=2001:db8:{:x}::/48,192.0.2.{}\n",
+                i,
+                i % 200
+            )),
+            _ => text.push_str(&format!("exact /e{} 301 /f{}\n", i % 9, i)),
+        }
+    }
+    let s = set(&text);
+    assert!(
+        s.summary().contains("found by user agent or address"),
+        "{}",
+        s.summary()
+    );
+    let mut checked = 0;
+    for i in 0..3000u32 {
+        let path = ["/", "/p0/x", "/p1/y", "/r2/z", "/e3", "/r1/", "/p2"][(i % 7) as usize];
+        let ua = format!("{}/{} (x)", agents[(i % 8) as usize], i % 9);
+        let addr = match i % 4 {
+            0 => format!("10.{}.3.4", i % 60),
+            1 => format!("2001:db8:{:x}::9", i % 450),
+            2 => format!("192.0.2.{}", i % 250),
+            _ => "203.0.113.7".to_string(),
+        };
+        let r = req(path, &ua, &addr);
+        assert_eq!(s.lookup(&r), s.lookup_linear(&r), "{path} {ua} {addr}");
+        checked += 1;
+    }
+    assert_eq!(checked, 3000);
+}
