@@ -230,3 +230,23 @@ fn class_index_agrees_with_the_linear_lookup() {
     }
     assert_eq!(checked, 3000);
 }
+
+/// The shipped example loads, and its exemptions come before its countermeasures.
+#[test]
+fn the_example_file_loads_and_exempts_checkers_first() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/errant.rules");
+    let s = RuleSet::load_files(&[path], &LoadOptions::default()).unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    // A MirrorManager HEAD, even from a range that is dropped, is served.
+    assert!(matches!(
+        s.lookup(&req("/fedora/x.rpm", "MirrorManager/1.0", "198.51.100.7")),
+        Outcome::Answer { errant: None, .. }
+    ));
+    // apt's InRelease, even from wget, is served.
+    assert!(matches!(
+        s.lookup(&req("/debian/dists/bookworm/InRelease", "Wget/1.21", "203.0.113.1")),
+        Outcome::Answer { errant: None, .. }
+    ));
+    assert_eq!(answer(s.lookup(&req("/x", "curl", "198.51.100.7"))), Some(Errant::Drop));
+    assert_eq!(answer(s.lookup(&req("/x", "EvilScraper/2", "203.0.113.1"))), Some(Errant::Deny));
+}
