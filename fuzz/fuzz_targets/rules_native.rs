@@ -7,7 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use sluice_rules::{Format, LoadOptions, Request, RuleSet};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     let mut parts = s.split('\u{1}');
     let rules = parts.next().unwrap_or("");
     let path = parts.next().unwrap_or("/a/b.html");
@@ -15,10 +17,15 @@ fuzz_target!(|data: &[u8]| {
     if !path.starts_with('/') || rules.contains("substitute") {
         return;
     }
-    if let Ok(set) = RuleSet::from_str(rules, "fuzz.rules", Format::Native, &LoadOptions::default()) {
+    if let Ok(set) = RuleSet::from_str(rules, "fuzz.rules", Format::Native, &LoadOptions::default())
+    {
         // Rate conditions count each lookup, so compare on a set without them.
         if rules.contains("rate") || rules.contains("repeat=") {
-            let _ = set.lookup(&Request { path, user_agent: Some(ua), ..Default::default() });
+            let _ = set.lookup(&Request {
+                path,
+                user_agent: Some(ua),
+                ..Default::default()
+            });
             return;
         }
         for addr in ["10.1.2.3", "2001:db8::1", "192.0.2.9"] {

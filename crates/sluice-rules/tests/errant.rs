@@ -244,9 +244,19 @@ fn the_example_file_loads_and_exempts_checkers_first() {
     ));
     // apt's InRelease, even from wget, is served.
     assert!(matches!(
-        s.lookup(&req("/debian/dists/bookworm/InRelease", "Wget/1.21", "203.0.113.1")),
+        s.lookup(&req(
+            "/debian/dists/bookworm/InRelease",
+            "Wget/1.21",
+            "203.0.113.1"
+        )),
         Outcome::Answer { errant: None, .. }
     ));
-    assert_eq!(answer(s.lookup(&req("/x", "curl", "198.51.100.7"))), Some(Errant::Drop));
-    assert_eq!(answer(s.lookup(&req("/x", "EvilScraper/2", "203.0.113.1"))), Some(Errant::Deny));
+    assert_eq!(
+        answer(s.lookup(&req("/x", "curl", "198.51.100.7"))),
+        Some(Errant::Drop)
+    );
+    assert_eq!(
+        answer(s.lookup(&req("/x", "EvilScraper/2", "203.0.113.1"))),
+        Some(Errant::Deny)
+    );
 }
