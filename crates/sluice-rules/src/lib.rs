@@ -277,8 +277,18 @@ impl RuleSet {
     pub fn explain(&self, req: &Request) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        // Every classification rule is shown, not only those its index would pick,
+        // so that explain can say which condition failed.
         let mut cands = Vec::new();
-        self.candidates(req, &mut cands);
+        self.index.candidates(req.path, &mut cands);
+        cands.extend((0..self.rules.len() as u32).filter(|&i| {
+            self.rules[i as usize]
+                .classify
+                .as_ref()
+                .is_some_and(|c| c.indexed)
+        }));
+        cands.sort_unstable();
+        cands.dedup();
         let _ = writeln!(out, "{}", self.summary());
         let _ = writeln!(out, "candidates for {:?}: {}", req.path, cands.len());
         let mut matched = None;
