@@ -1451,6 +1451,25 @@ fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     }
 }
 
+impl Drop for Worker {
+    /// A worker that dies (a panic; see `lib.rs` supervision) takes its connections
+    /// with it: give back what they hold in the server-wide accounting (the
+    /// connection count, the tarpit count, the per-range caps), or the limits would
+    /// shrink with every restart. After a normal shutdown there is nothing left.
+    fn drop(&mut self) {
+        for (key, c) in self.conns.iter() {
+            if self.drips.contains_key(&key) {
+                self.shared.drips.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.shared.open.fetch_sub(1, Ordering::Relaxed);
+            }
+            if c.cap != Cap::Exempt {
+                self.shared.caps.release(&RangeKey::of(c.peer));
+            }
+        }
+    }
+}
+
 /// Each site's log output: its own file if that file is open (logs open at start-up
 /// only), else the main log, else none.
 fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {

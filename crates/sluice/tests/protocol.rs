@@ -234,6 +234,21 @@ fn a_panicking_worker_is_logged_and_replaced() {
             200
         );
     }
+    // The dead worker's connections were given back: the server counts only the
+    // status request's own connection.
+    let t = Instant::now();
+    loop {
+        let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+        let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        if j["open_connections"] == 1 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "connections leaked: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // A worker that keeps dying takes the process down, non-zero, for systemd.
     let mut srv = srv;
     let t = Instant::now();
