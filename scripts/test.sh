@@ -11,6 +11,8 @@ command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)   # conditioning
 command -v systemd-socket-activate >/dev/null 2>&1 || need+=(systemd)   # socket activation test
 command -v gzip >/dev/null 2>&1 || need+=(gzip)   # precompressed siblings test
 command -v chromium >/dev/null 2>&1 || need+=(chromium)   # status page test (headless)
+[ -x /usr/sbin/haproxy ] || need+=(haproxy)   # PROXY protocol test (send-proxy-v2)
+command -v wget >/dev/null 2>&1 || need+=(wget)   # errant-client test (loop)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
     echo "installing: ${need[*]}"

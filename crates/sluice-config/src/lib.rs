@@ -86,6 +86,12 @@ pub struct ServerSection {
     pub user: Option<String>,
     /// Started as root with no `user`, keep serving as root (not recommended).
     pub allow_root: bool,
+    /// Listen addresses (each also in `listen`) whose connections begin with a
+    /// PROXY protocol header (v1 or v2) from a load balancer.
+    pub proxy_protocol: Vec<String>,
+    /// Who may send PROXY headers (`ADDR/LEN`); other sources on those listeners
+    /// are closed at once.
+    pub proxy_trusted: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -263,6 +269,8 @@ impl Default for ServerSection {
             shutdown_grace: Duration::from_secs(10),
             user: None,
             allow_root: false,
+            proxy_protocol: Vec::new(),
+            proxy_trusted: vec!["127.0.0.0/8".into(), "::1/128".into()],
         }
     }
 }
@@ -378,6 +386,13 @@ impl Config {
             if l.parse::<std::net::SocketAddr>().is_err() {
                 return Err(ConfigError(format!(
                     "{origin}: server.listen: {l:?} is not ADDR:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"
+                )));
+            }
+        }
+        for p in &self.server.proxy_protocol {
+            if !self.server.listen.contains(p) {
+                return Err(ConfigError(format!(
+                    "{origin}: server.proxy_protocol: {p:?} is not one of server.listen"
                 )));
             }
         }

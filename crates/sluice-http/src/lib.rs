@@ -13,6 +13,7 @@
 pub mod conditional;
 pub mod date;
 pub mod encoding;
+pub mod proxy;
 pub mod range;
 pub mod request;
 pub mod response;

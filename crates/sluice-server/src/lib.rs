@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub cap_exempt: Vec<sluice_condition::Cidr>,
     /// `status.allow`, parsed.
     pub status_allow: Vec<sluice_condition::Cidr>,
+    /// `server.proxy_trusted`, parsed.
+    pub proxy_trusted: Vec<sluice_condition::Cidr>,
 }
 
 /// One site, compiled: its settings and its own rules (never another site's).
@@ -112,12 +114,21 @@ impl Snapshot {
             .iter()
             .map(|c| sluice_condition::Cidr::parse(c).map_err(|e| format!("status.allow: {e}")))
             .collect::<Result<_, _>>()?;
+        let proxy_trusted = config
+            .server
+            .proxy_trusted
+            .iter()
+            .map(|c| {
+                sluice_condition::Cidr::parse(c).map_err(|e| format!("server.proxy_trusted: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Snapshot {
             config,
             sites,
             hosts,
             cap_exempt,
             status_allow,
+            proxy_trusted,
         })
     }
 

@@ -117,6 +117,8 @@ struct Conn {
     why: CloseReason,
     /// Waiting in the worker's send queue for its next turn.
     queued: bool,
+    /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
+    proxy_pending: bool,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
@@ -193,6 +195,8 @@ pub struct Worker {
     sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
+    /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
+    proxy_listeners: Vec<bool>,
     /// Connections in `Phase::Drip`, by slab key.
     drips: std::collections::HashMap<usize, Drip>,
     /// Top URLs and address ranges for the status page (published once a second).
@@ -218,6 +222,17 @@ impl Worker {
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let (snap, snap_gen) = shared.current();
+        let proxy_addrs: Vec<std::net::SocketAddr> = snap
+            .config
+            .server
+            .proxy_protocol
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let proxy_listeners = listeners
+            .iter()
+            .map(|l| l.local_addr().is_ok_and(|a| proxy_addrs.contains(&a)))
+            .collect();
         let files = snap.static_handlers()?;
         let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
@@ -254,6 +269,7 @@ impl Worker {
             talkers: Default::default(),
             last_publish: now,
             drips: Default::default(),
+            proxy_listeners,
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
@@ -550,7 +566,10 @@ impl Worker {
                 return;
             };
             match l.accept() {
-                Ok((sock, addr)) => self.adopt(sock, addr.ip()),
+                Ok((sock, addr)) => {
+                    let proxy = self.proxy_listeners.get(li).copied().unwrap_or(false);
+                    self.adopt(sock, addr.ip(), proxy)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -566,20 +585,25 @@ impl Worker {
 
     /// Take a new connection: the one entry point for accepted sockets (and, later,
     /// sockets handed over by a conditioning front process).
-    fn adopt(&mut self, sock: TcpStream, peer: IpAddr) {
+    fn adopt(&mut self, sock: TcpStream, peer: IpAddr, proxy: bool) {
+        if proxy && !self.snap.proxy_trusted.iter().any(|c| c.contains(peer)) {
+            // Only a trusted balancer may say who the client is.
+            tracing::debug!(%peer, "PROXY listener: untrusted source, closed");
+            return;
+        }
         let _ = sock.set_nodelay(true);
         self.gen = self.gen.wrapping_add(1);
         let now = self.now_ms;
+        // Slow-read prevention: count it against its ranges (shared by all workers).
+        // Behind a balancer the socket's address is the balancer's: the real
+        // client is counted once its PROXY header arrives (`proxy_header`).
+        let cap = if proxy {
+            Cap::Exempt
+        } else {
+            self.range_cap(peer)
+        };
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        // Slow-read prevention: count it against its ranges (shared by all workers).
-        let cap = if self.snap.cap_exempt.iter().any(|c| c.contains(peer)) {
-            Cap::Exempt
-        } else if self.shared.caps.acquire(&RangeKey::of(peer)).is_some() {
-            Cap::Over
-        } else {
-            Cap::Counted
-        };
         let mut conn = Conn {
             sock,
             peer,
@@ -598,6 +622,7 @@ impl Worker {
             cap,
             why: CloseReason::Done,
             queued: false,
+            proxy_pending: proxy,
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
         };
@@ -628,6 +653,44 @@ impl Worker {
                 self.close(v as usize, CloseReason::EvictedIncomplete);
             }
         }
+    }
+
+    /// Per-range cap accounting for a new client address (shared by all workers).
+    fn range_cap(&self, peer: IpAddr) -> Cap {
+        if self.snap.cap_exempt.iter().any(|c| c.contains(peer)) {
+            Cap::Exempt
+        } else if self.shared.caps.acquire(&RangeKey::of(peer)).is_some() {
+            Cap::Over
+        } else {
+            Cap::Counted
+        }
+    }
+
+    /// Read a PROXY protocol header off the front of the buffer: `Ok(true)` when
+    /// done (the connection now carries the real client's address, and counts
+    /// against that client's ranges), `Ok(false)` for more bytes, `Err` to close.
+    fn proxy_header(&mut self, key: usize) -> Result<bool, &'static str> {
+        use sluice_http::proxy::{parse, Proxied};
+        let c = &mut self.conns[key];
+        let (len, source) = match parse(&c.rbuf).map_err(|e| e.0)? {
+            Proxied::Partial => return Ok(false),
+            Proxied::Done { len, source } => (len, source),
+        };
+        c.rbuf.drain(..len);
+        c.proxy_pending = false;
+        let old = c.peer;
+        // LOCAL / UNKNOWN: the balancer's own connection (a health check).
+        let ip = source.map_or(old, |a| match a.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        });
+        self.cond.forget(key as u32, old);
+        let cap = self.range_cap(ip);
+        let c = &mut self.conns[key];
+        c.peer = ip;
+        c.cap = cap;
+        self.cond.park(key as u32, ip, Class::Incomplete);
+        Ok(true)
     }
 
     /// Close one connection chosen by conditioning to make room. False if every
@@ -1004,6 +1067,34 @@ impl Worker {
                         return;
                     }
                     continue;
+                }
+            }
+            // 3½. Behind a load balancer: its PROXY header comes first, within the
+            //     same total head deadline; then the connection is the real client's.
+            if c.proxy_pending {
+                match self.proxy_header(key) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let c = &mut self.conns[key];
+                        if c.peer_closed {
+                            self.close(key, CloseReason::ClientGone);
+                            return;
+                        }
+                        if !c.read_blocked {
+                            continue;
+                        }
+                        let d = match c.phase {
+                            Phase::Head { started } => started,
+                            _ => self.now_ms,
+                        } + ms(self.snap.config.http.header_timeout);
+                        self.set_deadline(key, d);
+                        return;
+                    }
+                    Err(why) => {
+                        tracing::debug!(peer = %self.conns[key].peer, why, "bad PROXY header");
+                        self.close(key, CloseReason::BadRequest);
+                        return;
+                    }
                 }
             }
             // 4. Parse and answer the next request, if a whole head is here.
