@@ -259,6 +259,13 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
         cfg.server.user = Some(u.clone());
     }
     cfg.server.allow_root |= ov.allow_root;
+    for p in &cfg.server.proxy_protocol {
+        if !cfg.server.listen.contains(p) {
+            return Err(format!(
+                "server.proxy_protocol {p:?} is not one of the listen addresses (--listen replaces server.listen)"
+            ));
+        }
+    }
     Ok(cfg)
 }
 

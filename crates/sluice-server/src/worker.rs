@@ -387,13 +387,14 @@ impl Worker {
                     line.push(b'\n');
                     (TARPIT_HEAD, line.into(), every_ms, u64::MAX, for_ms)
                 }
-                Errant::Oversize { bytes, for_ms } if !full => (
-                    OVERSIZE_HEAD,
-                    vec![b'0'; OVERSIZE_PIECE].into(),
-                    250,
-                    bytes,
-                    for_ms,
-                ),
+                Errant::Oversize { bytes, for_ms } if !full => {
+                    // One block shared by every oversize answer: a connection holds
+                    // a reference, not 4 KiB of its own.
+                    static PIECE: std::sync::OnceLock<std::sync::Arc<[u8]>> =
+                        std::sync::OnceLock::new();
+                    let piece = PIECE.get_or_init(|| vec![b'0'; OVERSIZE_PIECE].into());
+                    (OVERSIZE_HEAD, piece.clone(), 250, bytes, for_ms)
+                }
                 _ => {
                     // drop (asked for, or over the tarpit cap): no response at all.
                     let c = &mut self.conns[key];
