@@ -916,7 +916,11 @@ fn same_server_path<'a>(loc: &'a str, host: &str) -> Option<&'a str> {
     }
 }
 
-fn open_socket(addr: SocketAddr, sources: &[IpAddr], n: usize) -> io::Result<std::net::TcpStream> {
+pub(crate) fn open_socket(
+    addr: SocketAddr,
+    sources: &[IpAddr],
+    n: usize,
+) -> io::Result<std::net::TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(
         Domain::for_address(addr),

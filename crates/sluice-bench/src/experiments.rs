@@ -24,6 +24,13 @@ pub const NAMES: &[&str] = &[
     "single-download",
     "redirects",
     "buffer-sweep",
+    "incomplete",
+    "half-heads",
+    "slowloris",
+    "persistent-hold",
+    "slow-read",
+    "heavy-range",
+    "incomplete-sweep",
 ];
 
 /// A server under test.
@@ -113,6 +120,13 @@ pub fn run(name: &str, o: &ExpOptions) -> Result<String, String> {
         "single-download" => single_download(o)?,
         "redirects" => redirects(o)?,
         "buffer-sweep" => buffer_sweep(o)?,
+        "incomplete" => attacks(o, "incomplete", "silent", 16_000)?,
+        "half-heads" => attacks(o, "half-heads", "half", 8_000)?,
+        "slowloris" => attacks(o, "slowloris", "slowloris", 4_000)?,
+        "persistent-hold" => attacks(o, "persistent-hold", "hold", 10_000)?,
+        "slow-read" => attacks(o, "slow-read", "slow-read", 1_000)?,
+        "heavy-range" => heavy_range(o)?,
+        "incomplete-sweep" => incomplete_sweep(o)?,
         other => {
             return Err(format!(
                 "unknown experiment {other:?}; one of: {}",
@@ -850,6 +864,256 @@ fn buffer_sweep(o: &ExpOptions) -> Result<String, String> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// How long attackers get to reach their full number before the measurement.
+const RAMP: Duration = Duration::from_secs(4);
+
+/// A legitimate client (`-c` connections, closed loop) on the 1 KiB file.
+fn legit(tg: &Target, o: &ExpOptions) -> Result<Summary, String> {
+    let (opts, p) = options_for(&tg.url, o)?;
+    let w = Workload::single(
+        &format!("{}/sluice-bench/size-1024.bin", base_path(&p)),
+        &opts,
+    );
+    let r = go(&opts, &w)?;
+    Ok(Summary::new(&tg.url, opts.threads, opts.connections, &r))
+}
+
+/// Start `n` attackers of `mode` against a target (child processes); `slow-read`
+/// attackers are `sluice bench --read-rate 16` on a 16 MiB file.
+fn start_attack(
+    tg: &Target,
+    mode: &str,
+    n: usize,
+    o: &ExpOptions,
+) -> Result<Vec<std::process::Child>, String> {
+    let (_, _, p) = split_url(&tg.url)?;
+    let lasting = o.duration + RAMP + Duration::from_secs(2);
+    if mode == "slow-read" {
+        let authority = tg
+            .url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let url = format!(
+            "http://{authority}{}/sluice-bench/size-16777216.bin",
+            base_path(&p)
+        );
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let procs = n.div_ceil(crate::attack::PER_PROCESS).max(1);
+        let child = std::process::Command::new(exe)
+            .args(["bench", &url, "--json", "--read-rate", "16"])
+            .args(["-c", &n.to_string(), "--processes", &procs.to_string()])
+            .args([
+                "-d",
+                &format!("{}ms", lasting.as_millis()),
+                "--timeout",
+                "600s",
+            ])
+            .args(["--source-addrs", "127.66.0.1,127.77.0.1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("sluice bench: {e}"))?;
+        return Ok(vec![child]);
+    }
+    let authority = tg
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let url = format!(
+        "http://{authority}{}/sluice-bench/size-1024.bin",
+        base_path(&p)
+    );
+    crate::attack::spawn(&url, mode, n, lasting, 66)
+}
+
+/// Seed 004's attack table: a legitimate client's req/s and p99 without and with
+/// the attack, for every target; attackers from 127.66.x (several processes past
+/// one's descriptor limit). `--max-concurrency` sets the attack's size (default:
+/// the figure from the conditioning issue's table).
+fn attacks(o: &ExpOptions, name: &str, mode: &str, default_n: usize) -> Result<String, String> {
+    let n = if o.max_concurrency != ExpOptions::default().max_concurrency {
+        o.max_concurrency
+    } else {
+        default_n
+    };
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("size-1024.bin"), 1024)?;
+        if mode == "slow-read" {
+            write_file(&d.join("size-16777216.bin"), 16 << 20)?;
+        }
+    }
+    let mut t = Table::new(&[
+        "target",
+        "attack",
+        "attack_conns",
+        "req_per_s_before",
+        "req_per_s_under",
+        "ratio",
+        "p99_us_before",
+        "p99_us_under",
+        "attackers_reopened",
+    ]);
+    for tg in &o.targets {
+        let before = legit(tg, o)?;
+        let kids = start_attack(tg, mode, n, o)?;
+        std::thread::sleep(RAMP);
+        let under = legit(tg, o);
+        let stats = crate::attack::reap(kids);
+        let under = under?;
+        t.push(vec![
+            tg.name.clone(),
+            mode.to_string(),
+            n.to_string(),
+            fmt(before.requests_per_s),
+            fmt(under.requests_per_s),
+            format!(
+                "{:.2}",
+                under.requests_per_s / before.requests_per_s.max(1e-9)
+            ),
+            before.latency_us.p99.to_string(),
+            under.latency_us.p99.to_string(),
+            stats.closed.to_string(),
+        ]);
+    }
+    finish(o, name, &t, "", "", "", &[], false)
+}
+
+/// Seed 004 Figure 11: an infrequent client (10 req/s, one connection) fetches a
+/// 1 KiB file while 200 clients from one range pull 1 MiB files; its p99 with and
+/// without them.
+fn heavy_range(o: &ExpOptions) -> Result<String, String> {
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("size-1024.bin"), 1024)?;
+        write_file(&d.join("size-1048576.bin"), 1 << 20)?;
+    }
+    let mut t = Table::new(&[
+        "target",
+        "p99_us_alone",
+        "p99_us_heavy",
+        "ratio",
+        "heavy_MiB_per_s",
+    ]);
+    for tg in &o.targets {
+        let (mut opts, p) = options_for(&tg.url, o)?;
+        opts.connections = 1;
+        opts.threads = 1;
+        opts.rate = Some(10.0);
+        let w = Workload::single(
+            &format!("{}/sluice-bench/size-1024.bin", base_path(&p)),
+            &opts,
+        );
+        let alone = Summary::new(&tg.url, 1, 1, &go(&opts, &w)?);
+        let authority = tg
+            .url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let heavy_url = format!(
+            "http://{authority}{}/sluice-bench/size-1048576.bin",
+            base_path(&p)
+        );
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let lasting = o.duration + Duration::from_secs(4);
+        let heavy = std::process::Command::new(exe)
+            .args(["bench", &heavy_url, "--json", "-c", "200"])
+            .args(["-d", &format!("{}ms", lasting.as_millis())])
+            .args(["--source-addrs", "127.88.0.1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("sluice bench: {e}"))?;
+        std::thread::sleep(Duration::from_secs(2));
+        let under = go(&opts, &w).map(|r| Summary::new(&tg.url, 1, 1, &r));
+        let out = heavy
+            .wait_with_output()
+            .map_err(|e| format!("heavy clients: {e}"))?;
+        let under = under?;
+        let mibs = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["bytes_per_s"].as_f64())
+            .unwrap_or(0.0)
+            / 1048576.0;
+        t.push(vec![
+            tg.name.clone(),
+            alone.latency_us.p99.to_string(),
+            under.latency_us.p99.to_string(),
+            format!(
+                "{:.1}",
+                under.latency_us.p99 as f64 / alone.latency_us.p99.max(1) as f64
+            ),
+            fmt(mibs),
+        ]);
+    }
+    finish(o, "heavy-range", &t, "", "", "", &[], false)
+}
+
+/// Seed 004 Figure 10: legitimate req/s against the number of incomplete (silent)
+/// connections, 100 … `--max-concurrency` (the paper went to 32,000), per target.
+fn incomplete_sweep(o: &ExpOptions) -> Result<String, String> {
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("size-1024.bin"), 1024)?;
+    }
+    let steps: Vec<usize> = [0usize, 100, 1000, 4000, 8000, 16_000, 24_000, 32_000]
+        .into_iter()
+        .filter(|s| *s <= o.max_concurrency)
+        .collect();
+    let mut t = Table::new(&[
+        "target",
+        "incomplete",
+        "req_per_s",
+        "p99_us",
+        "ratio_to_none",
+    ]);
+    let mut series = Vec::new();
+    for tg in &o.targets {
+        let mut pts = Vec::new();
+        let mut none = 0.0;
+        for &n in &steps {
+            let kids = if n > 0 {
+                start_attack(tg, "silent", n, o)?
+            } else {
+                Vec::new()
+            };
+            if n > 0 {
+                std::thread::sleep(RAMP);
+            }
+            let r = legit(tg, o);
+            crate::attack::reap(kids);
+            let r = r?;
+            if n == 0 {
+                none = r.requests_per_s;
+            }
+            pts.push(((n.max(1)) as f64, r.requests_per_s));
+            t.push(vec![
+                tg.name.clone(),
+                n.to_string(),
+                fmt(r.requests_per_s),
+                r.latency_us.p99.to_string(),
+                format!("{:.2}", r.requests_per_s / none.max(1e-9)),
+            ]);
+        }
+        series.push(Series {
+            name: tg.name.clone(),
+            points: pts,
+        });
+    }
+    finish(
+        o,
+        "incomplete-sweep",
+        &t,
+        "Legitimate requests/s against incomplete connections",
+        "incomplete connections",
+        "requests/s",
+        &series,
+        true,
+    )
+}
+
 fn finish(
     o: &ExpOptions,
     name: &str,

@@ -6,10 +6,13 @@
 //! - [`workload`]: what to request (one URL, URL lists random or in order, Zipf);
 //! - [`report`]: the human summary, the JSON schema, tables and CSV;
 //! - [`experiments`]: the seeds' measurements as one command each, with SVG plots;
-//! - [`plot`]: line charts.
+//! - [`plot`]: line charts;
+//! - [`attack`]: the conditioning experiments' attackers (silent, half heads,
+//!   slowloris, held keep-alives), several processes past one's descriptor limit.
 //!
 //! It works against any HTTP/1.1 server; nothing in it knows about sluice.
 
+pub mod attack;
 pub mod engine;
 pub mod experiments;
 pub mod plot;

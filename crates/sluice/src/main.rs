@@ -108,11 +108,29 @@ const CHILD_ENV: &str = "SLUICE_BENCH_CHILD";
 enum BenchCmd {
     /// Run one of the seeds' experiments against one or more servers.
     Run(ExperimentArgs),
+    /// One attacking process for the conditioning experiments (started by them).
+    #[command(hide = true)]
+    Attack(AttackArgs),
+}
+
+#[derive(Args)]
+struct AttackArgs {
+    /// silent, half, slowloris or hold
+    mode: String,
+    url: String,
+    #[arg(short = 'c', long, default_value_t = 1000)]
+    connections: usize,
+    #[arg(short = 'd', long, default_value = "10s")]
+    duration: String,
+    #[arg(long, value_delimiter = ',')]
+    source_addrs: Vec<IpAddr>,
 }
 
 #[derive(Args)]
 struct ExperimentArgs {
-    /// small-files, random-files, specweb, concurrency, single-download, redirects, buffer-sweep
+    /// small-files, random-files, specweb, concurrency, single-download, redirects,
+    /// buffer-sweep; attacks: incomplete, half-heads, slowloris, persistent-hold,
+    /// slow-read, heavy-range, incomplete-sweep (--max-concurrency sets the attack size)
     experiment: String,
     /// Server under test, URL or NAME=URL; repeatable (printed side by side).
     #[arg(long = "target")]
@@ -325,6 +343,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let text =
                 sluice_bench::experiments::run(&a.experiment, &o).map_err(anyhow::Error::msg)?;
             print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            cmd: Some(BenchCmd::Attack(a)),
+            ..
+        } => {
+            sluice_server::raise_nofile_limit();
+            let mode = sluice_bench::attack::Mode::parse(&a.mode)
+                .ok_or_else(|| anyhow::anyhow!("attack mode: silent, half, slowloris or hold"))?;
+            let (addr, _, path) =
+                sluice_bench::experiments::split_url(&a.url).map_err(anyhow::Error::msg)?;
+            let d = sluice_config::parse_duration(&a.duration).map_err(anyhow::Error::msg)?;
+            let st =
+                sluice_bench::attack::hold(addr, &path, mode, a.connections, &a.source_addrs, d)?;
+            println!("{}", serde_json::to_string(&st)?);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench { cmd: None, load } => bench(load),

@@ -411,3 +411,97 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
         "{text}"
     );
 }
+
+/// The conditioning experiments: attackers really hold their connections (seen on
+/// the server's status page while the experiment runs), the table reports the
+/// legitimate client before and under attack, and the sweep writes its plot.
+#[test]
+fn attack_experiments_hold_connections_and_report() {
+    let srv = Server::start(&[]);
+    let target = format!("sluice=http://{}/", srv.addr);
+    let out = tempfile::tempdir().unwrap();
+    let root = srv.root().to_str().unwrap().to_string();
+    let outp = out.path().to_str().unwrap().to_string();
+    let addr = srv.addr.clone();
+    // Watch the status page while the experiment runs: the attack must show up as
+    // 300 idle (held keep-alive) connections.
+    let watcher = std::thread::spawn(move || {
+        let mut most = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(8) {
+            if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+                use std::io::Write;
+                let _ = s.write_all(b"GET /server-status?format=json HTTP/1.0\r\n\r\n");
+                if let Some(r) = read_response(&mut s, false) {
+                    if let Ok(j) = serde_json::from_slice::<serde_json::Value>(&r.body) {
+                        most = most.max(j["connections"]["idle"].as_u64().unwrap_or(0));
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        most
+    });
+    let o = sluice(&[
+        "bench",
+        "run",
+        "persistent-hold",
+        "--target",
+        &target,
+        "--docroot",
+        &root,
+        "--out",
+        &outp,
+        "-d",
+        "1s",
+        "-c",
+        "2",
+        "--max-concurrency",
+        "300",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("sluice"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((cols[1], cols[2]), ("hold", "300"), "{text}");
+    let ratio: f64 = cols[5].parse().unwrap();
+    assert!(ratio > 0.0, "{text}");
+    let most = watcher.join().unwrap();
+    assert!(
+        most >= 290,
+        "the attack held {most} idle connections, not 300"
+    );
+
+    let o = sluice(&[
+        "bench",
+        "run",
+        "incomplete-sweep",
+        "--target",
+        &target,
+        "--docroot",
+        &root,
+        "--out",
+        &outp,
+        "-d",
+        "1s",
+        "-c",
+        "2",
+        "--max-concurrency",
+        "100",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("sluice")).count(),
+        2,
+        "steps 0 and 100: {text}"
+    );
+    assert!(out.path().join("incomplete-sweep.svg").exists(), "{text}");
+}
