@@ -101,7 +101,7 @@ pub fn hold(
             }
             opened_total += 1;
             st.opened += 1;
-            if conns.len() % 256 == 0 {
+            if conns.len() & 255 == 0 {
                 break;
             }
         }

@@ -863,7 +863,6 @@ fn buffer_sweep(o: &ExpOptions) -> Result<String, String> {
     Ok(text)
 }
 
-#[allow(clippy::too_many_arguments)]
 /// How long attackers get to reach their full number before the measurement.
 const RAMP: Duration = Duration::from_secs(4);
 
@@ -1114,6 +1113,7 @@ fn incomplete_sweep(o: &ExpOptions) -> Result<String, String> {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     o: &ExpOptions,
     name: &str,
