@@ -54,6 +54,14 @@ impl RangeCaps {
         }
     }
 
+    /// Whether a new connection from `key` would be over a cap at some level (without
+    /// counting it).
+    pub fn would_exceed(&self, key: &RangeKey) -> bool {
+        key.cap_prefixes().iter().any(|&(level, v)| {
+            self.tables[level][Self::slot(v)].load(Ordering::Relaxed) >= self.limits[level]
+        })
+    }
+
     /// Connections counted for `key`'s range at `level`.
     pub fn count(&self, key: &RangeKey, level: usize) -> u32 {
         let v = key.cap_prefixes()[level].1;

@@ -206,6 +206,12 @@ pub struct ConditionSection {
     /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
     /// clients are the machine itself (local proxies, monitoring, benchmarks).
     pub cap_exempt: Vec<String>,
+    /// Let the kernel hold a new connection that has sent nothing (TCP_DEFER_ACCEPT)
+    /// for this long before sluice accepts it ("0" = off). Silent connections then
+    /// cost no descriptor; one that stays silent is handed over after it and closed
+    /// after `http.header_timeout` more.
+    #[serde(deserialize_with = "de_duration")]
+    pub defer_accept: Duration,
 }
 
 impl Default for ConditionSection {
@@ -219,6 +225,7 @@ impl Default for ConditionSection {
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            defer_accept: Duration::from_secs(10),
         }
     }
 }

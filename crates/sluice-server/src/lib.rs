@@ -317,8 +317,17 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         for _ in 0..workers {
             let mut ls = Vec::new();
             for a in &addrs {
+                // Never longer than the head deadline it stands in front of.
+                let defer = snap
+                    .config
+                    .condition
+                    .defer_accept
+                    .min(snap.config.http.header_timeout)
+                    .as_secs_f64()
+                    .ceil() as u64;
                 ls.push(
-                    listener::bind(*a, 4096).map_err(|e| format!("cannot listen on {a}: {e}"))?,
+                    listener::bind(*a, 4096, defer)
+                        .map_err(|e| format!("cannot listen on {a}: {e}"))?,
                 );
             }
             per_worker.push(ls);
@@ -430,14 +439,19 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             Err(_) => return Err("a worker exited during start-up".into()),
         }
     }
+    // Not println!: a closed stdout (a supervisor that read the first line and went
+    // away) must not take the server down.
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
     for a in &addrs {
-        println!(
+        let _ = writeln!(
+            out,
             "sluice: serving {} on http://{a}/ ({workers} workers)",
             root_display.display()
         );
     }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let _ = out.flush();
+    drop(out);
     systemd::notify(&format!(
         "READY=1\nSTATUS=serving on {} address(es), {workers} workers",
         addrs.len()

@@ -5,7 +5,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
 
-pub fn bind(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener> {
+/// `defer_accept_s`: TCP_DEFER_ACCEPT in seconds (0 = off).
+pub fn bind(
+    addr: SocketAddr,
+    backlog: i32,
+    defer_accept_s: u64,
+) -> io::Result<mio::net::TcpListener> {
     let sock = Socket::new(
         Domain::for_address(addr),
         Type::STREAM.nonblocking().cloexec(),
@@ -17,6 +22,22 @@ pub fn bind(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener>
         sock.set_only_v6(true)?;
     }
     sock.bind(&addr.into())?;
+    if defer_accept_s > 0 {
+        // Request packaging in the kernel: a connection that has sent no byte is not
+        // handed to accept() for this long, so silent connections (the paper's
+        // "incomplete" attack) hold no descriptor and no slot in the server.
+        let secs = defer_accept_s as libc::c_int;
+        // SAFETY: setsockopt with an int on our own socket.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                (&secs as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
     sock.listen(backlog)?;
     Ok(mio::net::TcpListener::from_std(sock.into()))
 }

@@ -571,22 +571,24 @@ impl Worker {
             };
             match l.accept() {
                 Ok((sock, addr)) => {
-                    // At the limit, take the newcomer off the backlog at once and
-                    // decide who goes: if it comes from the range conditioning would
-                    // take a connection from anyway, the newcomer itself (an attacker
-                    // reconnecting costs an accept and a close, and evicts nobody);
-                    // otherwise that range's oldest idle or incomplete connection.
-                    // So the backlog never fills with one range's reconnects, and a
-                    // client from elsewhere always gets in.
+                    // At the limit, a newcomer from a range already at its cap would
+                    // only be answered 503: close it at once, evicting nobody (an
+                    // attacking range that reconnects as fast as it is closed then
+                    // costs an accept and a close, and never another client's slot).
+                    // Anyone else gets the slot of the heaviest range's oldest idle or
+                    // incomplete connection, as in the paper.
                     if at_limit {
-                        let newcomer_heaviest = self
-                            .cond
-                            .victim()
-                            .and_then(|(k, _)| self.conns.get(k as usize))
-                            .is_none_or(|v| same_range16(v.peer, addr.ip()));
-                        if newcomer_heaviest || !self.make_room("connection limit reached") {
+                        let peer = addr.ip();
+                        let over_cap = !self.snap.cap_exempt.iter().any(|c| c.contains(peer))
+                            && self.shared.caps.would_exceed(&RangeKey::of(peer));
+                        if over_cap || !self.make_room("connection limit reached") {
                             drop(sock);
-                            self.shared.stats[self.id].closes[CloseReason::AtLimit.index()]
+                            let why = if over_cap {
+                                CloseReason::RangeCap
+                            } else {
+                                CloseReason::AtLimit
+                            };
+                            self.shared.stats[self.id].closes[why.index()]
                                 .fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
@@ -1487,16 +1489,6 @@ fn abort_on_close(sock: &TcpStream) {
 
 /// One non-blocking send of a short, final message (a 408); failures are ignored
 /// because the connection is closed right after.
-/// Same /16 (IPv6: /48): the range level at which conditioning's victim and a
-/// newcomer are compared at the connection limit.
-fn same_range16(a: IpAddr, b: IpAddr) -> bool {
-    match (a, b) {
-        (IpAddr::V4(x), IpAddr::V4(y)) => x.octets()[..2] == y.octets()[..2],
-        (IpAddr::V6(x), IpAddr::V6(y)) => x.octets()[..6] == y.octets()[..6],
-        _ => false,
-    }
-}
-
 /// One non-blocking send: bytes sent (0 if the socket is full), or -1 if the
 /// connection is gone.
 fn send_some(sock: &TcpStream, msg: &[u8]) -> isize {

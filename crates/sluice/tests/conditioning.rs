@@ -83,7 +83,13 @@ fn held_keepalives_never_cost_a_recent_client_its_connection() {
 
 #[test]
 fn silent_connections_from_one_range_do_not_lock_out_others() {
-    let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
+    // Deferred accept off, so the silent connections do reach sluice and it is
+    // eviction that keeps room (the next test covers deferred accept).
+    let srv = Server::start_with_config(
+        docroot(),
+        "[condition]\nmax_connections = 40\ndefer_accept = \"0\"\n",
+        &[],
+    );
     let mut silent = Vec::new();
     for i in 0..100 {
         if let Ok(s) = connect_from(&format!("127.66.1.{}", 1 + i % 8), &srv.addr) {
@@ -96,6 +102,28 @@ fn silent_connections_from_one_range_do_not_lock_out_others() {
         let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
         assert_eq!(request(&mut s, "/hello.txt"), Some(200), "request {i}");
     }
+    drop(silent);
+}
+
+#[test]
+fn deferred_accept_keeps_silent_connections_out_of_the_server() {
+    let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
+    let mut silent = Vec::new();
+    for i in 0..200 {
+        if let Ok(s) = connect_from(&format!("127.66.2.{}", 1 + i % 8), &srv.addr) {
+            silent.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Five times the connection limit connected, none of them held by sluice: the
+    // status request's own connection is the only one open, and nothing was evicted.
+    let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+    let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(j["open_connections"], 1, "{j}");
+    assert_eq!(j["closes_by_reason"]["evicted_incomplete"], 0, "{j}");
+    // A silent connection that finally speaks is served.
+    let mut late = silent.pop().unwrap();
+    assert_eq!(request(&mut late, "/hello.txt"), Some(200));
     drop(silent);
 }
 

@@ -69,7 +69,8 @@ fn aborted_downloads_are_logged_with_the_bytes_sent() {
 fn header_deadline_runs_from_accept_then_from_the_first_byte() {
     let srv = Server::start_with_config(
         docroot(),
-        "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"4s\"\n",
+        // Deferred accept off: this is about the deadline of an accepted connection.
+        "[http]\nheader_timeout = \"1s\"\nkeepalive_timeout = \"4s\"\n[condition]\ndefer_accept = \"0\"\n",
         &[],
     );
     // A connection that never sends a byte: closed one header_timeout after accept.

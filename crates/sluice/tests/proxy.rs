@@ -10,12 +10,19 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `n` distinct free addresses (held together while chosen, so no two are equal:
+/// listeners use SO_REUSEPORT, so a port chosen twice would be shared silently).
+fn free_addrs(n: usize) -> Vec<String> {
+    let ls: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect()
+}
+
 fn free_addr() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
+    free_addrs(1).remove(0)
 }
 
 struct Proxied {
@@ -42,7 +49,8 @@ fn start(tag: &str, extra: &str) -> Proxied {
         "prefix / deny addr=203.0.113.0/24\n",
     )
     .unwrap();
-    let (plain, proxy) = (free_addr(), free_addr());
+    let mut a = free_addrs(2);
+    let (plain, proxy) = (a.remove(0), a.remove(0));
     let log = log_path(&format!("proxy-{tag}"));
     let toml = format!(
         "[server]\nlisten = [\"{plain}\", \"{proxy}\"]\nworkers = 2\nproxy_protocol = [\"{proxy}\"]\n{extra}\n[rules]\nfiles = [\".rules\"]\n[log]\naccess = \"{}\"\n",
