@@ -561,8 +561,9 @@ impl Worker {
             // pauses for a tick and the kernel's backlog holds the newcomers.
             let open = self.shared.open.load(Ordering::Relaxed);
             let at_limit = open >= self.shared.max_open;
-            if at_limit && self.cond.victim().is_none() {
-                // Everyone is busy: let newcomers wait in the kernel's backlog.
+            if at_limit && (self.cond.victim().is_none() || !self.eviction_ration_left()) {
+                // Everyone is busy, or this tick's evictions are spent: newcomers
+                // wait in the kernel's backlog (make_room pauses accepting a tick).
                 self.make_room("connection limit reached");
                 return;
             }
@@ -719,6 +720,15 @@ impl Worker {
         Ok(true)
     }
 
+    /// Whether this tick's evictions ([`EVICTIONS_PER_TICK`]) are not all spent.
+    fn eviction_ration_left(&mut self) -> bool {
+        if self.now_ms >= self.eviction_tick_ms + self.wheel.tick().as_millis() as Ms {
+            self.eviction_tick_ms = self.now_ms;
+            self.evictions = 0;
+        }
+        self.evictions < EVICTIONS_PER_TICK
+    }
+
     /// Close one connection chosen by conditioning to make room. False if every
     /// connection is busy (then accepting pauses for a tick). Warns at most once a
     /// second.
@@ -727,11 +737,7 @@ impl Worker {
         // reconnect as fast as they are closed, and unrationed eviction turns every
         // reconnect into an accept plus a close, burning the CPU the legitimate
         // clients need. Past the ration, newcomers wait in the kernel's backlog.
-        if self.now_ms >= self.eviction_tick_ms + self.wheel.tick().as_millis() as Ms {
-            self.eviction_tick_ms = self.now_ms;
-            self.evictions = 0;
-        }
-        let victim = if self.evictions < EVICTIONS_PER_TICK {
+        let victim = if self.eviction_ration_left() {
             self.cond.victim()
         } else {
             None
