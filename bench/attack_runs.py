@@ -5,7 +5,10 @@ table. Attack sizes follow the conditioning issue's table; past one process's
 descriptors the attackers run in several processes from 127.66.x.
 
     bench/attack_runs.py [--duration 5] [--experiments incomplete,half-heads,...]
-                         [--sweep-max 32000]
+                         [--sweep-max 32000] [--apache]
+
+--apache adds Debian's Apache 2.4 (mpm_event, 2 processes, 150 workers, the
+defaults' mod_reqtimeout), as seed 004 measured Apache beside the paper's server.
 """
 import argparse, os, subprocess, sys, time
 
@@ -13,8 +16,46 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attacks  # noqa: E402  (sluice with its defaults, as in the attack table)
 import compare  # noqa: E402
 
+APACHE_PORT = 18185
+
 SIZES = {"incomplete": 32000, "half-heads": 16000, "slowloris": 8000,
          "persistent-hold": 20000, "slow-read": 2000}
+
+
+def start_apache():
+    d = f"{compare.WORK}/apache"
+    os.makedirs(f"{d}/logs", exist_ok=True)
+    mods = "/usr/lib/apache2/modules"
+    with open(f"{d}/httpd.conf", "w") as f:
+        f.write(f"""ServerRoot {d}
+Listen 127.0.0.1:{APACHE_PORT}
+PidFile {d}/httpd.pid
+ErrorLog {d}/logs/error.log
+LoadModule mpm_event_module {mods}/mod_mpm_event.so
+LoadModule authz_core_module {mods}/mod_authz_core.so
+LoadModule mime_module {mods}/mod_mime.so
+LoadModule dir_module {mods}/mod_dir.so
+LoadModule reqtimeout_module {mods}/mod_reqtimeout.so
+User nobody
+Group nogroup
+ServerName localhost
+DocumentRoot {compare.WWW}
+<Directory {compare.WWW}>
+  Require all granted
+</Directory>
+TypesConfig /etc/mime.types
+StartServers 2
+ServerLimit 2
+ThreadLimit 75
+ThreadsPerChild 75
+MaxRequestWorkers 150
+KeepAlive On
+MaxKeepAliveRequests 0
+""")
+    p = subprocess.Popen(["apache2", "-DFOREGROUND", "-f", f"{d}/httpd.conf"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=compare.raise_nofile, start_new_session=True)
+    return compare.wait_listening(p, "apache", APACHE_PORT)
 
 
 def main():
@@ -23,14 +64,21 @@ def main():
     ap.add_argument("--experiments",
                     default="incomplete,half-heads,slowloris,persistent-hold,slow-read,heavy-range,incomplete-sweep")
     ap.add_argument("--sweep-max", type=int, default=32000)
+    ap.add_argument("--apache", action="store_true")
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     compare.configs()
-    procs = [attacks.start_sluice(sluice_bin), compare.start("nginx", sluice_bin)]
+    procs = []
     targets = ["--target", f"sluice=http://127.0.0.1:{compare.PORTS['sluice']}/",
                "--target", f"nginx=http://127.0.0.1:{compare.PORTS['nginx']}/"]
+    if a.apache:
+        targets += ["--target", f"apache=http://127.0.0.1:{APACHE_PORT}/"]
     try:
+        procs.append(attacks.start_sluice(sluice_bin))
+        procs.append(compare.start("nginx", sluice_bin))
+        if a.apache:
+            procs.append(start_apache())
         for e in a.experiments.split(","):
             n = a.sweep_max if e == "incomplete-sweep" else SIZES.get(e)
             cmd = [sluice_bin, "bench", "run", e, *targets, "--docroot", compare.WWW,
@@ -43,7 +91,10 @@ def main():
             time.sleep(2)
     finally:
         for p in procs:
-            p.terminate()
+            try:
+                os.killpg(p.pid, 15)  # apache's children are in its session
+            except OSError:
+                p.terminate()
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
