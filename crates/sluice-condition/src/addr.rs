@@ -154,6 +154,22 @@ impl Cidr {
         let (bits, v4) = bits(ip);
         v4 == self.v4 && bits & mask(self.len, v4) == self.net
     }
+
+    /// (prefix length, is IPv4, masked address): a key for indexing ranges.
+    pub fn parts(&self) -> (u8, bool, u128) {
+        (self.len, self.v4, self.net)
+    }
+}
+
+/// An address as a number and whether it is IPv4 (IPv4-mapped IPv6 counts as
+/// IPv4), for code that keys or masks addresses the way [`Cidr`] does.
+pub fn addr_bits(ip: IpAddr) -> (u128, bool) {
+    bits(ip)
+}
+
+/// The mask of a `len`-bit prefix of an IPv4 (`v4`) or IPv6 address.
+pub fn prefix_mask(len: u8, v4: bool) -> u128 {
+    mask(len, v4)
 }
 
 /// An address as a number and whether it is IPv4 (IPv4-mapped IPv6 counts as IPv4).

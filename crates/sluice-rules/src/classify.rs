@@ -12,79 +12,9 @@
 use crate::model::RegexPattern;
 use crate::rates::RateTable;
 use crate::Request;
-use std::net::IpAddr;
+use sluice_condition::addr::{addr_bits, prefix_mask};
+use sluice_condition::Cidr;
 use std::sync::Arc;
-
-/// An address range, `ADDR/LEN` (or a bare address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Net {
-    addr: u128,
-    v6: bool,
-    len: u8,
-}
-
-impl Net {
-    pub fn parse(s: &str) -> Result<Net, String> {
-        let (a, l) = s.split_once('/').map_or((s, None), |(a, l)| (a, Some(l)));
-        let ip: IpAddr = a
-            .parse()
-            .map_err(|_| format!("addr={s:?}: not an IPv4 or IPv6 address"))?;
-        let max = if ip.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            None => max,
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|l| *l <= max)
-                .ok_or_else(|| format!("addr={s:?}: prefix length 0..={max}"))?,
-        };
-        let (addr, v6) = bits(ip);
-        Ok(Net {
-            addr: addr & mask(len, v6),
-            v6,
-            len,
-        })
-    }
-
-    /// (prefix length, is IPv6, masked address).
-    pub fn parts(&self) -> (u8, bool, u128) {
-        (self.len, self.v6, self.addr)
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let (a, v6) = bits(ip);
-        v6 == self.v6 && a & mask(self.len, v6) == self.addr
-    }
-}
-
-/// An address as (bits, is IPv6); IPv4-mapped IPv6 counts as IPv4.
-pub fn addr_bits(ip: IpAddr) -> (u128, bool) {
-    bits(ip)
-}
-
-/// The mask of a prefix length.
-pub fn mask_of(len: u8, v6: bool) -> u128 {
-    mask(len, v6)
-}
-
-fn bits(ip: IpAddr) -> (u128, bool) {
-    match ip {
-        IpAddr::V4(v) => (u128::from(u32::from(v)), false),
-        IpAddr::V6(v) => match v.to_ipv4_mapped() {
-            Some(v4) => (u128::from(u32::from(v4)), false),
-            None => (u128::from(v), true),
-        },
-    }
-}
-
-fn mask(len: u8, v6: bool) -> u128 {
-    let width = if v6 { 128 } else { 32 };
-    if len == 0 {
-        0
-    } else {
-        (!0u128 >> (128 - width)) & !((1u128 << (width - u32::from(len))) - 1)
-    }
-}
 
 /// What a rate condition counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +41,7 @@ pub struct RateCond {
 #[derive(Debug, Default)]
 pub struct Classify {
     pub ua: Option<Box<RegexPattern>>,
-    pub addrs: Vec<Net>,
+    pub addrs: Vec<Cidr>,
     pub methods: Vec<String>,
     pub headers: Vec<(String, Box<RegexPattern>)>,
     pub rates: Vec<RateCond>,
@@ -154,13 +84,13 @@ impl Classify {
         let Some(table) = &self.table else {
             return Ok(false);
         };
-        let ip = req.remote_addr.map(bits).unwrap_or((0, false));
+        let ip = req.remote_addr.map(addr_bits).unwrap_or((0, true));
         let mut exceeded = true;
         for r in &self.rates {
             let n = match r.scope {
                 Scope::Addr => table.hit((r.seed, ip), r.window_ms),
                 Scope::Net => {
-                    let net = ip.0 & mask(if ip.1 { 64 } else { 24 }, ip.1);
+                    let net = ip.0 & prefix_mask(if ip.1 { 24 } else { 64 }, ip.1);
                     table.hit((r.seed, net, ip.1), r.window_ms)
                 }
                 Scope::Repeat => table.hit((r.seed, ip, req.path, req.query), r.window_ms),
@@ -235,20 +165,20 @@ mod tests {
     use super::*;
     #[test]
     fn nets() {
-        let n = Net::parse("10.1.0.0/16").unwrap();
+        let n = Cidr::parse("10.1.0.0/16").unwrap();
         assert!(n.contains("10.1.200.3".parse().unwrap()));
         assert!(!n.contains("10.2.0.1".parse().unwrap()));
         assert!(n.contains("::ffff:10.1.0.9".parse().unwrap()));
-        let n = Net::parse("2001:db8::/32").unwrap();
+        let n = Cidr::parse("2001:db8::/32").unwrap();
         assert!(n.contains("2001:db8:ffff::1".parse().unwrap()));
         assert!(!n.contains("10.1.0.1".parse().unwrap()));
-        assert!(Net::parse("1.2.3.4")
+        assert!(Cidr::parse("1.2.3.4")
             .unwrap()
             .contains("1.2.3.4".parse().unwrap()));
-        assert!(Net::parse("0.0.0.0/0")
+        assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("9.9.9.9".parse().unwrap()));
-        assert!(Net::parse("1.2.3.4/33").is_err());
+        assert!(Cidr::parse("1.2.3.4/33").is_err());
         assert_eq!(parse_window("100/10s"), Ok((100, 10_000)));
         assert!(parse_window("100").is_err());
         assert_eq!(parse_ms("250ms"), Ok(250));

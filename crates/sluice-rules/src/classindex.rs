@@ -26,9 +26,9 @@ pub struct ClassIndex {
     ua: Option<AhoCorasick>,
     /// Pattern id in `ua` → rules.
     ua_rules: Vec<Vec<u32>>,
-    /// (prefix length, is IPv6, masked address) → rules.
+    /// (prefix length, is IPv4, masked address) → rules.
     nets: FxHashMap<(u8, bool, u128), Vec<u32>>,
-    /// Distinct (prefix length, is IPv6) pairs in `nets`.
+    /// Distinct (prefix length, is IPv4) pairs in `nets`.
     lens: Vec<(u8, bool)>,
     pub count: usize,
 }
@@ -62,10 +62,10 @@ impl ClassIndex {
                 c.indexed = true;
             } else if !c.addrs.is_empty() {
                 for n in &c.addrs {
-                    let (len, v6, addr) = n.parts();
-                    ix.nets.entry((len, v6, addr)).or_default().push(id);
-                    if !ix.lens.contains(&(len, v6)) {
-                        ix.lens.push((len, v6));
+                    let (len, v4, addr) = n.parts();
+                    ix.nets.entry((len, v4, addr)).or_default().push(id);
+                    if !ix.lens.contains(&(len, v4)) {
+                        ix.lens.push((len, v4));
                     }
                 }
                 c.indexed = true;
@@ -92,12 +92,12 @@ impl ClassIndex {
             }
         }
         if let (false, Some(a)) = (self.lens.is_empty(), addr) {
-            let (bits, v6) = crate::classify::addr_bits(a);
-            for &(len, lv6) in &self.lens {
-                if lv6 != v6 {
+            let (bits, v4) = sluice_condition::addr::addr_bits(a);
+            for &(len, lv4) in &self.lens {
+                if lv4 != v4 {
                     continue;
                 }
-                let key = (len, v6, bits & crate::classify::mask_of(len, v6));
+                let key = (len, v4, bits & sluice_condition::addr::prefix_mask(len, v4));
                 if let Some(ids) = self.nets.get(&key) {
                     out.extend_from_slice(ids);
                 }

@@ -21,7 +21,7 @@
 //! order; the first that matches wins. For `prefix` redirects the rest of the path
 //! is appended.
 
-use crate::classify::{parse_ms, parse_window, Classify, Errant, Net, RateCond, Scope};
+use crate::classify::{parse_ms, parse_window, Classify, Errant, RateCond, Scope};
 use crate::loader::{Ctx, LoadError};
 use crate::model::*;
 use crate::template::Template;
@@ -176,7 +176,8 @@ fn classify_option(o: &str, seed: u32, c: &mut Classify, a: &mut AnswerOpts) -> 
         "ua" => c.ua = Some(RegexPattern::new(v.to_string(), true, false)?),
         "addr" => {
             for n in v.split(',') {
-                c.addrs.push(Net::parse(n)?);
+                c.addrs
+                    .push(sluice_condition::Cidr::parse(n).map_err(|e| format!("addr={e}"))?);
             }
         }
         "method" => c.methods.extend(v.split(',').map(|m| m.to_ascii_uppercase())),
