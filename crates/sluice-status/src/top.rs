@@ -76,6 +76,11 @@ impl SpaceSaving {
 
 /// The three range levels: IPv4 /8, /16, /24; IPv6 /32, /48, /64.
 pub fn range_label(ip: IpAddr, level: usize) -> String {
+    // IPv4-mapped IPv6 is labelled (and keyed, `range_key`) as IPv4.
+    let ip = match ip {
+        IpAddr::V6(v) => v.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
     match ip {
         IpAddr::V4(v) => {
             let o = v.octets();
@@ -94,16 +99,10 @@ pub fn range_label(ip: IpAddr, level: usize) -> String {
 }
 
 fn range_key(ip: IpAddr, level: usize) -> (bool, u128) {
-    match ip {
-        IpAddr::V4(v) => {
-            let bits = [8u32, 16, 24][level];
-            (false, u128::from(u32::from(v) & (!0u32 << (32 - bits))))
-        }
-        IpAddr::V6(v) => {
-            let bits = [32u32, 48, 64][level];
-            (true, u128::from(v) & (!0u128 << (128 - bits)))
-        }
-    }
+    use sluice_condition::addr::{addr_bits, prefix_mask};
+    let (bits, v4) = addr_bits(ip);
+    let len = if v4 { [8, 16, 24] } else { [32, 48, 64] }[level];
+    (v4, bits & prefix_mask(len, v4))
 }
 
 /// One range's figures in a published list.
@@ -148,10 +147,9 @@ pub struct TopList {
 pub struct Talkers {
     by_requests: SpaceSaving,
     by_bytes: SpaceSaving,
-    /// Requests per /24 (IPv6 /64) since the last publish, with one address of it.
-    requests_24: FxHashMap<(bool, u128), (u64, IpAddr)>,
-    /// Per /24: (evicted, refused) since the last publish.
-    conditioned_24: FxHashMap<(bool, u128), (u64, u64, IpAddr)>,
+    /// Per /24 (IPv6 /64) since the last publish: requests, evictions and refusals,
+    /// with one address of it.
+    tally_24: FxHashMap<(bool, u128), Tally>,
     /// (site, rule index) → (action, matches, bytes).
     rules: FxHashMap<(u16, u32), (&'static str, u64, u64)>,
 }
@@ -161,22 +159,36 @@ impl Default for Talkers {
         Talkers {
             by_requests: SpaceSaving::new(SKETCH_K),
             by_bytes: SpaceSaving::new(SKETCH_K),
-            requests_24: FxHashMap::default(),
-            conditioned_24: FxHashMap::default(),
+            tally_24: FxHashMap::default(),
             rules: FxHashMap::default(),
         }
     }
 }
 
+/// What one /24 did since the last publish.
+#[derive(Clone, Copy)]
+struct Tally {
+    requests: u64,
+    evicted: u64,
+    refused: u64,
+    /// One address of the /24 (its ranges are computed at publish time).
+    ip: IpAddr,
+}
+
 impl Talkers {
+    fn tally(&mut self, peer: IpAddr) -> &mut Tally {
+        self.tally_24.entry(range_key(peer, 2)).or_insert(Tally {
+            requests: 0,
+            evicted: 0,
+            refused: 0,
+            ip: peer,
+        })
+    }
+
     /// A request for `path` from `peer`.
     pub fn request(&mut self, peer: IpAddr, path: &str) {
         self.by_requests.add(path, 1);
-        let e = self
-            .requests_24
-            .entry(range_key(peer, 2))
-            .or_insert((0, peer));
-        e.0 += 1;
+        self.tally(peer).requests += 1;
     }
 
     /// A response for `path` finished with `bytes` sent.
@@ -188,20 +200,12 @@ impl Talkers {
 
     /// Conditioning closed a connection from `peer` to make room.
     pub fn evicted(&mut self, peer: IpAddr) {
-        let e = self
-            .conditioned_24
-            .entry(range_key(peer, 2))
-            .or_insert((0, 0, peer));
-        e.0 += 1;
+        self.tally(peer).evicted += 1;
     }
 
     /// A request from `peer` was refused: its range is over its cap.
     pub fn refused(&mut self, peer: IpAddr) {
-        let e = self
-            .conditioned_24
-            .entry(range_key(peer, 2))
-            .or_insert((0, 0, peer));
-        e.1 += 1;
+        self.tally(peer).refused += 1;
     }
 
     /// Rule `rule` of site `site` decided a request, answered with `bytes`.
@@ -234,53 +238,33 @@ impl Talkers {
         name: impl Fn(u16, u32) -> String,
     ) -> TopList {
         let mut ranges: HashMap<(usize, bool, u128), (RangeRow, IpAddr)> = HashMap::new();
-        for (ip, incomplete) in conns {
+        // The /8, /16 and /24 rows an address counts in.
+        let mut rows_of = |ip: IpAddr, f: &mut dyn FnMut(&mut RangeRow)| {
             for level in 0..3 {
-                let (v6, k) = range_key(ip, level);
-                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
-                    (
-                        RangeRow {
-                            level,
-                            ..Default::default()
-                        },
-                        ip,
-                    )
+                let (v4, k) = range_key(ip, level);
+                let (row, _) = ranges.entry((level, v4, k)).or_insert_with(|| {
+                    let row = RangeRow {
+                        level,
+                        ..Default::default()
+                    };
+                    (row, ip)
                 });
-                e.0.open += 1;
-                e.0.incomplete += u64::from(incomplete);
+                f(row);
             }
+        };
+        for (ip, incomplete) in conns {
+            rows_of(ip, &mut |r| {
+                r.open += 1;
+                r.incomplete += u64::from(incomplete);
+            });
         }
         let secs = secs.max(1e-3);
-        for (_, (n, ip)) in self.requests_24.drain() {
-            for level in 0..3 {
-                let (v6, k) = range_key(ip, level);
-                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
-                    (
-                        RangeRow {
-                            level,
-                            ..Default::default()
-                        },
-                        ip,
-                    )
-                });
-                e.0.req_rate += n as f64 / secs;
-            }
-        }
-        for (_, (ev, rf, ip)) in self.conditioned_24.drain() {
-            for level in 0..3 {
-                let (v6, k) = range_key(ip, level);
-                let e = ranges.entry((level, v6, k)).or_insert_with(|| {
-                    (
-                        RangeRow {
-                            level,
-                            ..Default::default()
-                        },
-                        ip,
-                    )
-                });
-                e.0.evicted += ev;
-                e.0.refused += rf;
-            }
+        for (_, t) in self.tally_24.drain() {
+            rows_of(t.ip, &mut |r| {
+                r.req_rate += t.requests as f64 / secs;
+                r.evicted += t.evicted;
+                r.refused += t.refused;
+            });
         }
         // Keep each level's heaviest by any measure: at most SHOWN per measure.
         let mut out = Vec::new();
