@@ -650,12 +650,7 @@ fn downloads_in_processes(
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let procs = c.div_ceil(PER_PROCESS);
     let (addr, _, _) = split_url(url)?;
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    let full = format!("http://{authority}{path}");
+    let full = format!("http://{}{path}", authority(url));
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", &full, "--json"])
         .args(["-c", &c.to_string()])
@@ -885,48 +880,63 @@ fn start_attack(
     n: usize,
     o: &ExpOptions,
 ) -> Result<Vec<std::process::Child>, String> {
-    let (_, _, p) = split_url(&tg.url)?;
     let lasting = o.duration + RAMP + Duration::from_secs(2);
     if mode == "slow-read" {
-        let authority = tg
-            .url
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap_or("");
-        let url = format!(
-            "http://{authority}{}/sluice-bench/size-16777216.bin",
-            base_path(&p)
-        );
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let url = bench_file_url(tg, "size-16777216.bin")?;
         let procs = n.div_ceil(crate::attack::PER_PROCESS).max(1);
-        let child = std::process::Command::new(exe)
-            .args(["bench", &url, "--json", "--read-rate", "16"])
-            .args(["-c", &n.to_string(), "--processes", &procs.to_string()])
-            .args([
+        let child = bench_child(
+            &[
+                &url,
+                "--json",
+                "--read-rate",
+                "16",
+                "-c",
+                &n.to_string(),
+                "--processes",
+                &procs.to_string(),
                 "-d",
                 &format!("{}ms", lasting.as_millis()),
                 "--timeout",
                 "600s",
-            ])
-            .args(["--source-addrs", "127.66.0.1,127.77.0.1"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("sluice bench: {e}"))?;
+                "--source-addrs",
+                "127.66.0.1,127.77.0.1",
+            ],
+            std::process::Stdio::null(),
+        )?;
         return Ok(vec![child]);
     }
-    let authority = tg
-        .url
-        .trim_start_matches("http://")
+    crate::attack::spawn(&bench_file_url(tg, "size-1024.bin")?, mode, n, lasting, 66)
+}
+
+/// `http://HOST:PORT[/base]/sluice-bench/NAME`: a file the experiments wrote.
+fn bench_file_url(tg: &Target, name: &str) -> Result<String, String> {
+    let (_, _, p) = split_url(&tg.url)?;
+    Ok(format!(
+        "http://{}{}/sluice-bench/{name}",
+        authority(&tg.url),
+        base_path(&p)
+    ))
+}
+
+/// `HOST:PORT` of an `http://` URL.
+fn authority(url: &str) -> &str {
+    url.trim_start_matches("http://")
         .split('/')
         .next()
-        .unwrap_or("");
-    let url = format!(
-        "http://{authority}{}/sluice-bench/size-1024.bin",
-        base_path(&p)
-    );
-    crate::attack::spawn(&url, mode, n, lasting, 66)
+        .unwrap_or("")
+}
+
+/// `sluice bench ARGS...` as a child process of this same binary (clients that must
+/// not share this process's descriptors or CPU accounting).
+fn bench_child(args: &[&str], stdout: std::process::Stdio) -> Result<std::process::Child, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    std::process::Command::new(exe)
+        .arg("bench")
+        .args(args)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sluice bench: {e}"))
 }
 
 /// Seed 004's attack table: a legitimate client's req/s and p99 without and with
@@ -1006,26 +1016,20 @@ fn heavy_range(o: &ExpOptions) -> Result<String, String> {
             &opts,
         );
         let alone = Summary::new(&tg.url, 1, 1, &go(&opts, &w)?);
-        let authority = tg
-            .url
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap_or("");
-        let heavy_url = format!(
-            "http://{authority}{}/sluice-bench/size-1048576.bin",
-            base_path(&p)
-        );
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let lasting = o.duration + Duration::from_secs(4);
-        let heavy = std::process::Command::new(exe)
-            .args(["bench", &heavy_url, "--json", "-c", "200"])
-            .args(["-d", &format!("{}ms", lasting.as_millis())])
-            .args(["--source-addrs", "127.88.0.1"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("sluice bench: {e}"))?;
+        let heavy = bench_child(
+            &[
+                &bench_file_url(tg, "size-1048576.bin")?,
+                "--json",
+                "-c",
+                "200",
+                "-d",
+                &format!("{}ms", lasting.as_millis()),
+                "--source-addrs",
+                "127.88.0.1",
+            ],
+            std::process::Stdio::piped(),
+        )?;
         std::thread::sleep(Duration::from_secs(2));
         let under = go(&opts, &w).map(|r| Summary::new(&tg.url, 1, 1, &r));
         let out = heavy
