@@ -470,8 +470,12 @@ impl Worker {
     /// Once a second: connections by state, and the top lists, for the status page.
     /// O(connections of this worker): about a millisecond at 20,000.
     fn publish_status(&mut self) {
+        let secs = self.now.duration_since(self.last_publish).as_secs_f64();
+        self.last_publish = self.now;
+        // One pass over the connections: states counted while the top lists read
+        // each connection's address.
         let mut states = [0u64; sluice_status::counters::STATES.len()];
-        for (_, c) in self.conns.iter() {
+        let conns = self.conns.iter().map(|(_, c)| {
             let i = match c.phase {
                 Phase::Head { .. } => 0,
                 // In the round-robin queue, waiting for its next send turn.
@@ -482,14 +486,6 @@ impl Worker {
                 Phase::Drip { .. } => 5,
             };
             states[i] += 1;
-        }
-        let st = &self.shared.stats[self.id];
-        for (a, n) in st.states.iter().zip(states) {
-            a.store(n, Ordering::Relaxed);
-        }
-        let secs = self.now.duration_since(self.last_publish).as_secs_f64();
-        self.last_publish = self.now;
-        let conns = self.conns.iter().map(|(_, c)| {
             (
                 c.peer,
                 matches!(c.phase, Phase::Head { .. }) && c.out.is_none(),
@@ -506,6 +502,10 @@ impl Worker {
             }
         };
         let list = self.talkers.publish(conns, secs, name);
+        let st = &self.shared.stats[self.id];
+        for (a, n) in st.states.iter().zip(states) {
+            a.store(n, Ordering::Relaxed);
+        }
         self.shared.board.publish(self.id, list);
     }
 

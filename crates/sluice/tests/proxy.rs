@@ -256,13 +256,6 @@ fn haproxy_in_front_of_two_instances_with_send_proxy_v2() {
         .process_group(0)
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let _guard = {
         let t = Instant::now();
         while TcpStream::connect(&front).is_err() {
@@ -275,7 +268,7 @@ fn haproxy_in_front_of_two_instances_with_send_proxy_v2() {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Kill(child)
+        KillOnDrop(child)
     };
     // Clients from 127.0.0.5, through haproxy (whose own address is 127.0.0.1).
     for _ in 0..6 {

@@ -45,15 +45,8 @@ fn socket_activation_serves_on_the_passed_descriptor() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let stdout = child.stdout.take().unwrap();
-    let child = Kill(child);
+    let child = KillOnDrop(child);
     // The activator listens first and starts sluice on the first connection.
     let t = Instant::now();
     let mut s = loop {

@@ -400,3 +400,14 @@ pub fn log_path(tag: &str) -> PathBuf {
     let _ = std::fs::remove_file(&p);
     p
 }
+
+/// A child process (haproxy, an activator) killed and reaped when the guard drops,
+/// also when the test panics.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
