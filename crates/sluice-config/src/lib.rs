@@ -252,6 +252,57 @@ impl Default for StatusSection {
     }
 }
 
+/// HTTPS (docs/OPERATIONS.md "HTTPS"): listeners beside `server.listen`, the
+/// default certificate, and per-name certificates picked by SNI.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// `"ADDR:PORT"` or a list of them; none = no HTTPS.
+    #[serde(deserialize_with = "de_listen")]
+    pub listen: Vec<String>,
+    /// PEM certificate chain (leaf first) and PEM private key of the default
+    /// certificate: for clients that send no SNI or a name no `[[tls.sni]]` has.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Kernel TLS: `"auto"` (use it when a runtime probe finds it) or `"off"`.
+    pub ktls: KtlsMode,
+    /// Session resumption with tickets (TLS 1.2 and 1.3); on by default.
+    pub tickets: bool,
+    /// Certificates for other names (SNI).
+    pub sni: Vec<SniCert>,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            listen: Vec::new(),
+            cert: None,
+            key: None,
+            ktls: KtlsMode::Auto,
+            tickets: true,
+            sni: Vec::new(),
+        }
+    }
+}
+
+/// One `[[tls.sni]]` entry: a certificate for some host names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SniCert {
+    /// `"mirror.example.org"` or `"*.example.org"` (one label, as certificates do).
+    pub names: Vec<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KtlsMode {
+    #[default]
+    Auto,
+    Off,
+}
+
 /// The whole validated configuration.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -263,6 +314,7 @@ pub struct Config {
     pub rules: RulesSection,
     pub condition: ConditionSection,
     pub status: StatusSection,
+    pub tls: TlsSection,
     /// Virtual hosts ([`sites`]); none = one site, the top level.
     pub site: Vec<sites::SiteSection>,
 }
@@ -370,6 +422,16 @@ impl Config {
                 *f = base.join(&*f);
             }
         }
+        let tls = &mut cfg.tls;
+        for f in tls.cert.iter_mut().chain(tls.key.iter_mut()).chain(
+            tls.sni
+                .iter_mut()
+                .flat_map(|s| [&mut s.cert, &mut s.key].into_iter()),
+        ) {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+        }
         for s in cfg.site.iter_mut() {
             if s.root.is_relative() {
                 s.root = base.join(&s.root);
@@ -403,6 +465,7 @@ impl Config {
                 )));
             }
         }
+        self.tls.validate(origin, &self.server.listen)?;
         let c = &self.condition;
         for (k, v) in [
             ("max_incomplete", c.max_incomplete),
@@ -449,6 +512,61 @@ impl Config {
                 .map(|n| n.get())
                 .unwrap_or(1)
         }
+    }
+}
+
+impl TlsSection {
+    /// Is HTTPS configured at all?
+    pub fn enabled(&self) -> bool {
+        !self.listen.is_empty()
+    }
+
+    /// The shape only: addresses parse and differ from the HTTP ones, a listener
+    /// has a default certificate, names look like host names. Whether the files
+    /// hold a usable certificate and key is `sluice-tls`'s check.
+    pub fn validate(&self, origin: &str, http: &[String]) -> Result<(), ConfigError> {
+        for l in &self.listen {
+            if l.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError(format!(
+                    "{origin}: tls.listen: {l:?} is not ADDR:PORT (e.g. 0.0.0.0:443)"
+                )));
+            }
+            if http.contains(l) {
+                return Err(ConfigError(format!(
+                    "{origin}: tls.listen: {l:?} is also in server.listen (one address is HTTP or HTTPS, not both)"
+                )));
+            }
+        }
+        if self.enabled() && (self.cert.is_none() || self.key.is_none()) {
+            return Err(ConfigError(format!(
+                "{origin}: tls: cert and key are needed with tls.listen"
+            )));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(ConfigError(format!(
+                "{origin}: tls: cert and key go together"
+            )));
+        }
+        for (i, s) in self.sni.iter().enumerate() {
+            if s.names.is_empty() {
+                return Err(ConfigError(format!(
+                    "{origin}: tls.sni[{i}]: names = [...] is needed"
+                )));
+            }
+            for n in &s.names {
+                let bare = n.strip_prefix("*.").unwrap_or(n);
+                let ok = !bare.is_empty()
+                    && bare.split('.').all(|l| {
+                        !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    });
+                if !ok {
+                    return Err(ConfigError(format!(
+                        "{origin}: tls.sni[{i}]: {n:?} is not a host name (or *.domain)"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

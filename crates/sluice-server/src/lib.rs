@@ -16,6 +16,7 @@ pub mod privileges;
 pub mod send;
 pub mod status;
 pub mod systemd;
+pub mod tls;
 pub mod wheel;
 pub mod worker;
 
@@ -40,6 +41,10 @@ pub struct Snapshot {
     pub status_allow: Vec<sluice_condition::Cidr>,
     /// `server.proxy_trusted`, parsed.
     pub proxy_trusted: Vec<sluice_condition::Cidr>,
+    /// The `[tls]` section loaded (certificates read and checked), if HTTPS is on.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// One line about it for logs and `sluice check`.
+    pub tls_summary: Option<String>,
 }
 
 /// One site, compiled: its settings and its own rules (never another site's).
@@ -122,6 +127,15 @@ impl Snapshot {
                 sluice_condition::Cidr::parse(c).map_err(|e| format!("server.proxy_trusted: {e}"))
             })
             .collect::<Result<_, _>>()?;
+        let tls = if config.tls.enabled() {
+            Some(sluice_tls::load(&config.tls)?)
+        } else {
+            None
+        };
+        let (tls, tls_summary) = match tls {
+            Some(t) => (Some(t.config), Some(t.summary)),
+            None => (None, None),
+        };
         Ok(Snapshot {
             config,
             sites,
@@ -129,6 +143,8 @@ impl Snapshot {
             cap_exempt,
             status_allow,
             proxy_trusted,
+            tls,
+            tls_summary,
         })
     }
 
@@ -228,6 +244,9 @@ pub struct Overrides {
     pub lenient: bool,
     pub user: Option<String>,
     pub allow_root: bool,
+    pub tls_listen: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Read the config file (if any) and apply the command-line overrides.
@@ -259,6 +278,20 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
         cfg.server.user = Some(u.clone());
     }
     cfg.server.allow_root |= ov.allow_root;
+    if let Some(l) = &ov.tls_listen {
+        cfg.tls.listen = vec![l.clone()];
+    }
+    if let Some(c) = &ov.tls_cert {
+        cfg.tls.cert = Some(c.clone());
+    }
+    if let Some(k) = &ov.tls_key {
+        cfg.tls.key = Some(k.clone());
+    }
+    if ov.tls_listen.is_some() || ov.tls_cert.is_some() || ov.tls_key.is_some() {
+        cfg.tls
+            .validate("command line", &cfg.server.listen)
+            .map_err(|e| e.to_string())?;
+    }
     for p in &cfg.server.proxy_protocol {
         if !cfg.server.listen.contains(p) {
             return Err(format!(
@@ -303,13 +336,34 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let snap = Snapshot::build(cfg)?;
     let workers = snap.config.worker_count();
+    // HTTP and HTTPS listeners side by side; a worker tells them apart by address.
+    let tls_addrs: Vec<SocketAddr> = snap
+        .config
+        .tls
+        .listen
+        .iter()
+        .filter_map(|l| l.parse().ok())
+        .collect();
     let mut addrs: Vec<SocketAddr> = snap
         .config
         .server
         .listen
         .iter()
         .filter_map(|l| l.parse().ok())
+        .chain(tls_addrs.iter().copied())
         .collect();
+    if let Some(summary) = &snap.tls_summary {
+        tracing::info!(%summary, "HTTPS");
+        match sluice_tls::probe_kernel_tls(snap.config.tls.ktls) {
+            sluice_tls::KernelTls::Available => tracing::info!(
+                "kernel TLS is available, but sluice does not hand sessions to it yet: records are encrypted in user space"
+            ),
+            sluice_tls::KernelTls::Unavailable(why) => tracing::info!(
+                %why,
+                "kernel TLS unavailable: records are encrypted in user space (file bodies read, not sendfile)"
+            ),
+        }
+    }
 
     // Bind everything before spawning, so a taken port is one clear error.
     let mut per_worker = Vec::with_capacity(workers);
@@ -444,9 +498,14 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for a in &addrs {
+        let scheme = if tls_addrs.contains(a) {
+            "https"
+        } else {
+            "http"
+        };
         let _ = writeln!(
             out,
-            "sluice: serving {} on http://{a}/ ({workers} workers)",
+            "sluice: serving {} on {scheme}://{a}/ ({workers} workers)",
             root_display.display()
         );
     }

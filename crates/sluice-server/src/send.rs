@@ -11,6 +11,11 @@
 //!
 //! Raw libc calls because these three are the product's hot path and need flags
 //! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
+//!
+//! Where the bytes go is a [`Wire`]: the socket itself ([`Plain`]), or a TLS
+//! session in front of it (`crate::tls::TlsWire`). A wire that is not zero-copy
+//! (user-space TLS) gets file bodies the `read` way whatever `io` says, since
+//! the bytes must pass through the process to be encrypted.
 
 use sluice_config::IoMode;
 use sluice_http::response::Chunk;
@@ -25,6 +30,48 @@ pub enum Flush {
     Blocked,
     /// This call's share (`turn` body bytes) is sent; the socket may take more.
     Yield,
+}
+
+/// Where a response's bytes go.
+pub trait Wire {
+    /// The socket (for `sendfile` and `mmap` sends, used only if [`Wire::zero_copy`]).
+    fn fd(&self) -> i32;
+    /// Can file bodies go from the page cache to `fd` untouched?
+    fn zero_copy(&self) -> bool;
+    /// Take some of these bytes; how many were taken. `more`: more follows at once.
+    fn send(&mut self, iov: &[libc::iovec], more: bool) -> io::Result<usize>;
+    /// Push out what the wire itself holds (TLS records); `Ok(true)` when nothing is
+    /// left, `Ok(false)` when the socket is full.
+    fn drain(&mut self) -> io::Result<bool>;
+}
+
+/// The socket, as it is: bytes go out with `sendmsg`, files with `sendfile`.
+pub struct Plain(pub i32);
+
+impl Wire for Plain {
+    fn fd(&self) -> i32 {
+        self.0
+    }
+    fn zero_copy(&self) -> bool {
+        true
+    }
+    fn send(&mut self, iov: &[libc::iovec], more: bool) -> io::Result<usize> {
+        // SAFETY: msghdr is plain data; the iov entries point into live buffers
+        // the caller borrows for the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+        // SAFETY: fd is an open socket; msg is valid for the call.
+        let r = unsafe { libc::sendmsg(self.0, &msg, flags) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+    fn drain(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
 }
 
 /// A mapped window of a file for `io = "mmap"`.
@@ -96,12 +143,13 @@ impl Outgoing {
     /// others wait. The head is not counted.
     pub fn flush(
         &mut self,
-        sock: &impl AsRawFd,
+        wire: &mut impl Wire,
         mode: IoMode,
         buffer_size: usize,
         turn: u64,
     ) -> io::Result<Flush> {
-        let fd = sock.as_raw_fd();
+        let fd = wire.fd();
+        let mode = if wire.zero_copy() { mode } else { IoMode::Read };
         let sent_before = self.sent;
         loop {
             if self.sent - sent_before >= turn && !self.chunks.is_empty() {
@@ -112,7 +160,7 @@ impl Outgoing {
                 Some(Chunk::Shared(..)) | Some(Chunk::Owned(_))
             );
             if self.wpos < self.wbuf.len() || front_is_mem {
-                let n = match self.send_memory(fd) {
+                let n = match self.send_memory(wire) {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -125,7 +173,12 @@ impl Outgoing {
                 None => {
                     self.wbuf.clear();
                     self.wpos = 0;
-                    return Ok(Flush::Done);
+                    // Done means on the socket, not in a TLS record buffer.
+                    return Ok(if wire.drain()? {
+                        Flush::Done
+                    } else {
+                        Flush::Blocked
+                    });
                 }
                 Some(Chunk::File(f, s, l)) => (f.clone(), *s, *l),
                 Some(_) => unreachable!("memory chunks handled above"),
@@ -255,8 +308,8 @@ impl Outgoing {
         }
     }
 
-    /// One `sendmsg` of `wbuf[wpos..]` and the leading memory chunks.
-    fn send_memory(&mut self, fd: i32) -> io::Result<usize> {
+    /// One send of `wbuf[wpos..]` and the leading memory chunks.
+    fn send_memory(&mut self, wire: &mut impl Wire) -> io::Result<usize> {
         let mut iov: [libc::iovec; 16] = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -297,17 +350,7 @@ impl Outgoing {
         if n == 0 {
             return Ok(0);
         }
-        // SAFETY: msghdr is plain data; iov entries point into buffers borrowed above.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = n as _;
-        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
-        // SAFETY: fd is an open socket; msg is valid for the call.
-        let r = unsafe { libc::sendmsg(fd, &msg, flags) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(r as usize)
+        wire.send(&iov[..n], more)
     }
 
     fn advance_memory(&mut self, mut n: usize) {

@@ -32,7 +32,8 @@
 
 use crate::accesslog::{Pending, WorkerLog};
 use crate::phases::{self, PhaseCtx};
-use crate::send::{Flush, Outgoing};
+use crate::send::{Flush, Outgoing, Plain};
+use crate::tls;
 use crate::wheel::Wheel;
 use crate::{Shared, Snapshot};
 use mio::net::{TcpListener, TcpStream};
@@ -119,6 +120,8 @@ struct Conn {
     queued: bool,
     /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
     proxy_pending: bool,
+    /// An HTTPS connection's TLS session (`tls.rs`); `None` for plain HTTP.
+    tls: Option<Box<rustls::ServerConnection>>,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
@@ -197,6 +200,8 @@ pub struct Worker {
     max_incomplete: usize,
     /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
     proxy_listeners: Vec<bool>,
+    /// Which listeners are HTTPS (`tls.listen`).
+    tls_listeners: Vec<bool>,
     /// Connections in `Phase::Drip`, by slab key.
     drips: std::collections::HashMap<usize, Drip>,
     /// Top URLs and address ranges for the status page (published once a second).
@@ -232,6 +237,17 @@ impl Worker {
         let proxy_listeners = listeners
             .iter()
             .map(|l| l.local_addr().is_ok_and(|a| proxy_addrs.contains(&a)))
+            .collect();
+        let tls_addrs: Vec<std::net::SocketAddr> = snap
+            .config
+            .tls
+            .listen
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let tls_listeners = listeners
+            .iter()
+            .map(|l| l.local_addr().is_ok_and(|a| tls_addrs.contains(&a)))
             .collect();
         let files = snap.static_handlers()?;
         let site_log = site_logs(&snap, &log);
@@ -270,6 +286,7 @@ impl Worker {
             last_publish: now,
             drips: Default::default(),
             proxy_listeners,
+            tls_listeners,
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
@@ -418,7 +435,7 @@ impl Worker {
         c.phase = Phase::Drip {
             until: now + for_ms,
         };
-        let sent = send_some(&c.sock, head);
+        let sent = conn_send(c, head);
         self.release_range(peer, cap);
         self.cond.forget(key as u32, peer);
         self.shared.open.fetch_sub(1, Ordering::Relaxed);
@@ -452,7 +469,7 @@ impl Worker {
             return;
         }
         let n = (d.piece.len() as u64).min(d.budget) as usize;
-        let sent = send_some(&self.conns[key].sock, &d.piece[..n]);
+        let sent = conn_send(&mut self.conns[key], &d.piece[..n]);
         if sent < 0 {
             self.close(key, CloseReason::ClientGone);
             return;
@@ -595,7 +612,8 @@ impl Worker {
                         }
                     }
                     let proxy = self.proxy_listeners.get(li).copied().unwrap_or(false);
-                    self.adopt(sock, addr.ip(), proxy)
+                    let tls = self.tls_listeners.get(li).copied().unwrap_or(false);
+                    self.adopt(sock, addr.ip(), proxy, tls)
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -612,12 +630,30 @@ impl Worker {
 
     /// Take a new connection: the one entry point for accepted sockets (and, later,
     /// sockets handed over by a conditioning front process).
-    fn adopt(&mut self, sock: TcpStream, peer: IpAddr, proxy: bool) {
+    fn adopt(&mut self, sock: TcpStream, peer: IpAddr, proxy: bool, tls: bool) {
         if proxy && !self.snap.proxy_trusted.iter().any(|c| c.contains(peer)) {
             // Only a trusted balancer may say who the client is.
             tracing::debug!(%peer, "PROXY listener: untrusted source, closed");
             return;
         }
+        // HTTPS: the handshake is the first part of the connection's first head
+        // (same total deadline, same "incomplete" class in the address tree).
+        let tls = if tls {
+            let session = self
+                .snap
+                .tls
+                .as_ref()
+                .map(|cfg| rustls::ServerConnection::new(cfg.clone()));
+            match session {
+                Some(Ok(s)) => Some(Box::new(s)),
+                _ => {
+                    tracing::warn!(%peer, "HTTPS listener without a TLS configuration: closed");
+                    return;
+                }
+            }
+        } else {
+            None
+        };
         let _ = sock.set_nodelay(true);
         self.gen = self.gen.wrapping_add(1);
         let now = self.now_ms;
@@ -650,6 +686,7 @@ impl Worker {
             why: CloseReason::Done,
             queued: false,
             proxy_pending: proxy,
+            tls,
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
         };
@@ -819,7 +856,10 @@ impl Worker {
                 // Part of a head arrived, and the rest did not in time: say so
                 // (best effort, one non-blocking send) and log it. A connection that
                 // sent nothing at all is closed silently.
-                send_now(&c.sock, b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+                conn_send(
+                    c,
+                    b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                );
                 if self.log.enabled() {
                     let p = Pending::rejected(
                         &c.rbuf,
@@ -983,12 +1023,49 @@ impl Worker {
                 }
                 return;
             }
+            // 0. TLS records rustls queued outside a response (handshake flights,
+            //    session tickets) go first; until they are out, nothing else moves.
+            if let Some(t) = c.tls.as_mut() {
+                if t.wants_write() {
+                    if c.write_blocked {
+                        return;
+                    }
+                    match tls::push(&c.sock, t) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            c.write_blocked = true;
+                            return;
+                        }
+                        Err(_) => {
+                            self.close(key, CloseReason::ClientGone);
+                            return;
+                        }
+                    }
+                }
+            }
             // 1. Finish the response in flight (in turns: see `run_sendq`).
             if let Some(out) = c.out.as_mut() {
                 if c.write_blocked || c.queued {
                     return;
                 }
-                match out.flush(&c.sock, cfg_io, buffer_size, SEND_TURN) {
+                let flushed = match c.tls.as_mut() {
+                    Some(t) => out.flush(
+                        &mut tls::TlsWire {
+                            sock: &c.sock,
+                            tls: t,
+                        },
+                        cfg_io,
+                        buffer_size,
+                        SEND_TURN,
+                    ),
+                    None => out.flush(
+                        &mut Plain(c.sock.as_raw_fd()),
+                        cfg_io,
+                        buffer_size,
+                        SEND_TURN,
+                    ),
+                };
+                match flushed {
                     Ok(Flush::Yield) => {
                         c.queued = true;
                         c.phase = Phase::Send { last: self.now_ms };
@@ -1053,13 +1130,14 @@ impl Worker {
             // 2. Read what the client sent.
             let c = &mut self.conns[key];
             if !c.read_blocked && c.rbuf.len() < self.limits.max_head + READ_CHUNK {
-                match read_into(
-                    &mut c.sock,
-                    &mut c.rbuf,
-                    &mut self.pool,
-                    self.limits.max_head + READ_CHUNK,
-                    c.rdhup,
-                ) {
+                let limit = self.limits.max_head + READ_CHUNK;
+                let got = match c.tls.as_mut() {
+                    Some(t) => {
+                        tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK)
+                    }
+                    None => read_into(&mut c.sock, &mut c.rbuf, &mut self.pool, limit, c.rdhup),
+                };
+                match got {
                     Ok(ReadOutcome::Blocked) => c.read_blocked = true,
                     Ok(ReadOutcome::Full) => {}
                     Ok(ReadOutcome::Eof) if !c.rbuf.is_empty() => {
@@ -1068,8 +1146,19 @@ impl Worker {
                         c.read_blocked = true;
                         c.peer_closed = true;
                     }
-                    Ok(ReadOutcome::Eof) | Err(_) => {
+                    Ok(ReadOutcome::Eof) => {
                         self.close(key, CloseReason::ClientGone);
+                        return;
+                    }
+                    Err(e) => {
+                        // For TLS, a failed handshake or a bad record: its own reason.
+                        let why = if e.kind() == io::ErrorKind::InvalidData {
+                            CloseReason::BadRequest
+                        } else {
+                            CloseReason::ClientGone
+                        };
+                        tracing::debug!(peer = %c.peer, error = %e, "read failed");
+                        self.close(key, why);
                         return;
                     }
                 }
@@ -1186,6 +1275,11 @@ impl Worker {
             return;
         }
         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+        if let Some(t) = c.tls.as_mut() {
+            // TLS says "that was all" before TCP does (best effort).
+            t.send_close_notify();
+            let _ = tls::push(&c.sock, t);
+        }
         // SAFETY: shutdown on our own open socket.
         unsafe { libc::shutdown(c.sock.as_raw_fd(), libc::SHUT_WR) };
         c.phase = Phase::Linger { since: self.now_ms };
@@ -1409,7 +1503,7 @@ impl Worker {
     }
 }
 
-enum ReadOutcome {
+pub(crate) enum ReadOutcome {
     /// The socket is drained (a short read means the next byte will raise a new edge).
     Blocked,
     /// The buffer reached its limit; parse before reading more.
@@ -1493,8 +1587,16 @@ fn abort_on_close(sock: &TcpStream) {
     };
 }
 
-/// One non-blocking send of a short, final message (a 408); failures are ignored
-/// because the connection is closed right after.
+/// One non-blocking send outside a response (a 408 before closing, an errant
+/// client's drip), through TLS on an HTTPS connection: bytes taken (0 if the
+/// socket is full), or -1 if the connection is gone.
+fn conn_send(c: &mut Conn, msg: &[u8]) -> isize {
+    match c.tls.as_mut() {
+        Some(t) => tls::send_some(&c.sock, t, msg),
+        None => send_some(&c.sock, msg),
+    }
+}
+
 /// One non-blocking send: bytes sent (0 if the socket is full), or -1 if the
 /// connection is gone.
 fn send_some(sock: &TcpStream, msg: &[u8]) -> isize {
@@ -1542,18 +1644,6 @@ fn drain_input(sock: &TcpStream) -> bool {
     }
 }
 
-fn send_now(sock: &TcpStream, msg: &[u8]) {
-    // SAFETY: send from a valid slice on our own socket.
-    unsafe {
-        libc::send(
-            sock.as_raw_fd(),
-            msg.as_ptr().cast(),
-            msg.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-}
-
 fn ms(d: Duration) -> Ms {
     d.as_millis() as Ms
 }
@@ -1567,7 +1657,7 @@ fn release(mut out: Box<Outgoing>, pool: &mut Vec<Vec<u8>>, out_pool: &mut Vec<B
 }
 
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
-fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+pub(crate) fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     if buf.capacity() > 0 && buf.capacity() <= 64 * 1024 && pool.len() < POOL_MAX {
         buf.clear();
         pool.push(buf);

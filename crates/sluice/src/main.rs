@@ -201,6 +201,16 @@ struct ServeArgs {
     /// Started as root with no --user: keep serving as root (server.allow_root).
     #[arg(long = "allow-root")]
     allow_root: bool,
+    /// Also serve HTTPS on ADDR:PORT (tls.listen); needs --tls-cert and --tls-key
+    /// unless the config names them.
+    #[arg(long = "tls-listen")]
+    tls_listen: Option<String>,
+    /// PEM certificate chain, leaf first (tls.cert).
+    #[arg(long = "tls-cert")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key (tls.key).
+    #[arg(long = "tls-key")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -263,6 +273,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 lenient: a.lenient,
                 user: a.user,
                 allow_root: a.allow_root,
+                tls_listen: a.tls_listen,
+                tls_cert: a.tls_cert,
+                tls_key: a.tls_key,
             };
             sluice_server::serve(a.config, ov).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
@@ -308,6 +321,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     c.root.display(),
                     c.access_log.as_deref().unwrap_or("off")
                 );
+            }
+            if let Some(t) = &snap.tls_summary {
+                println!("  https on {}: {t}", snap.config.tls.listen.join(" "));
             }
             Ok(ExitCode::SUCCESS)
         }
