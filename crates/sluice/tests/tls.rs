@@ -1,0 +1,496 @@
+//! HTTPS: the real binary with a throwaway CA made here with the `openssl` command,
+//! talked to by curl and `openssl s_client` (TLS 1.2 and 1.3, SNI, ALPN,
+//! resumption), ranges and resume, a large download byte for byte, reload with a
+//! broken key, and a handshake that never finishes.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A test CA and certificates signed by it, in their own directory.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// A CA, and one certificate (with its key) per name; each is valid for its
+    /// name and for 127.0.0.1.
+    fn new(names: &[&str]) -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let run = |args: &[&str]| {
+            let o = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("openssl");
+            assert!(
+                o.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sluice test CA",
+        ]);
+        run(&ca);
+        for n in names {
+            let (key, csr, ext, pem) = (
+                format!("{n}.key"),
+                format!("{n}.csr"),
+                format!("{n}.ext"),
+                format!("{n}.pem"),
+            );
+            let subj = format!("/CN={n}");
+            let mut req = vec!["req"];
+            req.extend(ec);
+            req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+            run(&req);
+            std::fs::write(
+                d.join(&ext),
+                format!("subjectAltName=DNS:{n},IP:127.0.0.1\n"),
+            )
+            .unwrap();
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Pki { dir }
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+    fn s(&self, f: &str) -> String {
+        self.path(f).to_str().unwrap().to_string()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A server with HTTP on its usual port and HTTPS on `tls`.
+fn https_server(dir: tempfile::TempDir, pki: &Pki, extra: &[&str]) -> (Server, String) {
+    let tls = format!("127.0.0.1:{}", free_port());
+    let (cert, key) = (pki.s("localhost.pem"), pki.s("localhost.key"));
+    let mut args = vec!["--tls-listen", &tls, "--tls-cert", &cert, "--tls-key", &key];
+    args.extend_from_slice(extra);
+    (Server::start_in(dir, &args), tls)
+}
+
+/// curl against `https://localhost:PORT/path`, trusting the test CA.
+fn curl_tls(pki: &Pki, tls: &str, extra: &[&str], path: &str) -> std::process::Output {
+    let port = tls.rsplit(':').next().unwrap();
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let url = format!("https://localhost:{port}{path}");
+    let ca = pki.s("ca.pem");
+    let mut args = vec!["--cacert", &ca, "--resolve", &resolve];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    curl(&args)
+}
+
+/// `openssl s_client` with stdin closed at once: the handshake, then it exits.
+fn s_client(tls: &str, args: &[&str]) -> String {
+    let o = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect", tls])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn curl_and_openssl_over_tls_1_2_and_1_3() {
+    let pki = Pki::new(&["localhost"]);
+    let (srv, tls) = https_server(docroot(), &pki, &[]);
+    for (flags, want) in [
+        (&["--tlsv1.2", "--tls-max", "1.2"][..], "TLSv1.2"),
+        (&["--tlsv1.3"][..], "TLSv1.3"),
+    ] {
+        let mut a = flags.to_vec();
+        a.extend(["-v"]);
+        let o = curl_tls(&pki, &tls, &a, "/hello.txt");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(o.stdout, b"hello world\n");
+        assert!(
+            err.contains(&format!("SSL connection using {want}")),
+            "{err}"
+        );
+        assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
+    }
+    let ca = pki.s("ca.pem");
+    for (v, want) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
+        let out = s_client(
+            &tls,
+            &[
+                v,
+                "-CAfile",
+                &ca,
+                "-servername",
+                "localhost",
+                "-alpn",
+                "http/1.1",
+            ],
+        );
+        assert!(out.contains(&format!("New, {want}, Cipher is")), "{out}");
+        assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+        assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    }
+    // TLS 1.1 and older are refused: the client offers 1.1 (its security level
+    // lowered so that it does), the server answers with an alert.
+    let out = s_client(&tls, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", &ca]);
+    assert!(!out.contains("New, TLSv1.1"), "{out}");
+    assert!(out.contains("SSL alert number"), "{out}");
+    // The HTTP listener beside it is plain HTTP, as before.
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
+}
+
+#[test]
+fn keep_alive_and_pipelined_requests_over_tls() {
+    let pki = Pki::new(&["localhost"]);
+    let (_srv, tls) = https_server(docroot(), &pki, &[]);
+    // curl reuses one connection for both URLs.
+    let port = tls.rsplit(':').next().unwrap();
+    let second = format!("https://localhost:{port}/sub/");
+    let o = curl_tls(&pki, &tls, &["-v", &second], "/hello.txt");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(o.stdout, b"<h1>sub</h1>\nhello world\n");
+    assert!(err.contains("Re-using existing connection"), "{err}");
+    // Three pipelined requests in one write; the last closes.
+    let mut child = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-quiet", "-connect", &tls])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
+    assert_eq!(text.matches("hello world").count(), 2, "{text}");
+    assert!(text.contains("<h1>sub</h1>"), "{text}");
+}
+
+#[test]
+fn sni_picks_the_certificate_for_the_name() {
+    let pki = Pki::new(&["localhost", "other.test", "a.wild.test"]);
+    let dir = docroot();
+    let tls = format!("127.0.0.1:{}", free_port());
+    let cfg = format!(
+        "[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n\n[[tls.sni]]\nnames = [\"other.test\"]\ncert = \"{}\"\nkey = \"{}\"\n\n[[tls.sni]]\nnames = [\"*.wild.test\"]\ncert = \"{}\"\nkey = \"{}\"\n",
+        pki.s("localhost.pem"),
+        pki.s("localhost.key"),
+        pki.s("other.test.pem"),
+        pki.s("other.test.key"),
+        pki.s("a.wild.test.pem"),
+        pki.s("a.wild.test.key"),
+    );
+    let _srv = Server::start_with_config(dir, &cfg, &[]);
+    let ca = pki.s("ca.pem");
+    let subject = |name: Option<&str>| {
+        let mut a = vec!["-CAfile", ca.as_str()];
+        match name {
+            Some(n) => a.extend(["-servername", n]),
+            None => a.push("-noservername"),
+        }
+        let out = s_client(&tls, &a);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("subject="))
+            .unwrap_or_else(|| panic!("no subject: {out}"))
+            .to_string();
+        line
+    };
+    assert!(subject(Some("other.test")).contains("CN = other.test"));
+    assert!(subject(Some("localhost")).contains("CN = localhost"));
+    assert!(subject(Some("b.wild.test")).contains("CN = a.wild.test"));
+    assert!(subject(Some("unknown.example")).contains("CN = localhost"));
+    assert!(subject(None).contains("CN = localhost"));
+    // And curl, verifying the name against the certificate it got.
+    let port = tls.rsplit(':').next().unwrap();
+    let o = curl(&[
+        "--cacert",
+        &ca,
+        "--resolve",
+        &format!("other.test:{port}:127.0.0.1"),
+        &format!("https://other.test:{port}/hello.txt"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"hello world\n");
+}
+
+#[test]
+fn sessions_resume_with_tickets() {
+    let pki = Pki::new(&["localhost"]);
+    let (_srv, tls) = https_server(docroot(), &pki, &[]);
+    let ca = pki.s("ca.pem");
+    for v in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.path(&format!("sess{v}"));
+        let s = sess.to_str().unwrap();
+        let first = s_client(&tls, &[v, "-CAfile", &ca, "-sess_out", s]);
+        assert!(first.contains("New, TLS"), "{first}");
+        let again = s_client(&tls, &[v, "-CAfile", &ca, "-sess_in", s]);
+        assert!(again.contains("Reused, TLS"), "{v}: {again}");
+    }
+}
+
+#[test]
+fn ranges_and_resume_over_tls() {
+    let pki = Pki::new(&["localhost"]);
+    let (srv, tls) = https_server(docroot(), &pki, &[]);
+    let big = big_bytes();
+    let o = curl_tls(&pki, &tls, &["-r", "1000-1999"], "/big.bin");
+    assert_eq!(o.stdout, &big[1000..2000]);
+    // A download cut at 100,000 bytes, finished by `curl -C -`.
+    let part = srv
+        .dir
+        .path()
+        .parent()
+        .unwrap()
+        .join(format!("part-{}", std::process::id()));
+    std::fs::write(&part, &big[..100_000]).unwrap();
+    let o = curl_tls(
+        &pki,
+        &tls,
+        &["-C", "-", "-o", part.to_str().unwrap()],
+        "/big.bin",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&part).unwrap() == big, "resumed file differs");
+    let _ = std::fs::remove_file(part);
+}
+
+/// 100 MB over TLS, byte for byte, with `ktls = "auto"` and `"off"`. On a kernel
+/// without the `tls` module both are user-space encryption (the server logs which);
+/// the file goes out by `read` into records either way.
+#[test]
+fn a_100_mb_download_arrives_intact() {
+    let pki = Pki::new(&["localhost"]);
+    let dir = docroot();
+    let data: Vec<u8> = (0..100_000_000u64)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.path().join("large.bin"), &data).unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    std::fs::hard_link(dir.path().join("large.bin"), dir2.path().join("large.bin")).unwrap();
+    for (d, ktls) in [(dir, "auto"), (dir2, "off")] {
+        let tls = format!("127.0.0.1:{}", free_port());
+        let cfg = format!(
+            "[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\nktls = \"{ktls}\"\n",
+            pki.s("localhost.pem"),
+            pki.s("localhost.key"),
+        );
+        let srv = Server::start_with_config(d, &cfg, &[]);
+        let out = srv
+            .dir
+            .path()
+            .parent()
+            .unwrap()
+            .join(format!("dl-{ktls}-{}", std::process::id()));
+        let o = curl_tls(&pki, &tls, &["-o", out.to_str().unwrap()], "/large.bin");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        assert_eq!(got.len(), data.len(), "ktls = {ktls}");
+        assert!(got == data, "ktls = {ktls}: bytes differ");
+        let err = srv.stderr();
+        assert!(
+            err.contains("kernel TLS"),
+            "the probe's verdict is logged: {err}"
+        );
+    }
+}
+
+#[test]
+fn reload_with_a_broken_key_keeps_the_old_certificate_serving() {
+    let pki = Pki::new(&["localhost", "other.test"]);
+    let dir = docroot();
+    let (cert, key) = (pki.path("live.pem"), pki.path("live.key"));
+    std::fs::copy(pki.path("localhost.pem"), &cert).unwrap();
+    std::fs::copy(pki.path("localhost.key"), &key).unwrap();
+    let tls = format!("127.0.0.1:{}", free_port());
+    let cfg = format!(
+        "[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let srv = Server::start_with_config(dir, &cfg, &[]);
+    let ca = pki.s("ca.pem");
+    let cn = || {
+        let out = s_client(&tls, &["-CAfile", &ca, "-noservername"]);
+        out.lines()
+            .find(|l| l.starts_with("subject="))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(cn().contains("CN = localhost"));
+    // A key that is not PEM: the reload fails, naming the file; the old one serves.
+    std::fs::write(&key, "not a key\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reload failed");
+    let err = srv.stderr();
+    assert!(err.contains(key.to_str().unwrap()), "{err}");
+    assert!(
+        cn().contains("CN = localhost"),
+        "old certificate keeps serving"
+    );
+    let o = curl_tls(&pki, &tls, &[], "/hello.txt");
+    assert_eq!(o.stdout, b"hello world\n");
+    // A key of the wrong certificate: refused too, with the reason.
+    std::fs::copy(pki.path("other.test.key"), &key).unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    while !srv.stderr().contains("does not belong") {
+        assert!(t.elapsed() < Duration::from_secs(5), "{}", srv.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cn().contains("CN = localhost"));
+    // A good new pair is taken.
+    std::fs::copy(pki.path("other.test.pem"), &cert).unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    while !cn().contains("CN = other.test") {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "new certificate not served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_handshake_that_never_finishes_is_closed_at_the_deadline() {
+    let pki = Pki::new(&["localhost"]);
+    let dir = docroot();
+    let tls = format!("127.0.0.1:{}", free_port());
+    let cfg = format!(
+        "[http]\nheader_timeout = \"1s\"\n[condition]\ndefer_accept = \"0\"\n[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        pki.s("localhost.pem"),
+        pki.s("localhost.key"),
+    );
+    let srv = Server::start_with_config(dir, &cfg, &[]);
+    // The start of a ClientHello record, and then nothing.
+    let mut partial = TcpStream::connect(&tls).unwrap();
+    partial.write_all(&[0x16, 0x03, 0x01, 0x02]).unwrap();
+    let mut silent = TcpStream::connect(&tls).unwrap();
+    let t = Instant::now();
+    assert!(
+        closed_within(&mut partial, Duration::from_secs(4)),
+        "partial handshake not closed"
+    );
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(4)),
+        "silent connection not closed"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "closed before the deadline"
+    );
+    // Not TLS at all: a plain HTTP request on the HTTPS port is closed, and the
+    // server keeps serving.
+    let mut plain = TcpStream::connect(&tls).unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(closed_within(&mut plain, Duration::from_secs(2)));
+    let o = curl_tls(&pki, &tls, &[], "/hello.txt");
+    assert_eq!(o.stdout, b"hello world\n");
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
+}
+
+#[test]
+fn check_validates_certificates_and_keys() {
+    let pki = Pki::new(&["localhost", "other.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let check = |cfg: &str| {
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, cfg).unwrap();
+        Command::new(bin()).arg("check").arg(&p).output().unwrap()
+    };
+    let root = dir.path().to_str().unwrap();
+    let good = format!(
+        "[server]\nroot = \"{root}\"\n[tls]\nlisten = \"127.0.0.1:8443\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        pki.s("localhost.pem"),
+        pki.s("localhost.key")
+    );
+    let o = check(&good);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("https on 127.0.0.1:8443"), "{out}");
+    for (cfg, want) in [
+        (good.replace("localhost.key", "missing.key"), "missing.key"),
+        (
+            good.replace("localhost.key", "other.test.key"),
+            "does not belong",
+        ),
+        (good.replace("localhost.pem", "ca.key"), "no CERTIFICATE"),
+        (
+            format!("[server]\nroot = \"{root}\"\n[tls]\nlisten = \"127.0.0.1:8443\"\n"),
+            "cert and key are needed",
+        ),
+    ] {
+        let o = check(&cfg);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{want}: {err}");
+    }
+}
