@@ -249,10 +249,41 @@ fn the_operations_example_passes_check() {
         "srv/www/default",
         "srv/mirror",
         "srv/www/example.org",
-        "etc",
+        "etc/tls",
     ] {
         std::fs::create_dir_all(d.path().join(dir)).unwrap();
     }
+    // The example's certificates: self-signed, made here (sluice check reads them).
+    for name in ["www", "mirror"] {
+        let o = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args([
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}.example.org"),
+            ])
+            .arg("-keyout")
+            .arg(d.path().join(format!("etc/tls/{name}.key")))
+            .arg("-out")
+            .arg(d.path().join(format!("etc/tls/{name}.pem")))
+            .output()
+            .expect("openssl");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/errant.rules"),
+        d.path().join("etc/errant.rules"),
+    )
+    .unwrap();
     let toml = block("toml")
         .replace("/srv/", &format!("{t}/srv/"))
         .replace("/etc/sluice/", &format!("{t}/etc/"))
@@ -275,4 +306,6 @@ fn the_operations_example_passes_check() {
     assert!(out.status.success(), "{so}{se}");
     assert!(!se.contains("warning"), "{se}");
     assert_eq!(so.matches("  site ").count(), 3, "{so}");
+    assert!(so.contains("https on 0.0.0.0:443 [::]:443"), "{so}");
+    assert!(so.contains("3 SNI name(s)"), "{so}");
 }

@@ -183,7 +183,10 @@ fn curl_and_openssl_over_tls_1_2_and_1_3() {
     }
     // TLS 1.1 and older are refused: the client offers 1.1 (its security level
     // lowered so that it does), the server answers with an alert.
-    let out = s_client(&tls, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", &ca]);
+    let out = s_client(
+        &tls,
+        &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", &ca],
+    );
     assert!(!out.contains("New, TLSv1.1"), "{out}");
     assert!(out.contains("SSL alert number"), "{out}");
     // The HTTP listener beside it is plain HTTP, as before.
