@@ -368,6 +368,9 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     // Bind everything before spawning, so a taken port is one clear error.
     let mut per_worker = Vec::with_capacity(workers);
     if activated.is_empty() {
+        for a in &addrs {
+            listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
+        }
         for _ in 0..workers {
             let mut ls = Vec::new();
             for a in &addrs {

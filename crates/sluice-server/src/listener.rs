@@ -5,6 +5,31 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
 
+/// Is anyone else listening on `addr`? `SO_REUSEPORT` lets any process of the same
+/// user bind a port that is already served, and the kernel then splits new
+/// connections between the two servers without a word: a second `sluice serve` (or
+/// another server started with `reuseport`) would silently take half the traffic. A
+/// bind without `SO_REUSEPORT` fails where a listener exists, so try one first.
+pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    // Connections of an earlier run in TIME_WAIT do not count.
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    match sock.bind(&addr.into()) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            e.kind(),
+            "address already in use: another server listens there (sluice would otherwise share its connections with it)",
+        )),
+        r => r,
+    }
+}
+
 /// `defer_accept_s`: TCP_DEFER_ACCEPT in seconds (0 = off).
 pub fn bind(
     addr: SocketAddr,

@@ -302,3 +302,45 @@ fn sigusr1_reopens_the_access_log_without_losing_a_line() {
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&rotated);
 }
+
+/// SO_REUSEPORT would let a second server bind the same port and take half of its
+/// connections without a word; sluice refuses to start there instead.
+#[test]
+fn a_second_server_on_the_same_port_is_refused() {
+    let srv = Server::start(&[]);
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("hello.txt"), b"the other server\n").unwrap();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg(other.path())
+        .args(["--listen", &srv.addr, "--allow-root"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the second server kept running on a served port");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("already in use"), "{err}");
+    for _ in 0..20 {
+        let r = srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(r.text(), "hello world\n");
+    }
+}

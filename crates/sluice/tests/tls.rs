@@ -497,3 +497,36 @@ fn check_validates_certificates_and_keys() {
         assert!(!o.status.success() && err.contains(want), "{want}: {err}");
     }
 }
+
+#[test]
+fn a_handshake_flood_gives_way_to_real_clients() {
+    let pki = Pki::new(&["localhost"]);
+    let dir = docroot();
+    let tls = format!("127.0.0.1:{}", free_port());
+    let cfg = format!(
+        "[condition]\nmax_connections = 64\ndefer_accept = \"0\"\n[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        pki.s("localhost.pem"),
+        pki.s("localhost.key"),
+    );
+    let _srv = Server::start_with_config(dir, &cfg, &[]);
+    // 300 connections that start a handshake and stall: far past the limit.
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        if let Ok(mut s) = TcpStream::connect(&tls) {
+            let _ = s.write_all(&[0x16, 0x03, 0x01]);
+            flood.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Real clients still get through: the oldest stalled handshakes make room.
+    for _ in 0..5 {
+        let o = curl_tls(&pki, &tls, &["--max-time", "5"], "/hello.txt");
+        assert_eq!(
+            o.stdout,
+            b"hello world\n",
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    drop(flood);
+}
