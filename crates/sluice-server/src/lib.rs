@@ -10,6 +10,7 @@
 //! changes (after a reload). Everything else is per worker.
 
 pub mod accesslog;
+pub mod front;
 pub mod listener;
 pub mod phases;
 pub mod privileges;

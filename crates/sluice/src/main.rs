@@ -24,6 +24,9 @@ enum Cmd {
     Serve(ServeArgs),
     /// Validate a config file (and the rules it names) without serving.
     Check { config: PathBuf },
+    /// Connection conditioning in front of any server: accept and read requests
+    /// here, hand each socket with its complete request to backends on a Unix socket.
+    Condition(ConditionArgs),
     /// Work with rules files.
     Rules {
         #[command(subcommand)]
@@ -213,6 +216,29 @@ struct ServeArgs {
     tls_key: Option<PathBuf>,
 }
 
+#[derive(Args)]
+struct ConditionArgs {
+    /// TCP address clients connect to, ADDR:PORT.
+    #[arg(long, required_unless_present = "relay")]
+    listen: Option<String>,
+    /// Where backends (or the next process of the chain) ask for connections: unix:PATH.
+    #[arg(long)]
+    to: String,
+    /// Stages, in chain order: packaging,persist,fair,slowread,sanity; each `pass`
+    /// adds a pass-through process to the chain.
+    #[arg(long, default_value = "packaging,persist,fair,slowread,sanity")]
+    filters: String,
+    /// TOML config: its [http] deadlines and limits and [condition] settings apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Run as one pass-through process of a chain (started by the front itself).
+    #[arg(long, hide = true, requires = "from")]
+    relay: bool,
+    /// With --relay: the stage before this one, unix:PATH.
+    #[arg(long, hide = true)]
+    from: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum RulesCmd {
     /// Show which rule a request matches, and why.
@@ -278,6 +304,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 tls_key: a.tls_key,
             };
             sluice_server::serve(a.config, ov).map_err(anyhow::Error::msg)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Condition(a) => {
+            init_tracing("info");
+            let to = sluicecc::proto::unix_path(&a.to).to_path_buf();
+            if a.relay {
+                let from = a.from.as_deref().unwrap_or_default();
+                sluice_server::front::relay(sluicecc::proto::unix_path(from), &to)
+                    .map_err(anyhow::Error::msg)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let listen = a.listen.unwrap_or_default();
+            let addr: std::net::SocketAddr = listen
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--listen {listen:?}: expected ADDR:PORT"))?;
+            let filters =
+                sluice_server::front::Filters::parse(&a.filters).map_err(anyhow::Error::msg)?;
+            let cfg = sluice_server::load_config(a.config.as_deref(), &Default::default())
+                .map_err(anyhow::Error::msg)?;
+            sluice_server::front::run(addr, &to, filters, cfg).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { config } => {

@@ -1,0 +1,453 @@
+//! The C library (`include/sluicecc.h`): the paper's calls, each a stand-in for
+//! the system call a server already makes. Every function returns what its system
+//! call would (-1 with `errno` on failure).
+//!
+//! State: a table indexed by descriptor (a mutex; the calls are not on a path hot
+//! enough for it to matter next to the `recvmsg` each accept costs) holding, per
+//! handed-over socket, its id at the front, the socket to report to, and the
+//! request not yet read. Copies of a socket (`cc_dup`, `cc_dup2`, `cc_fork`) share
+//! one reference count in a `MAP_SHARED` page set up by `cc_createlsock`, so the
+//! front hears "done" once, from whichever copy closes last, even across `fork`.
+
+use crate::proto;
+use libc::{c_char, c_int, c_void, nfds_t, pid_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
+use std::ffi::CStr;
+use std::os::fd::{IntoRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// `cc_close` how: only this process is done; the front keeps the client and hands
+/// its next request over again.
+pub const CC_CLOSE_MINE: c_int = 0;
+/// `cc_close` how: close the client's connection for everyone.
+pub const CC_CLOSE_ALL: c_int = 1;
+
+const SLOTS: usize = 65536;
+const CLOSE_ALL_BIT: u32 = 1 << 31;
+
+struct Pending {
+    data: Vec<u8>,
+    pos: usize,
+}
+
+#[derive(Clone)]
+struct Entry {
+    id: u64,
+    front: RawFd,
+    slot: usize,
+    /// Shared by dups of the same socket in this process.
+    pending: Arc<Mutex<Pending>>,
+}
+
+static TABLE: Mutex<Vec<Option<Entry>>> = Mutex::new(Vec::new());
+static COUNTS: OnceLock<usize> = OnceLock::new(); // address of the shared page
+static HINT: AtomicUsize = AtomicUsize::new(0);
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local; writing it is what C callers expect.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn fail(e: std::io::Error) -> c_int {
+    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+    -1
+}
+
+/// The shared reference counts (one per handed-over socket), mapped once.
+fn counts() -> Option<&'static [AtomicU32]> {
+    let addr = *COUNTS.get_or_init(|| {
+        // SAFETY: an anonymous shared mapping; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SLOTS * 4,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            0
+        } else {
+            p as usize
+        }
+    });
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: SLOTS zero-initialised u32s, mapped for the life of the process;
+    // AtomicU32 has the layout of u32.
+    Some(unsafe { std::slice::from_raw_parts(addr as *const AtomicU32, SLOTS) })
+}
+
+fn claim_slot() -> Option<usize> {
+    let c = counts()?;
+    let start = HINT.fetch_add(1, Ordering::Relaxed);
+    (0..SLOTS).map(|i| (start + i) % SLOTS).find(|&i| {
+        c[i].compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+fn with_table<R>(f: impl FnOnce(&mut Vec<Option<Entry>>) -> R) -> R {
+    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut t)
+}
+
+fn lookup(fd: RawFd) -> Option<Entry> {
+    with_table(|t| t.get(fd as usize).cloned().flatten())
+}
+
+fn put(fd: RawFd, e: Option<Entry>) -> Option<Entry> {
+    with_table(|t| {
+        if fd < 0 {
+            return None;
+        }
+        let i = fd as usize;
+        if t.len() <= i {
+            t.resize(i + 1, None);
+        }
+        std::mem::replace(&mut t[i], e)
+    })
+}
+
+/// One copy of a handed-over socket goes away: the last copy tells the front.
+fn release(e: &Entry, how: c_int) {
+    let Some(c) = counts() else { return };
+    if how == CC_CLOSE_ALL {
+        c[e.slot].fetch_or(CLOSE_ALL_BIT, Ordering::AcqRel);
+    }
+    let before = c[e.slot].fetch_sub(1, Ordering::AcqRel);
+    if before & !CLOSE_ALL_BIT == 1 {
+        let all = before & CLOSE_ALL_BIT != 0;
+        // Free the slot for the next connection, then report.
+        c[e.slot].store(0, Ordering::Release);
+        let kind = if all { proto::CLOSE } else { proto::KEEP };
+        let _ = proto::send_ctl(e.front, kind, e.id);
+    }
+}
+
+/// Replaces socket + bind + listen. With `filters` and `listen`, starts the front
+/// process (`$SLUICE` or `sluice` from `PATH`: `sluice condition --listen LISTEN
+/// --to unix:PATH --filters a,b,...`) and waits for its socket; with `filters` NULL,
+/// connects to a front already running at `path`. Returns the socket to pass to
+/// `cc_accept`.
+///
+/// # Safety
+/// `filters` is NULL or a NULL-terminated array of C strings; `listen` is NULL or
+/// a C string; `path` is a C string.
+#[no_mangle]
+pub unsafe extern "C" fn cc_createlsock(
+    filters: *const *const c_char,
+    listen: *const c_char,
+    path: *const c_char,
+) -> c_int {
+    if path.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let path = CStr::from_ptr(path).to_string_lossy().to_string();
+    let sock_path = proto::unix_path(&path).to_path_buf();
+    counts(); // before any fork, so that copies share it
+    if !filters.is_null() && !listen.is_null() {
+        let mut names = Vec::new();
+        let mut p = filters;
+        while !(*p).is_null() {
+            names.push(CStr::from_ptr(*p).to_string_lossy().to_string());
+            p = p.add(1);
+        }
+        let bin = std::env::var("SLUICE").unwrap_or_else(|_| "sluice".into());
+        let listen = CStr::from_ptr(listen).to_string_lossy().to_string();
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["condition", "--listen", &listen, "--to"])
+            .arg(format!("unix:{}", sock_path.display()));
+        if !names.is_empty() {
+            cmd.args(["--filters", &names.join(",")]);
+        }
+        if let Err(e) = cmd.spawn() {
+            return fail(e);
+        }
+        // Wait (at most 5 s) for the front's socket.
+        for _ in 0..500 {
+            if let Ok(fd) = proto::connect(&sock_path) {
+                return fd.into_raw_fd();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        set_errno(libc::ETIMEDOUT);
+        return -1;
+    }
+    match proto::connect(&sock_path) {
+        Ok(fd) => fd.into_raw_fd(),
+        Err(e) => fail(e),
+    }
+}
+
+/// Replaces accept: asks the front for one connection and waits for it. The
+/// returned descriptor is the client's TCP socket (non-blocking, as the front set
+/// it: the flag is shared with the front's copy, so leave it so); its request is
+/// buffered for `cc_read`. `addr`/`addrlen` get the client's address, as accept.
+///
+/// # Safety
+/// `addr` and `addrlen` are NULL or as for accept(2).
+#[no_mangle]
+pub unsafe extern "C" fn cc_accept(
+    lsock: c_int,
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+) -> c_int {
+    if let Err(e) = proto::send_ctl(lsock, proto::ASK, 0) {
+        return fail(e);
+    }
+    let mut buf = Vec::new();
+    let h = match proto::recv_handoff(lsock, &mut buf) {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            set_errno(libc::ECONNABORTED);
+            return -1;
+        }
+        Err(e) => return fail(e),
+    };
+    let Some(slot) = claim_slot() else {
+        let _ = proto::send_ctl(lsock, proto::CLOSE, h.id);
+        set_errno(libc::EMFILE);
+        return -1;
+    };
+    if !addr.is_null() && !addrlen.is_null() {
+        let sa = to_sockaddr(h.peer);
+        let n = (*addrlen as usize).min(sa.1 as usize);
+        std::ptr::copy_nonoverlapping(
+            (&sa.0 as *const libc::sockaddr_storage).cast::<u8>(),
+            addr.cast::<u8>(),
+            n,
+        );
+        *addrlen = sa.1;
+    }
+    let fd = h.fd.into_raw_fd();
+    put(
+        fd,
+        Some(Entry {
+            id: h.id,
+            front: lsock,
+            slot,
+            pending: Arc::new(Mutex::new(Pending {
+                data: h.request,
+                pos: 0,
+            })),
+        }),
+    );
+    fd
+}
+
+fn to_sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        std::net::SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as socklen_t)
+}
+
+/// Replaces read: the request the front handed over comes first; after it, a plain
+/// read(2) of the socket.
+///
+/// # Safety
+/// `buf` is valid for `count` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cc_read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    if let Some(e) = lookup(fd) {
+        let mut p = e.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if p.pos < p.data.len() {
+            let n = count.min(p.data.len() - p.pos);
+            std::ptr::copy_nonoverlapping(p.data[p.pos..].as_ptr(), buf.cast::<u8>(), n);
+            p.pos += n;
+            if p.pos == p.data.len() {
+                p.data = Vec::new();
+                p.pos = 0;
+            }
+            return n as ssize_t;
+        }
+    }
+    libc::read(fd, buf, count)
+}
+
+/// Replaces close: `how` = `CC_CLOSE_MINE` (done with this request; the front keeps
+/// the client for its next one) or `CC_CLOSE_ALL` (close the client everywhere).
+/// The front is told when the last copy (`cc_dup`, `cc_fork`) is closed. Other
+/// descriptors are simply closed.
+#[no_mangle]
+pub extern "C" fn cc_close(fd: c_int, how: c_int) -> c_int {
+    if let Some(e) = put(fd, None) {
+        release(&e, how);
+    }
+    // SAFETY: closing a descriptor the caller owns.
+    unsafe { libc::close(fd) }
+}
+
+fn buffered(fd: RawFd) -> bool {
+    lookup(fd).is_some_and(|e| {
+        let p = e.pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.pos < p.data.len()
+    })
+}
+
+/// Replaces poll: a socket whose handed-over request is not yet read is readable
+/// at once (the kernel does not know about it); otherwise poll(2).
+///
+/// # Safety
+/// `fds` points at `nfds` pollfd structures.
+#[no_mangle]
+pub unsafe extern "C" fn cc_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    let list = std::slice::from_raw_parts_mut(fds, nfds as usize);
+    let ready: Vec<bool> = list
+        .iter()
+        .map(|p| p.events & libc::POLLIN != 0 && buffered(p.fd))
+        .collect();
+    if !ready.iter().any(|&r| r) {
+        return libc::poll(fds, nfds, timeout);
+    }
+    // Some are ready now: look at the rest without waiting.
+    let n = libc::poll(fds, nfds, 0);
+    if n < 0 {
+        return n;
+    }
+    let mut count = 0;
+    for (p, r) in list.iter_mut().zip(ready) {
+        if r {
+            p.revents |= libc::POLLIN;
+        }
+        if p.revents != 0 {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Replaces select, as `cc_poll` does poll.
+///
+/// # Safety
+/// The sets are NULL or valid fd_sets; `timeout` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_select(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    let mut early = Vec::new();
+    if !readfds.is_null() {
+        for fd in 0..nfds {
+            if libc::FD_ISSET(fd, readfds) && buffered(fd) {
+                early.push(fd);
+            }
+        }
+    }
+    if early.is_empty() {
+        return libc::select(nfds, readfds, writefds, exceptfds, timeout);
+    }
+    let mut zero = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let n = libc::select(nfds, readfds, writefds, exceptfds, &mut zero);
+    if n < 0 {
+        return n;
+    }
+    let mut extra = 0;
+    for fd in early {
+        if !libc::FD_ISSET(fd, readfds) {
+            libc::FD_SET(fd, readfds);
+            extra += 1;
+        }
+    }
+    n + extra
+}
+
+/// Replaces dup: the copy shares the socket's buffered request and counts as one
+/// more holder.
+#[no_mangle]
+pub extern "C" fn cc_dup(fd: c_int) -> c_int {
+    // SAFETY: dup of a caller's descriptor.
+    let new = unsafe { libc::dup(fd) };
+    if new >= 0 {
+        adopt_copy(fd, new);
+    }
+    new
+}
+
+/// Replaces dup2, as `cc_dup`; a handed-over socket that `newfd` named before is
+/// released first (as if `cc_close(newfd, CC_CLOSE_MINE)`).
+#[no_mangle]
+pub extern "C" fn cc_dup2(oldfd: c_int, newfd: c_int) -> c_int {
+    if oldfd == newfd {
+        // SAFETY: dup2 of a caller's descriptor onto itself checks it is valid.
+        return unsafe { libc::dup2(oldfd, newfd) };
+    }
+    // SAFETY: dup2 of a caller's descriptor.
+    let r = unsafe { libc::dup2(oldfd, newfd) };
+    if r >= 0 {
+        if let Some(e) = put(newfd, None) {
+            release(&e, CC_CLOSE_MINE);
+        }
+        adopt_copy(oldfd, newfd);
+    }
+    r
+}
+
+fn adopt_copy(old: RawFd, new: RawFd) {
+    if let (Some(e), Some(c)) = (lookup(old), counts()) {
+        c[e.slot].fetch_add(1, Ordering::AcqRel);
+        put(new, Some(e));
+    }
+}
+
+/// Replaces fork: both processes hold every handed-over socket afterwards, and
+/// the front hears from whichever closes its copy last.
+#[no_mangle]
+pub extern "C" fn cc_fork() -> pid_t {
+    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = counts() {
+        for e in t.iter().flatten() {
+            c[e.slot].fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    // SAFETY: fork while holding our own lock; both sides release it below.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        if let Some(c) = counts() {
+            for e in t.iter().flatten() {
+                c[e.slot].fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+    drop(t);
+    pid
+}

@@ -1,0 +1,405 @@
+//! The handoff protocol between a conditioning stage and the process after it.
+//!
+//! One `SOCK_SEQPACKET` Unix-domain connection per downstream process (a backend or
+//! a relay). Sequenced packets keep message boundaries and make each `sendmsg` and
+//! `recvmsg` atomic, so a descriptor and the request that goes with it always
+//! arrive together, in one message, even when several processes of a pre-forked
+//! server share the connection.
+//!
+//! Downstream → upstream, 12 bytes each:
+//! - `ASK`: "give me one connection" (the paper's sentinel byte): one per
+//!   `cc_accept`, so a backend that is busy is never handed work it cannot take.
+//! - `KEEP id`: done with this request; the stage upstream keeps the client and
+//!   hands the connection over again when its next request is complete (the
+//!   persistent-connection split).
+//! - `CLOSE id`: done, and close the client for everyone.
+//!
+//! Upstream → downstream, one message per handoff: a 40-byte header (kind, version,
+//! address family, request length, id, peer address and port) then exactly one
+//! complete request (head and any body), with the client's socket in an
+//! `SCM_RIGHTS` control message.
+//!
+//! Hand-written with libc because std has no stable API for `SCM_RIGHTS` and none
+//! for `SOCK_SEQPACKET`; it is small and is the product's own wire format.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+pub const ASK: u8 = b'A';
+pub const KEEP: u8 = b'K';
+pub const CLOSE: u8 = b'C';
+pub const HANDOFF: u8 = b'R';
+const VERSION: u8 = 1;
+pub const CTL_LEN: usize = 12;
+pub const HEADER_LEN: usize = 40;
+/// Largest request a handoff carries (head and body); the front refuses bigger.
+pub const MAX_REQUEST: usize = 128 * 1024;
+
+/// A client connection handed downstream.
+#[derive(Debug)]
+pub struct Handoff {
+    /// The upstream stage's name for this connection (echoed in `KEEP`/`CLOSE`).
+    pub id: u64,
+    pub peer: SocketAddr,
+    /// Exactly one complete request.
+    pub request: Vec<u8>,
+    pub fd: OwnedFd,
+}
+
+/// `unix:PATH` or `PATH` → PATH.
+pub fn unix_path(s: &str) -> &Path {
+    Path::new(s.strip_prefix("unix:").unwrap_or(s))
+}
+
+fn sockaddr_un(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= sa.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: socket path too long", path.display()),
+        ));
+    }
+    sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in sa.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((sa, len as libc::socklen_t))
+}
+
+fn seqpacket(nonblocking: bool) -> io::Result<OwnedFd> {
+    let flags = libc::SOCK_SEQPACKET
+        | libc::SOCK_CLOEXEC
+        | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+    // SAFETY: plain socket(2); the result is checked before it is owned.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, flags, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Connect to a stage's socket (blocking).
+pub fn connect(path: &Path) -> io::Result<OwnedFd> {
+    let fd = seqpacket(false)?;
+    let (sa, len) = sockaddr_un(path)?;
+    // SAFETY: sa is a valid sockaddr_un of length len.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+    }
+    Ok(fd)
+}
+
+/// Listen on a stage's socket (non-blocking). A stale socket file left by a
+/// process that died is replaced; anything else at the path is an error.
+pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: exists and is not a socket", path.display()),
+            ));
+        }
+        if connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{}: another process listens there", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let fd = seqpacket(true)?;
+    let (sa, len) = sockaddr_un(path)?;
+    // SAFETY: sa is a valid sockaddr_un of length len; fd is ours.
+    unsafe {
+        if libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_un).cast(),
+            len,
+        ) < 0
+            || libc::listen(fd.as_raw_fd(), 128) < 0
+        {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
+    }
+    Ok(fd)
+}
+
+/// Accept a downstream process on a listening stage socket (non-blocking).
+pub fn accept(listener: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: accept4 on our listening socket; no address wanted.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor from accept4.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Send `ASK`, `KEEP id` or `CLOSE id`.
+pub fn send_ctl(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
+    let mut m = [0u8; CTL_LEN];
+    m[0] = kind;
+    m[1] = VERSION;
+    m[4..12].copy_from_slice(&id.to_le_bytes());
+    loop {
+        // SAFETY: send from a stack buffer on a socket we hold.
+        let n = unsafe { libc::send(sock, m.as_ptr().cast(), m.len(), libc::MSG_NOSIGNAL) };
+        if n == m.len() as isize {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if n < 0 && e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(if n < 0 {
+            e
+        } else {
+            io::ErrorKind::WriteZero.into()
+        });
+    }
+}
+
+/// Read one control message: `Ok(None)` at EOF (the downstream process is gone).
+pub fn recv_ctl(sock: RawFd) -> io::Result<Option<(u8, u64)>> {
+    let mut m = [0u8; CTL_LEN];
+    loop {
+        // SAFETY: recv into a stack buffer of its length.
+        let n = unsafe { libc::recv(sock, m.as_mut_ptr().cast(), m.len(), 0) };
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n as usize != CTL_LEN || m[1] != VERSION || ![ASK, KEEP, CLOSE].contains(&m[0]) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad control message",
+            ));
+        }
+        let id = u64::from_le_bytes(m[4..12].try_into().expect("8 bytes"));
+        return Ok(Some((m[0], id)));
+    }
+}
+
+/// Hand a client socket and its request downstream (one atomic message).
+pub fn send_handoff(
+    sock: RawFd,
+    client: RawFd,
+    id: u64,
+    peer: SocketAddr,
+    request: &[u8],
+) -> io::Result<()> {
+    if request.len() > MAX_REQUEST {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "request too large to hand off",
+        ));
+    }
+    let mut h = [0u8; HEADER_LEN];
+    h[0] = HANDOFF;
+    h[1] = VERSION;
+    h[4..8].copy_from_slice(&(request.len() as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&id.to_le_bytes());
+    match peer.ip() {
+        IpAddr::V4(a) => {
+            h[2] = 4;
+            h[16..20].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            h[2] = 6;
+            h[16..32].copy_from_slice(&a.octets());
+        }
+    }
+    h[32..34].copy_from_slice(&peer.port().to_le_bytes());
+    let mut iov = [
+        libc::iovec {
+            iov_base: h.as_ptr() as *mut _,
+            iov_len: h.len(),
+        },
+        libc::iovec {
+            iov_base: request.as_ptr() as *mut _,
+            iov_len: request.len(),
+        },
+    ];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = [0u64; 4]; // 32 bytes, aligned; CMSG_SPACE(4) is 24
+    debug_assert!(space <= std::mem::size_of_val(&cbuf));
+    // SAFETY: msghdr is plain data; the pointers below stay valid for the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 2;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer has room for one cmsg carrying one descriptor.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), client);
+    }
+    loop {
+        // SAFETY: msg is fully initialised above.
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receive one handoff (blocking or not, as the socket is). `Ok(None)` at EOF.
+pub fn recv_handoff(sock: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Handoff>> {
+    buf.clear();
+    buf.resize(HEADER_LEN + MAX_REQUEST, 0);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; the buffers outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    let n = loop {
+        // SAFETY: recvmsg into the buffers described by msg.
+        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // Take ownership of every descriptor that came, first, so none can leak.
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: walking the control messages the kernel filled in.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    let bad = |why: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad handoff: {why}"),
+        ))
+    };
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return bad("truncated");
+    }
+    if n < HEADER_LEN || buf[0] != HANDOFF || buf[1] != VERSION {
+        return bad("header");
+    }
+    let len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+    if n != HEADER_LEN + len || fds.len() != 1 {
+        return bad("length or descriptor count");
+    }
+    let id = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let port = u16::from_le_bytes([buf[32], buf[33]]);
+    let ip = match buf[2] {
+        4 => IpAddr::V4(Ipv4Addr::new(buf[16], buf[17], buf[18], buf[19])),
+        6 => IpAddr::V6(Ipv6Addr::from(
+            <[u8; 16]>::try_from(&buf[16..32]).expect("16 bytes"),
+        )),
+        _ => return bad("address family"),
+    };
+    let request = buf[HEADER_LEN..n].to_vec();
+    Ok(Some(Handoff {
+        id,
+        peer: SocketAddr::new(ip, port),
+        request,
+        fd: fds.pop().expect("one descriptor"),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_socket_and_its_request_arrive_together() {
+        let dir = std::env::temp_dir().join(format!("sluicecc-proto-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let l = listen(&dir).unwrap();
+        let down = connect(&dir).unwrap();
+        let up = loop {
+            match accept(l.as_raw_fd()) {
+                Ok(s) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // A connected TCP pair stands in for a client.
+        let tl = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(tl.local_addr().unwrap()).unwrap();
+        let (server_side, peer) = tl.accept().unwrap();
+        send_ctl(down.as_raw_fd(), ASK, 0).unwrap();
+        assert_eq!(recv_ctl(up.as_raw_fd()).unwrap(), Some((ASK, 0)));
+        let req = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        send_handoff(up.as_raw_fd(), server_side.as_raw_fd(), 42, peer, req).unwrap();
+        drop(server_side); // the upstream copy may go; the passed one keeps the socket
+        let mut buf = Vec::new();
+        let h = recv_handoff(down.as_raw_fd(), &mut buf).unwrap().unwrap();
+        assert_eq!((h.id, h.peer, &h.request[..]), (42, peer, &req[..]));
+        let mut s = std::net::TcpStream::from(h.fd);
+        s.write_all(b"hi").unwrap();
+        let mut got = [0u8; 2];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hi");
+        send_ctl(down.as_raw_fd(), KEEP, 42).unwrap();
+        assert_eq!(recv_ctl(up.as_raw_fd()).unwrap(), Some((KEEP, 42)));
+        drop(down);
+        assert_eq!(recv_ctl(up.as_raw_fd()).unwrap(), None);
+        let _ = std::fs::remove_file(&dir);
+    }
+}

@@ -1,0 +1,238 @@
+/*
+ * ccserver: a static-file server that handles one request at a time, behind
+ * `sluice condition` (seed 004's CCServer, written for libsluicecc).
+ *
+ *   cc -O2 -Iinclude examples/ccserver.c -Ltarget/release -lsluicecc -o ccserver
+ *   sluice condition --listen 127.0.0.1:8080 --to unix:/tmp/cc.sock &
+ *   LD_LIBRARY_PATH=target/release ./ccserver /srv/www unix:/tmp/cc.sock
+ *
+ * There is no concurrency at all: the front process reads every request whole
+ * and keeps idle keep-alive connections itself, so this loop only ever waits on
+ * the disk and on a client's socket buffer while a response goes out (bounded by
+ * SEND_WAIT_MS per stall). Several copies may run against one front process.
+ *
+ * GET and HEAD of regular files; a path ending in '/' serves its index.html.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluicecc.h"
+
+#define SEND_WAIT_MS 10000
+#define MAX_REQUEST 16384
+
+static const char *docroot;
+
+/* The socket is non-blocking (its flags are the front's too): wait, bounded. */
+static int wait_writable(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    return poll(&p, 1, SEND_WAIT_MS) == 1 ? 0 : -1;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_writable(fd) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int send_file(int fd, int file, off_t off, off_t n)
+{
+    while (n > 0) {
+        ssize_t w = sendfile(fd, file, &off, n > (1 << 20) ? (1 << 20) : (size_t)n);
+        if (w > 0) {
+            n -= w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_writable(fd) < 0)
+                return -1;
+        } else {
+            return -1; /* error, or the file shrank */
+        }
+    }
+    return 0;
+}
+
+static const char *mime(const char *path)
+{
+    static const struct { const char *ext, *type; } types[] = {
+        { ".html", "text/html; charset=utf-8" }, { ".txt", "text/plain; charset=utf-8" },
+        { ".css", "text/css" }, { ".js", "text/javascript" }, { ".png", "image/png" },
+        { ".jpg", "image/jpeg" }, { ".svg", "image/svg+xml" }, { ".json", "application/json" },
+    };
+    const char *dot = strrchr(path, '.');
+    for (size_t i = 0; dot && i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(dot, types[i].ext) == 0)
+            return types[i].type;
+    return "application/octet-stream";
+}
+
+/* A short answer with a text body; returns keep. */
+static int answer(int fd, int status, const char *reason, int keep)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 %d %s\r\nServer: ccserver\r\nContent-Type: text/plain\r\n"
+                     "Content-Length: %zu\r\nConnection: %s\r\n\r\n%s\n",
+                     status, reason, strlen(reason) + 1, keep ? "keep-alive" : "close", reason);
+    if (write_all(fd, msg, (size_t)n) < 0)
+        return 0;
+    return keep;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode %XX in place, stop at '?'; refuse NUL, and any ".." segment. */
+static int clean_path(char *p)
+{
+    char *out = p;
+    for (char *in = p; *in && *in != '?'; in++) {
+        if (*in == '%') {
+            int hi = hexval(in[1]), lo = hi < 0 ? -1 : hexval(in[2]);
+            if (lo < 0 || (hi == 0 && lo == 0))
+                return -1;
+            *out++ = (char)(hi * 16 + lo);
+            in += 2;
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = '\0';
+    if (p[0] != '/')
+        return -1;
+    for (char *s = p; (s = strstr(s, "/..")) != NULL; s++)
+        if (s[3] == '/' || s[3] == '\0')
+            return -1;
+    return 0;
+}
+
+/* Does the head carry "Connection: <word>"? */
+static int connection_says(const char *head, const char *word)
+{
+    for (const char *l = strstr(head, "\r\n"); l; l = strstr(l + 2, "\r\n")) {
+        if (strncasecmp(l + 2, "connection:", 11) == 0) {
+            const char *v = l + 13, *end = strstr(v, "\r\n");
+            for (; v && end && v < end; v++)
+                if (strncasecmp(v, word, strlen(word)) == 0)
+                    return 1;
+        }
+    }
+    return 0;
+}
+
+/* Serve one request; returns 1 if the client keeps its connection. */
+static int handle(int fd)
+{
+    char req[MAX_REQUEST + 1];
+    size_t have = 0;
+    /* The front hands over one complete request: its head is all in the buffer. */
+    while (have < MAX_REQUEST) {
+        ssize_t n = cc_read(fd, req + have, MAX_REQUEST - have);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        req[have] = '\0';
+        if (strstr(req, "\r\n\r\n"))
+            break;
+    }
+    req[have] = '\0';
+    char *end = strstr(req, "\r\n\r\n");
+    if (!end)
+        return answer(fd, 400, "Bad Request", 0);
+    end[2] = '\0';
+
+    char method[8], target[8192];
+    int minor;
+    if (sscanf(req, "%7s %8191s HTTP/1.%d", method, target, &minor) != 3)
+        return answer(fd, 400, "Bad Request", 0);
+    int keep = minor >= 1 ? !connection_says(req, "close") : connection_says(req, "keep-alive");
+    int head_only = strcmp(method, "HEAD") == 0;
+    if (!head_only && strcmp(method, "GET") != 0)
+        return answer(fd, 501, "Not Implemented", keep);
+    if (clean_path(target) < 0)
+        return answer(fd, 400, "Bad Request", keep);
+
+    char path[PATH_MAX];
+    size_t tl = strlen(target);
+    int len = snprintf(path, sizeof path, "%s%s%s", docroot, target,
+                       target[tl - 1] == '/' ? "index.html" : "");
+    if (len <= 0 || (size_t)len >= sizeof path)
+        return answer(fd, 414, "URI Too Long", keep);
+    int file = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (file < 0 || fstat(file, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (file >= 0)
+            close(file);
+        return answer(fd, errno == EACCES ? 403 : 404, errno == EACCES ? "Forbidden" : "Not Found", keep);
+    }
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 200 OK\r\nServer: ccserver\r\nContent-Type: %s\r\n"
+                      "Content-Length: %lld\r\nConnection: %s\r\n\r\n",
+                      mime(path), (long long)st.st_size, keep ? "keep-alive" : "close");
+    int ok = write_all(fd, head, (size_t)hn) == 0 &&
+             (head_only || send_file(fd, file, 0, st.st_size) == 0);
+    close(file);
+    return ok && keep;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s DOCROOT unix:PATH\n", argv[0]);
+        return 2;
+    }
+    docroot = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    int lsock = cc_createlsock(NULL, NULL, argv[2]);
+    if (lsock < 0) {
+        perror("cc_createlsock");
+        return 1;
+    }
+    fprintf(stderr, "ccserver: serving %s from %s\n", docroot, argv[2]);
+    for (;;) {
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        int fd = cc_accept(lsock, (struct sockaddr *)&peer, &plen);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("cc_accept");
+            return 1;
+        }
+        int keep = handle(fd);
+        cc_close(fd, keep ? CC_CLOSE_MINE : CC_CLOSE_ALL);
+    }
+}
