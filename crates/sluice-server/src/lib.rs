@@ -196,6 +196,9 @@ pub struct Shared {
     pub board: sluice_status::Board,
     /// The descriptor limit (for the status page).
     pub nofile: u64,
+    /// `serve --from unix:PATH`: take connections from a `sluice condition` front
+    /// process there instead of from listeners.
+    pub from: Option<PathBuf>,
 }
 
 impl Shared {
@@ -219,6 +222,7 @@ impl Shared {
             stats: (0..workers).map(|_| Stats::default()).collect(),
             board: sluice_status::Board::new(workers),
             nofile,
+            from: None,
         })
     }
 
@@ -248,6 +252,8 @@ pub struct Overrides {
     pub tls_listen: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// `--from unix:PATH`: a backend of `sluice condition` (no listeners of its own).
+    pub from: Option<String>,
 }
 
 /// Read the config file (if any) and apply the command-line overrides.
@@ -353,6 +359,10 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         .filter_map(|l| l.parse().ok())
         .chain(tls_addrs.iter().copied())
         .collect();
+    if ov.from.is_some() {
+        // A backend of a front process: every connection comes from it.
+        addrs.clear();
+    }
     if let Some(summary) = &snap.tls_summary {
         tracing::info!(%summary, "HTTPS");
         match sluice_tls::probe_kernel_tls(snap.config.tls.ktls) {
@@ -455,7 +465,11 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     // connections exactly evenly, and a per-worker share would make one worker evict
     // while the process still has descriptors to spare.
     let max_conns = wanted.max(16 * workers);
-    let shared = Shared::new(snap, workers, max_conns, nofile);
+    let mut shared = Shared::new(snap, workers, max_conns, nofile);
+    if let Some(f) = &ov.from {
+        Arc::get_mut(&mut shared).expect("not shared yet").from =
+            Some(sluicecc::proto::unix_path(f).to_path_buf());
+    }
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
 
@@ -510,6 +524,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         let _ = writeln!(
             out,
             "sluice: serving {} on {scheme}://{a}/ ({workers} workers)",
+            root_display.display()
+        );
+    }
+    if let Some(f) = &ov.from {
+        let _ = writeln!(
+            out,
+            "sluice: serving {} from {f} ({workers} workers)",
             root_display.display()
         );
     }

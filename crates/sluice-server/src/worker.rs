@@ -53,6 +53,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 const LISTENER_BASE: usize = usize::MAX / 2;
+/// The connection to a `sluice condition` front process (`serve --from`).
+const FRONT: usize = LISTENER_BASE - 1;
+/// Connections a worker asks the front process for ahead of need.
+const FRONT_CREDIT: u32 = 64;
 const READ_CHUNK: usize = 4096;
 const POOL_MAX: usize = 256;
 /// Most connections a worker evicts per 100 ms tick to make room (640/s/worker).
@@ -120,11 +124,40 @@ struct Conn {
     queued: bool,
     /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
     proxy_pending: bool,
-    /// An HTTPS connection's TLS session (`tls.rs`); `None` for plain HTTP.
-    tls: Option<Box<rustls::ServerConnection>>,
+    /// How it came: `None` for plain HTTP from a listener (most connections, so
+    /// the rest costs them one pointer).
+    via: Option<Box<Via>>,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
+}
+
+/// A connection that is not plain HTTP from a listener.
+enum Via {
+    /// HTTPS: its TLS session (`tls.rs`).
+    Tls(rustls::ServerConnection),
+    /// Handed over by a `sluice condition` front process, with its id there. It
+    /// carries exactly one request; its socket is not read here.
+    Front(u64),
+}
+
+/// The TLS session of an HTTPS connection (a function of the field, not of the
+/// whole `Conn`, so the socket can be borrowed beside it).
+fn tls_of(via: &mut Option<Box<Via>>) -> Option<&mut rustls::ServerConnection> {
+    match via.as_deref_mut() {
+        Some(Via::Tls(t)) => Some(t),
+        _ => None,
+    }
+}
+
+impl Conn {
+    /// The front process's id for a handed-over connection, 0 otherwise.
+    fn front_id(&self) -> u64 {
+        match self.via.as_deref() {
+            Some(Via::Front(id)) => *id,
+            _ => 0,
+        }
+    }
 }
 
 /// A connection and the per-range caps.
@@ -202,6 +235,9 @@ pub struct Worker {
     proxy_listeners: Vec<bool>,
     /// Which listeners are HTTPS (`tls.listen`).
     tls_listeners: Vec<bool>,
+    /// `serve --from`: the Unix socket to the front process, and scratch for it.
+    front: Option<std::os::fd::OwnedFd>,
+    front_buf: Vec<u8>,
     /// Connections in `Phase::Drip`, by slab key.
     drips: std::collections::HashMap<usize, Drip>,
     /// Top URLs and address ranges for the status page (published once a second).
@@ -249,6 +285,28 @@ impl Worker {
             .iter()
             .map(|l| l.local_addr().is_ok_and(|a| tls_addrs.contains(&a)))
             .collect();
+        let front = match &shared.from {
+            Some(path) => {
+                // Its own connection to the front: the protocol's ask-and-receive
+                // keeps every handoff whole, whichever worker asked.
+                let fd = sluicecc::proto::connect(path)?;
+                // SAFETY: fcntl on the descriptor just made.
+                unsafe {
+                    let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                    libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+                }
+                poll.registry().register(
+                    &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+                    Token(FRONT),
+                    Interest::READABLE,
+                )?;
+                for _ in 0..FRONT_CREDIT {
+                    sluicecc::proto::send_ctl(fd.as_raw_fd(), sluicecc::proto::ASK, 0)?;
+                }
+                Some(fd)
+            }
+            None => None,
+        };
         let files = snap.static_handlers()?;
         let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
@@ -287,6 +345,8 @@ impl Worker {
             drips: Default::default(),
             proxy_listeners,
             tls_listeners,
+            front,
+            front_buf: Vec::new(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
@@ -317,6 +377,10 @@ impl Worker {
             self.refresh_snapshot();
             for ev in events.iter() {
                 let t = ev.token().0;
+                if t == FRONT {
+                    self.from_front();
+                    continue;
+                }
                 if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE);
                     continue;
@@ -324,7 +388,8 @@ impl Worker {
                 let Some(c) = self.conns.get_mut(t) else {
                     continue;
                 };
-                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                // A handed-over connection's socket is the front's to read.
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && c.front_id() == 0 {
                     c.read_blocked = false;
                 }
                 if ev.is_read_closed() || ev.is_error() {
@@ -613,7 +678,7 @@ impl Worker {
                     }
                     let proxy = self.proxy_listeners.get(li).copied().unwrap_or(false);
                     let tls = self.tls_listeners.get(li).copied().unwrap_or(false);
-                    self.adopt(sock, addr.ip(), proxy, tls)
+                    self.adopt(sock, addr.ip(), proxy, tls);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -630,11 +695,11 @@ impl Worker {
 
     /// Take a new connection: the one entry point for accepted sockets (and, later,
     /// sockets handed over by a conditioning front process).
-    fn adopt(&mut self, sock: TcpStream, peer: IpAddr, proxy: bool, tls: bool) {
+    fn adopt(&mut self, sock: TcpStream, peer: IpAddr, proxy: bool, tls: bool) -> Option<usize> {
         if proxy && !self.snap.proxy_trusted.iter().any(|c| c.contains(peer)) {
             // Only a trusted balancer may say who the client is.
             tracing::debug!(%peer, "PROXY listener: untrusted source, closed");
-            return;
+            return None;
         }
         // HTTPS: the handshake is the first part of the connection's first head
         // (same total deadline, same "incomplete" class in the address tree).
@@ -645,10 +710,10 @@ impl Worker {
                 .as_ref()
                 .map(|cfg| rustls::ServerConnection::new(cfg.clone()));
             match session {
-                Some(Ok(s)) => Some(Box::new(s)),
+                Some(Ok(s)) => Some(Box::new(Via::Tls(s))),
                 _ => {
                     tracing::warn!(%peer, "HTTPS listener without a TLS configuration: closed");
-                    return;
+                    return None;
                 }
             }
         } else {
@@ -686,7 +751,7 @@ impl Worker {
             why: CloseReason::Done,
             queued: false,
             proxy_pending: proxy,
-            tls,
+            via: tls,
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
         };
@@ -701,7 +766,7 @@ impl Worker {
             .is_err()
         {
             self.release_range(peer, cap);
-            return;
+            return None;
         }
         conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
         entry.insert(conn);
@@ -717,6 +782,68 @@ impl Worker {
                 self.close(v as usize, CloseReason::EvictedIncomplete);
             }
         }
+        self.conns.contains(key).then_some(key)
+    }
+
+    /// `serve --from`: adopt the connections a `sluice condition` front process
+    /// handed over, each with exactly one complete request, through the same entry
+    /// point as accepted ones. Their sockets are never read here (the front reads
+    /// the next request once it hears KEEP).
+    fn from_front(&mut self) {
+        use sluicecc::proto;
+        loop {
+            let Some(fd) = self.front.as_ref().map(|f| f.as_raw_fd()) else {
+                return;
+            };
+            match proto::recv_handoff(fd, &mut self.front_buf) {
+                Ok(Some(h)) => {
+                    let sock = TcpStream::from_std(std::net::TcpStream::from(h.fd));
+                    match self.adopt(sock, h.peer.ip(), false, false) {
+                        Some(key) => {
+                            let c = &mut self.conns[key];
+                            c.via = Some(Box::new(Via::Front(h.id)));
+                            c.rbuf = h.request;
+                            self.drive(key);
+                        }
+                        None => {
+                            let _ = proto::send_ctl(fd, proto::CLOSE, h.id);
+                            let _ = proto::send_ctl(fd, proto::ASK, 0);
+                        }
+                    }
+                }
+                Ok(None) => {
+                    tracing::error!(
+                        worker = self.id,
+                        "the conditioning front process went away; stopping"
+                    );
+                    self.front = None;
+                    self.shared.stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(worker = self.id, error = %e, "bad handoff from the front process");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A handed-over connection's request is answered and the client stays: the
+    /// front process keeps it (KEEP) and this worker lets go of its copy.
+    fn hand_back(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        let id = c.front_id();
+        c.via = None;
+        // The front's descriptor shares the socket, so closing ours would not take
+        // it out of this worker's epoll set: remove it explicitly.
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        if let Some(f) = &self.front {
+            let _ = sluicecc::proto::send_ctl(f.as_raw_fd(), sluicecc::proto::KEEP, id);
+            let _ = sluicecc::proto::send_ctl(f.as_raw_fd(), sluicecc::proto::ASK, 0);
+        }
+        self.close(key, CloseReason::Done);
     }
 
     /// Per-range cap accounting for a new client address (shared by all workers).
@@ -961,6 +1088,20 @@ impl Worker {
                 CloseReason::RangeCap => self.talkers.refused(c.peer),
                 _ => {}
             }
+            if c.front_id() != 0 {
+                // Handed over by a front process: it closes the client too, and this
+                // worker asks for the next connection.
+                if let Some(f) = &self.front {
+                    let _ = sluicecc::proto::send_ctl(
+                        f.as_raw_fd(),
+                        sluicecc::proto::CLOSE,
+                        c.front_id(),
+                    );
+                    let _ = sluicecc::proto::send_ctl(f.as_raw_fd(), sluicecc::proto::ASK, 0);
+                }
+                // Another descriptor (the front's) shares the socket: remove it here.
+                let _ = self.poll.registry().deregister(&mut c.sock);
+            }
             // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
             self.cond.forget(key as u32, c.peer);
             self.release_range(c.peer, c.cap);
@@ -1025,7 +1166,7 @@ impl Worker {
             }
             // 0. TLS records rustls queued outside a response (handshake flights,
             //    session tickets) go first; until they are out, nothing else moves.
-            if let Some(t) = c.tls.as_mut() {
+            if let Some(t) = tls_of(&mut c.via) {
                 if t.wants_write() {
                     if c.write_blocked {
                         return;
@@ -1048,7 +1189,7 @@ impl Worker {
                 if c.write_blocked || c.queued {
                     return;
                 }
-                let flushed = match c.tls.as_mut() {
+                let flushed = match tls_of(&mut c.via) {
                     Some(t) => out.flush(
                         &mut tls::TlsWire {
                             sock: &c.sock,
@@ -1101,6 +1242,14 @@ impl Worker {
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                         }
+                        if c.front_id() != 0
+                            && !c.close_after
+                            && c.rbuf.is_empty()
+                            && c.discard == 0
+                        {
+                            self.hand_back(key);
+                            return;
+                        }
                         if c.close_after {
                             self.finish_closing(key);
                             return;
@@ -1131,7 +1280,7 @@ impl Worker {
             let c = &mut self.conns[key];
             if !c.read_blocked && c.rbuf.len() < self.limits.max_head + READ_CHUNK {
                 let limit = self.limits.max_head + READ_CHUNK;
-                let got = match c.tls.as_mut() {
+                let got = match tls_of(&mut c.via) {
                     Some(t) => {
                         tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK)
                     }
@@ -1275,7 +1424,7 @@ impl Worker {
             return;
         }
         recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-        if let Some(t) = c.tls.as_mut() {
+        if let Some(t) = tls_of(&mut c.via) {
             // TLS says "that was all" before TCP does (best effort).
             t.send_close_notify();
             let _ = tls::push(&c.sock, t);
@@ -1591,7 +1740,7 @@ fn abort_on_close(sock: &TcpStream) {
 /// client's drip), through TLS on an HTTPS connection: bytes taken (0 if the
 /// socket is full), or -1 if the connection is gone.
 fn conn_send(c: &mut Conn, msg: &[u8]) -> isize {
-    match c.tls.as_mut() {
+    match tls_of(&mut c.via) {
         Some(t) => tls::send_some(&c.sock, t, msg),
         None => send_some(&c.sock, msg),
     }
@@ -1703,12 +1852,15 @@ fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
 #[cfg(test)]
 mod tests {
     /// An idle keep-alive connection costs its `Conn` record plus one 8-byte wheel
-    /// entry (docs/BENCHMARKS.md measures ~124 B of RSS each). Keep the record small:
-    /// anything only needed while a response is in flight belongs in `Outgoing`.
+    /// entry (docs/BENCHMARKS.md measures its RSS). Keep the record small: anything
+    /// only needed while a response is in flight belongs in `Outgoing`, anything
+    /// only some connections need behind `via` (TLS, handed over by a front
+    /// process: one pointer for everyone else). 128 in a debug build, where mio's
+    /// TcpStream carries a selector id; less in release.
     #[test]
     fn idle_connection_record_stays_small() {
         let size = std::mem::size_of::<super::Conn>();
-        assert!(size <= 120, "Conn grew to {size} bytes");
+        assert!(size <= 128, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
     }
 }

@@ -214,6 +214,10 @@ struct ServeArgs {
     /// PEM private key (tls.key).
     #[arg(long = "tls-key")]
     tls_key: Option<PathBuf>,
+    /// Serve as a backend of `sluice condition`: take each connection, with its
+    /// complete request, from the front process at unix:PATH (no listeners here).
+    #[arg(long)]
+    from: Option<String>,
 }
 
 #[derive(Args)]
@@ -302,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 tls_listen: a.tls_listen,
                 tls_cert: a.tls_cert,
                 tls_key: a.tls_key,
+                from: a.from,
             };
             sluice_server::serve(a.config, ov).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
