@@ -451,3 +451,117 @@ pub extern "C" fn cc_fork() -> pid_t {
     drop(t);
     pid
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+
+    /// A stand-in front process: a listening stage socket, and a function that
+    /// hands one fresh TCP connection (with a request) to whoever asked.
+    fn fake_front() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("sluicecc-capi-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        (proto::listen(&path).unwrap(), path)
+    }
+
+    fn accept_stage(l: &std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
+        loop {
+            match proto::accept(l.as_raw_fd()) {
+                Ok(s) => {
+                    // SAFETY: fcntl on our descriptor: blocking for the test.
+                    unsafe { libc::fcntl(s.as_raw_fd(), libc::F_SETFL, 0) };
+                    return s;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn accept_read_poll_dup_fork_close() {
+        let (l, path) = fake_front();
+        let cpath = CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: C strings and NULLs as the API documents.
+        let lsock = unsafe { cc_createlsock(std::ptr::null(), std::ptr::null(), cpath.as_ptr()) };
+        assert!(lsock >= 0);
+        let up = accept_stage(&l);
+        let tl = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(tl.local_addr().unwrap()).unwrap();
+        let (server_side, peer) = tl.accept().unwrap();
+        let req = b"GET / HTTP/1.1\r\n\r\n";
+        let t = std::thread::spawn(move || {
+            assert_eq!(
+                proto::recv_ctl(up.as_raw_fd()).unwrap(),
+                Some((proto::ASK, 0))
+            );
+            proto::send_handoff(up.as_raw_fd(), server_side.as_raw_fd(), 7, peer, req).unwrap();
+            up
+        });
+        // SAFETY: a sockaddr_storage and its length, as accept(2) takes.
+        let (fd, got_peer) = unsafe {
+            let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = std::mem::size_of_val(&ss) as socklen_t;
+            let fd = cc_accept(
+                lsock,
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            );
+            let sin = &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+            (fd, u16::from_be(sin.sin_port))
+        };
+        let up = t.join().unwrap();
+        assert!(fd >= 0);
+        assert_eq!(got_peer, peer.port());
+        // cc_poll: readable at once, though the kernel has no bytes for it.
+        let mut p = pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { cc_poll(&mut p, 1, 1000) }, 1);
+        assert!(p.revents & libc::POLLIN != 0);
+        let mut buf = [0u8; 64];
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { cc_read(fd, buf.as_mut_ptr().cast(), 5) };
+        assert_eq!(&buf[..n as usize], b"GET /");
+        // SAFETY: as above.
+        let n = unsafe { cc_read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(&buf[..n as usize], &req[5..]);
+        // A dup and a forked child hold it too: the front hears once, at the end.
+        let d = cc_dup(fd);
+        assert!(d >= 0);
+        let pid = cc_fork();
+        if pid == 0 {
+            cc_close(fd, CC_CLOSE_MINE);
+            cc_close(d, CC_CLOSE_MINE);
+            // SAFETY: leave the child at once, without running the test harness.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        cc_close(fd, CC_CLOSE_MINE);
+        // Not yet: the dup is still open here.
+        let mut pf = pollfd {
+            fd: up.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut pf, 1, 100) }, 0, "told too early");
+        cc_close(d, CC_CLOSE_ALL);
+        assert_eq!(
+            proto::recv_ctl(up.as_raw_fd()).unwrap(),
+            Some((proto::CLOSE, 7))
+        );
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut pf, 1, 100) }, 0, "told twice");
+        cc_close(lsock, CC_CLOSE_MINE);
+        let _ = std::fs::remove_file(path);
+    }
+}

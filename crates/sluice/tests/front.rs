@@ -1,0 +1,323 @@
+//! `sluice condition` in front of other servers: examples/ccserver.c built with the
+//! C library (as a user would: `cc -Iinclude examples/ccserver.c
+//! -Ltarget/release -lsluicecc`), a backend written with the Rust API, and
+//! `sluice serve --from`; checked with curl and raw sockets.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+/// Build libsluicecc (release, as the C example's instructions say) and ccserver,
+/// once per test process.
+fn ccserver() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = Command::new(cargo)
+            .args(["build", "--release", "-p", "sluice-cc"])
+            .current_dir(workspace())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = std::env::temp_dir().join(format!("ccserver-{}", std::process::id()));
+        let lib = target_dir().join("release");
+        let o = Command::new("cc")
+            .arg("-Iinclude")
+            .arg("examples/ccserver.c")
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lsluicecc")
+            .arg("-o")
+            .arg(&out)
+            .current_dir(workspace())
+            .output()
+            .expect("cc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A front process and its socket path; killed on drop.
+struct FrontProc {
+    child: KillOnDrop,
+    addr: String,
+    sock: String,
+    _dir: tempfile::TempDir,
+}
+
+fn front(filters: &str, config: &str) -> FrontProc {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("cc.sock").to_str().unwrap().to_string();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin())
+        .args([
+            "condition",
+            "--listen",
+            &addr,
+            "--to",
+            &format!("unix:{sock}"),
+        ])
+        .args(["--filters", filters, "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while TcpStream::connect(&addr).is_err() || !Path::new(&sock).exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "front did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    FrontProc {
+        child: KillOnDrop(child),
+        addr,
+        sock,
+        _dir: dir,
+    }
+}
+
+fn start_ccserver(root: &Path, sock: &str) -> Child {
+    let lib = target_dir().join("release");
+    Command::new(ccserver())
+        .arg(root)
+        .arg(format!("unix:{sock}"))
+        .env("LD_LIBRARY_PATH", lib)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn get(addr: &str, path: &str) -> std::process::Output {
+    curl(&[&format!("http://{addr}{path}")])
+}
+
+/// Raw request(s) on one connection; everything until the server closes.
+fn raw(addr: &str, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let (out, _) = read_to_end(&mut s);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn ccserver_behind_the_front_serves_files_keep_alive_and_pipelined() {
+    let root = docroot();
+    let f = front("packaging,persist,fair,slowread,sanity", "");
+    let _cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    let o = get(&f.addr, "/hello.txt");
+    assert_eq!(
+        o.stdout,
+        b"hello world\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(get(&f.addr, "/big.bin").stdout, big_bytes());
+    assert_eq!(get(&f.addr, "/sub/").stdout, b"<h1>sub</h1>\n");
+    // Keep-alive: curl reuses the connection; the front keeps it between requests.
+    let url = format!("http://{}/hello.txt", f.addr);
+    let o = curl(&["-v", &url, &url, &url]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.stdout, b"hello world\nhello world\nhello world\n");
+    assert_eq!(
+        err.matches("Re-using existing connection").count(),
+        2,
+        "{err}"
+    );
+    // Three pipelined requests in one write: split, answered in order.
+    let text = raw(
+        &f.addr,
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let statuses: Vec<&str> = text.matches("HTTP/1.1 ").map(|_| "").collect();
+    assert_eq!(statuses.len(), 3, "{text}");
+    let a = text.find("hello world").unwrap();
+    let b = text.find("<h1>sub</h1>").unwrap();
+    let c = text.find("404").unwrap();
+    assert!(a < b && b < c, "out of order: {text}");
+}
+
+#[test]
+fn malformed_requests_are_answered_by_the_front_and_never_passed_on() {
+    let f = front("packaging,persist,sanity", "");
+    // A backend written with the Rust API, recording every request it is given.
+    let sock = f.sock.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut front = sluicecc::Front::connect(&sock).unwrap();
+        while let Ok(mut conn) = front.accept() {
+            let req = conn.request().to_vec();
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+            let _ = tx.send(req);
+            let _ = conn.keep();
+        }
+    });
+    for bad in [
+        &b"GET /a HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n"[..],
+        b"GET /a HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GARBAGE\r\n\r\n",
+        b"GET /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let text = raw(&f.addr, bad);
+        assert!(
+            text.starts_with("HTTP/1.1 4"),
+            "{:?}: {text}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let good = raw(
+        &f.addr,
+        b"GET /fine HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(good.contains("ok"), "{good}");
+    let got = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        got.starts_with(b"GET /fine "),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a malformed request reached the backend"
+    );
+}
+
+#[test]
+fn a_backend_killed_mid_response_loses_only_its_connection() {
+    let root = docroot();
+    std::fs::write(root.path().join("huge.bin"), vec![1u8; 64 << 20]).unwrap();
+    let f = front("packaging,persist,fair,slowread,sanity", "");
+    let mut cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    // A kept connection: one request answered, now idle at the front.
+    let mut kept = TcpStream::connect(&f.addr).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut kept, false).unwrap();
+    assert_eq!(r.status, 200);
+    // A download the client does not read: ccserver is stuck sending it.
+    let mut stuck = TcpStream::connect(&f.addr).unwrap();
+    stuck
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = cc.0.kill();
+    let _ = cc.0.wait();
+    // Its connection ends (after the bytes already queued)...
+    let t = Instant::now();
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (got, _) = read_to_end(&mut stuck);
+    assert!(got.len() < 64 << 20, "the whole file went out");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    // ...the front keeps accepting, and a new backend serves the kept connection.
+    let _cc2 = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut kept, false).unwrap();
+    assert_eq!((r.status, r.text()), (200, "hello world\n".to_string()));
+    assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
+}
+
+#[test]
+fn sluice_serve_from_the_front_and_a_chain_of_relays() {
+    let root = docroot();
+    let log = log_path("front-backend");
+    let f = front("packaging,persist,fair,slowread,sanity,pass,pass", "");
+    let mut backend = Command::new(bin())
+        .arg("serve")
+        .arg(root.path())
+        .args([
+            "--from",
+            &format!("unix:{}", f.sock),
+            "--allow-root",
+            "--workers",
+            "2",
+        ])
+        .args(["--access-log", log.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(backend.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _b = KillOnDrop(backend);
+    assert!(
+        line.contains("serving") && line.contains("from unix:"),
+        "{line}"
+    );
+    let url = format!("http://{}/hello.txt", f.addr);
+    let o = curl(&["-v", &url, &url]);
+    assert_eq!(o.stdout, b"hello world\nhello world\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Re-using existing connection"));
+    assert_eq!(get(&f.addr, "/big.bin").stdout, big_bytes());
+    let o = curl(&["-r", "10-19", &format!("http://{}/big.bin", f.addr)]);
+    assert_eq!(o.stdout, &big_bytes()[10..20]);
+    // The backend logged the client's address, not the front's socket.
+    let text = wait_for_lines(&log, 4, Duration::from_secs(5), |l| l.contains("GET /"));
+    assert!(text.lines().all(|l| l.starts_with("127.0.0.1 ")), "{text}");
+    drop(f);
+}
+
+#[test]
+fn idle_keep_alive_connections_stay_at_the_front() {
+    let root = docroot();
+    let f = front("packaging,persist", "");
+    let _cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    // 200 connections, one request each, then idle: ccserver (one request at a
+    // time) is free for a new client at once.
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(&f.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+        idle.push(s);
+    }
+    let t = Instant::now();
+    assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    // And each idle one is served again when it speaks.
+    for s in idle.iter_mut().step_by(20) {
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(s, false).unwrap().status, 200);
+    }
+    let mut buf = [0u8; 1];
+    let _ = idle[0].set_read_timeout(Some(Duration::from_millis(50)));
+    assert!(
+        idle[0].read(&mut buf).is_err(),
+        "nothing unexpected arrives"
+    );
+}
