@@ -820,8 +820,7 @@ pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
                 }
                 Token(t) => {
                     let d = t - 2;
-                    loop {
-                        let Some(dfd) = downs.get(d) else { break };
+                    while let Some(dfd) = downs.get(d) {
                         match proto::recv_ctl(dfd.as_raw_fd()) {
                             Ok(Some((proto::ASK, _))) => {
                                 askers.push_back(d);

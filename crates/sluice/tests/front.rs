@@ -61,7 +61,7 @@ fn free_port() -> u16 {
 
 /// A front process and its socket path; killed on drop.
 struct FrontProc {
-    child: KillOnDrop,
+    _child: KillOnDrop,
     addr: String,
     sock: String,
     _dir: tempfile::TempDir,
@@ -92,7 +92,7 @@ fn front(filters: &str, config: &str) -> FrontProc {
         std::thread::sleep(Duration::from_millis(20));
     }
     FrontProc {
-        child: KillOnDrop(child),
+        _child: KillOnDrop(child),
         addr,
         sock,
         _dir: dir,
