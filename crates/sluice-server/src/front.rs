@@ -741,7 +741,19 @@ fn send_best_effort(sock: &TcpStream, msg: &[u8]) {
 /// one on unchanged, and passes KEEP and CLOSE back; it holds no connection
 /// itself. Exits when the stage before it goes away.
 pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
-    let up = proto::connect(from).map_err(|e| e.to_string())?;
+    // The stage before may still be starting (the front starts its relays first):
+    // try for a few seconds.
+    let mut tries = 0;
+    let up = loop {
+        match proto::connect(from) {
+            Ok(fd) => break fd,
+            Err(_) if tries < 500 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
     let down_l = proto::listen(to).map_err(|e| e.to_string())?;
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     poll.registry()
