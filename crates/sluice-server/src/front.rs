@@ -55,6 +55,10 @@ const TCP: Token = Token(usize::MAX - 1);
 const UNIX: Token = Token(usize::MAX - 2);
 const BACKEND_BASE: usize = usize::MAX / 2;
 const SWEEP: Duration = Duration::from_millis(100);
+/// Most connections closed per sweep period to make room (1,280/s), as a worker of
+/// `sluice serve` rations them: an attacker that reconnects as fast as it is
+/// evicted then waits in the kernel's backlog instead of taking the whole CPU.
+const EVICTIONS_PER_SWEEP: u32 = 128;
 /// Largest request body the front buffers and hands over (a mirror takes GETs).
 const MAX_BODY: usize = 64 * 1024;
 
@@ -193,6 +197,7 @@ struct Front {
     stop: Arc<AtomicBool>,
     closes: [u64; CloseReason::ALL.len()],
     handed: u64,
+    evictions: u32,
 }
 
 impl Front {
@@ -264,6 +269,7 @@ impl Front {
             stop,
             closes: [0; CloseReason::ALL.len()],
             handed: 0,
+            evictions: 0,
         })
     }
 
@@ -301,6 +307,7 @@ impl Front {
             self.dispatch();
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + SWEEP;
+                self.evictions = 0;
                 self.sweep();
                 if self.accept_paused {
                     self.accept_paused = false;
@@ -319,8 +326,11 @@ impl Front {
                 // At the limit: the oldest idle, else incomplete, connection of the
                 // heaviest range makes room; with everyone busy, the backlog waits.
                 match self.cond.victim() {
-                    Some((v, why)) => self.close(v as usize, why),
-                    None => {
+                    Some((v, why)) if self.evictions < EVICTIONS_PER_SWEEP => {
+                        self.evictions += 1;
+                        self.close(v as usize, why)
+                    }
+                    _ => {
                         self.accept_paused = true;
                         return;
                     }
