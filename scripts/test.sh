@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v cc >/dev/null 2>&1 || need+=(gcc)   # examples/ccserver.c against libsluicecc
 command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)   # conditioning tests
 command -v systemd-socket-activate >/dev/null 2>&1 || need+=(systemd)   # socket activation test
 command -v gzip >/dev/null 2>&1 || need+=(gzip)   # precompressed siblings test
