@@ -11,6 +11,8 @@ process, on this machine.
   attack  Figure 10: ccserver behind the front while 2 x 16,000 incomplete connections
           are held (silent ones, then ones that sent half a head), from 127.66.x:
           legitimate req/s (wrk -c10, 1 KiB) against its own no-attack rate.
+  nofront the same ccserver on its own (`tcp:` mode: accept and read, no library
+          in the way) while 100 connections send nothing.
   hold    Figure 12: the same with 10,000 held keep-alive connections.
   cost    sluice as a backend (`serve --from`, 2 workers) behind the front against
           `sluice serve` (2 workers) on 1 KiB keep-alive (wrk -t1 -c50): server CPU per
@@ -159,6 +161,25 @@ def t_attack(a):
             under_attack(a, "half", 32000, 16000)]
 
 
+def t_nofront(a):
+    """The same ccserver without the front (plain accept/read): 100 silent clients."""
+    env = dict(os.environ, LD_LIBRARY_PATH=LIB)
+    cc = spawn([f"{WORK}/ccserver", WWW, f"tcp:127.0.0.1:{PORT}"], env)
+    wait_port(PORT)
+    try:
+        base = wrk(url("/f1k.bin"), 10, a.duration)["rps"]
+        att = attackers("silent", 100, 100, a.duration + 20)
+        time.sleep(3)
+        hit = wrk(url("/f1k.bin"), 10, a.duration)["rps"]
+        for p in att:
+            p.terminate()
+            p.wait()
+    finally:
+        stop(cc)
+    print(f"no front, silent x 100: no attack {base:.0f} req/s, under attack {hit:.0f} req/s, "
+          f"ratio {hit / base if base else 0:.2f}", flush=True)
+
+
 def t_hold(a):
     return [under_attack(a, "hold", 10000, 10000)]
 
@@ -194,7 +215,7 @@ def t_cost(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tests", default="chain,attack,hold,cost")
+    ap.add_argument("--tests", default="chain,attack,nofront,hold,cost")
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-relays", type=int, default=8)
@@ -203,7 +224,7 @@ def main():
         raise SystemExit("wrk is needed (apt-get install wrk)")
     setup()
     for t in a.tests.split(","):
-        {"chain": t_chain, "attack": t_attack, "hold": t_hold, "cost": t_cost}[t](a)
+        {"chain": t_chain, "attack": t_attack, "hold": t_hold, "cost": t_cost, "nofront": t_nofront}[t](a)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@
  *   sluice condition --listen 127.0.0.1:8080 --to unix:/tmp/cc.sock &
  *   LD_LIBRARY_PATH=target/release ./ccserver /srv/www unix:/tmp/cc.sock
  *
+ * `./ccserver /srv/www tcp:127.0.0.1:8081` runs the same loop without the front
+ * process (plain accept and read, one request per connection), to show what the
+ * front is for: one client that connects and sends nothing stops it.
+ *
  * There is no concurrency at all: the front process reads every request whole
  * and keeps idle keep-alive connections itself, so this loop only ever waits on
  * the disk and on a client's socket buffer while a response goes out (bounded by
@@ -26,6 +30,8 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include "sluicecc.h"
@@ -34,6 +40,7 @@
 #define MAX_REQUEST 16384
 
 static const char *docroot;
+static int plain; /* tcp: mode: one request per connection */
 
 /* The socket is non-blocking (its flags are the front's too): wait, bounded. */
 static int wait_writable(int fd)
@@ -178,6 +185,7 @@ static int handle(int fd)
     if (sscanf(req, "%7s %8191s HTTP/1.%d", method, target, &minor) != 3)
         return answer(fd, 400, "Bad Request", 0);
     int keep = minor >= 1 ? !connection_says(req, "close") : connection_says(req, "keep-alive");
+    keep = keep && !plain;
     int head_only = strcmp(method, "HEAD") == 0;
     if (!head_only && strcmp(method, "GET") != 0)
         return answer(fd, 501, "Not Implemented", keep);
@@ -208,14 +216,45 @@ static int handle(int fd)
     return ok && keep;
 }
 
+/* tcp:ADDR:PORT: the server on its own, without conditioning. */
+static int plain_listen(const char *spec)
+{
+    char host[64];
+    int port;
+    if (sscanf(spec, "tcp:%63[^:]:%d", host, &port) != 2)
+        return -1;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    int one = 1, s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1 ||
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 1024) < 0)
+        return -1;
+    return s;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s DOCROOT unix:PATH\n", argv[0]);
+        fprintf(stderr, "usage: %s DOCROOT unix:PATH | tcp:ADDR:PORT\n", argv[0]);
         return 2;
     }
     docroot = argv[1];
     signal(SIGPIPE, SIG_IGN);
+    if (strncmp(argv[2], "tcp:", 4) == 0) {
+        plain = 1;
+        int l = plain_listen(argv[2]);
+        if (l < 0) {
+            perror(argv[2]);
+            return 1;
+        }
+        for (;;) {
+            int fd = accept(l, NULL, NULL);
+            if (fd < 0)
+                continue;
+            handle(fd); /* cc_read falls back to read(2) for a plain socket */
+            close(fd);
+        }
+    }
     int lsock = cc_createlsock(NULL, NULL, argv[2]);
     if (lsock < 0) {
         perror("cc_createlsock");

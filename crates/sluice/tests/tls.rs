@@ -287,8 +287,28 @@ fn sessions_resume_with_tickets() {
     for v in ["-tls1_2", "-tls1_3"] {
         let sess = pki.path(&format!("sess{v}"));
         let s = sess.to_str().unwrap();
-        let first = s_client(&tls, &[v, "-CAfile", &ca, "-sess_out", s]);
-        assert!(first.contains("New, TLS"), "{first}");
+        // TLS 1.3 tickets arrive after the handshake: make one request and stay
+        // until the server closes, so s_client has read them when it saves.
+        let mut child = Command::new("timeout")
+            .args(["10", "openssl", "s_client", "-ign_eof", "-connect", &tls])
+            .args([v, "-CAfile", &ca, "-sess_out", s])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let first = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            first.contains("New, TLS") && first.contains("hello world"),
+            "{first}"
+        );
         let again = s_client(&tls, &[v, "-CAfile", &ca, "-sess_in", s]);
         assert!(again.contains("Reused, TLS"), "{v}: {again}");
     }
