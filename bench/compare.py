@@ -52,12 +52,12 @@ def make_files():
     os.chmod(f"{WORK}/logs", 0o777)
 
 
-def configs():
-    os.makedirs(f"{WORK}/nginx", exist_ok=True)
-    with open(f"{WORK}/nginx.conf", "w") as f:
-        f.write(f"""worker_processes 2;
-pid {WORK}/nginx/nginx.pid;
-error_log {WORK}/nginx/error.log warn;
+def nginx_conf(work, http_extra):
+    """nginx as every comparison runs it: 2 workers, logs off, sendfile, long
+    keep-alive, an open-file cache; `http_extra` adds lines (the server block)."""
+    return f"""worker_processes 2;
+pid {work}/nginx/nginx.pid;
+error_log {work}/nginx/error.log warn;
 worker_rlimit_nofile 20000;
 events {{ worker_connections 19000; multi_accept on; }}
 http {{
@@ -65,12 +65,18 @@ http {{
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_timeout 120s; keepalive_requests 1000000;
   open_file_cache max=20000 inactive=20s; open_file_cache_valid 1s;
-  client_body_temp_path {WORK}/nginx/body; proxy_temp_path {WORK}/nginx/proxy;
-  fastcgi_temp_path {WORK}/nginx/fcgi; uwsgi_temp_path {WORK}/nginx/uwsgi; scgi_temp_path {WORK}/nginx/scgi;
+  client_body_temp_path {work}/nginx/body; proxy_temp_path {work}/nginx/proxy;
+  fastcgi_temp_path {work}/nginx/fcgi; uwsgi_temp_path {work}/nginx/uwsgi; scgi_temp_path {work}/nginx/scgi;
   types {{ application/octet-stream bin; }}
-  server {{ listen 127.0.0.1:{PORTS['nginx']} reuseport backlog=4096; root {WWW}; }}
+{http_extra}
 }}
-""")
+"""
+
+
+def configs():
+    os.makedirs(f"{WORK}/nginx", exist_ok=True)
+    with open(f"{WORK}/nginx.conf", "w") as f:
+        f.write(nginx_conf(WORK, f"  server {{ listen 127.0.0.1:{PORTS['nginx']} reuseport backlog=4096; root {WWW}; }}"))
     with open(f"{WORK}/h2o.conf", "w") as f:
         f.write(f"""listen:
   host: 127.0.0.1

@@ -22,7 +22,7 @@ Needs: wrk, curl, openssl, nginx, and `cargo build --release`.
 import argparse, os, re, socket, ssl, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import cpu_seconds, raise_nofile, rss_bytes, wrk  # noqa: E402
+from compare import cpu_seconds, nginx_conf, raise_nofile, rss_bytes, wrk  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = "/tmp/sluice-tls-bench"
@@ -68,27 +68,12 @@ cert = "{WORK}/cert.pem"
 key = "{WORK}/key.pem"
 """)
     with open(f"{WORK}/nginx.conf", "w") as f:
-        f.write(f"""worker_processes 2;
-pid {WORK}/nginx/nginx.pid;
-error_log {WORK}/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events {{ worker_connections 19000; multi_accept on; }}
-http {{
-  access_log off;
-  sendfile on; tcp_nopush on; tcp_nodelay on;
-  keepalive_timeout 120s; keepalive_requests 1000000;
-  open_file_cache max=20000 inactive=20s; open_file_cache_valid 1s;
-  client_body_temp_path {WORK}/nginx/body; proxy_temp_path {WORK}/nginx/proxy;
-  fastcgi_temp_path {WORK}/nginx/fcgi; uwsgi_temp_path {WORK}/nginx/uwsgi; scgi_temp_path {WORK}/nginx/scgi;
-  types {{ application/octet-stream bin; }}
-  ssl_certificate {WORK}/cert.pem;
+        f.write(nginx_conf(WORK, f"""  ssl_certificate {WORK}/cert.pem;
   ssl_certificate_key {WORK}/key.pem;
   ssl_protocols TLSv1.2 TLSv1.3;
   ssl_session_cache shared:SSL:10m;
   ssl_session_tickets on;
-  server {{ listen 127.0.0.1:{PORTS['nginx']} ssl reuseport backlog=4096; root {WWW}; }}
-}}
-""")
+  server {{ listen 127.0.0.1:{PORTS['nginx']} ssl reuseport backlog=4096; root {WWW}; }}"""))
 
 
 def start(name, sluice_bin):

@@ -49,6 +49,17 @@ static int wait_writable(int fd)
     return poll(&p, 1, SEND_WAIT_MS) == 1 ? 0 : -1;
 }
 
+/* After a send that moved nothing: 0 to try again (interrupted, or the socket
+ * took more within SEND_WAIT_MS), -1 to give up (an error, a stall, a short file). */
+static int send_again(int fd, ssize_t w)
+{
+    if (w < 0 && errno == EINTR)
+        return 0;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return wait_writable(fd);
+    return -1;
+}
+
 static int write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
@@ -56,12 +67,7 @@ static int write_all(int fd, const char *p, size_t n)
         if (w > 0) {
             p += w;
             n -= (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (wait_writable(fd) < 0)
-                return -1;
-        } else {
+        } else if (send_again(fd, w) < 0) {
             return -1;
         }
     }
@@ -72,16 +78,10 @@ static int send_file(int fd, int file, off_t off, off_t n)
 {
     while (n > 0) {
         ssize_t w = sendfile(fd, file, &off, n > (1 << 20) ? (1 << 20) : (size_t)n);
-        if (w > 0) {
+        if (w > 0)
             n -= w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (wait_writable(fd) < 0)
-                return -1;
-        } else {
-            return -1; /* error, or the file shrank */
-        }
+        else if (send_again(fd, w) < 0)
+            return -1;
     }
     return 0;
 }

@@ -51,14 +51,6 @@ fn ccserver() -> &'static Path {
     })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A front process and its socket path; killed on drop.
 struct FrontProc {
     _child: KillOnDrop,
@@ -265,12 +257,7 @@ fn sluice_serve_from_the_front_and_a_chain_of_relays() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(backend.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_stdout_line(&mut backend);
     let _b = KillOnDrop(backend);
     assert!(
         line.contains("serving") && line.contains("from unix:"),

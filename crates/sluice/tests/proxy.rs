@@ -66,12 +66,7 @@ fn start(tag: &str, extra: &str) -> Proxied {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_stdout_line(&mut child);
     assert!(line.contains("serving"), "{line:?}");
     // Both listeners print a line; the second may still be on its way.
     let t = Instant::now();

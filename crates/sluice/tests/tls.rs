@@ -99,12 +99,16 @@ impl Pki {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A config with `before` (other sections), then `[tls]` on a fresh port with the
+/// localhost certificate and `extra` lines: the HTTPS address and the TOML.
+fn tls_toml(pki: &Pki, before: &str, extra: &str) -> (String, String) {
+    let tls = format!("127.0.0.1:{}", free_port());
+    let toml = format!(
+        "{before}[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n{extra}",
+        pki.s("localhost.pem"),
+        pki.s("localhost.key"),
+    );
+    (tls, toml)
 }
 
 /// A server with HTTP on its usual port and HTTPS on `tls`.
@@ -354,11 +358,13 @@ fn a_100_mb_download_arrives_intact() {
     let dir2 = tempfile::tempdir().unwrap();
     std::fs::hard_link(dir.path().join("large.bin"), dir2.path().join("large.bin")).unwrap();
     for (d, ktls) in [(dir, "auto"), (dir2, "off")] {
-        let tls = format!("127.0.0.1:{}", free_port());
-        let cfg = format!(
-            "[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\nktls = \"{ktls}\"\n",
-            pki.s("localhost.pem"),
-            pki.s("localhost.key"),
+        let (tls, cfg) = tls_toml(
+            &pki,
+            "",
+            &format!(
+                "ktls = \"{ktls}\"
+"
+            ),
         );
         let srv = Server::start_with_config(d, &cfg, &[]);
         let out = srv
@@ -442,11 +448,14 @@ fn reload_with_a_broken_key_keeps_the_old_certificate_serving() {
 fn a_handshake_that_never_finishes_is_closed_at_the_deadline() {
     let pki = Pki::new(&["localhost"]);
     let dir = docroot();
-    let tls = format!("127.0.0.1:{}", free_port());
-    let cfg = format!(
-        "[http]\nheader_timeout = \"1s\"\n[condition]\ndefer_accept = \"0\"\n[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-        pki.s("localhost.pem"),
-        pki.s("localhost.key"),
+    let (tls, cfg) = tls_toml(
+        &pki,
+        "[http]
+header_timeout = \"1s\"
+[condition]
+defer_accept = \"0\"
+",
+        "",
     );
     let srv = Server::start_with_config(dir, &cfg, &[]);
     // The start of a ClientHello record, and then nothing.
@@ -522,11 +531,13 @@ fn check_validates_certificates_and_keys() {
 fn a_handshake_flood_gives_way_to_real_clients() {
     let pki = Pki::new(&["localhost"]);
     let dir = docroot();
-    let tls = format!("127.0.0.1:{}", free_port());
-    let cfg = format!(
-        "[condition]\nmax_connections = 64\ndefer_accept = \"0\"\n[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-        pki.s("localhost.pem"),
-        pki.s("localhost.key"),
+    let (tls, cfg) = tls_toml(
+        &pki,
+        "[condition]
+max_connections = 64
+defer_accept = \"0\"
+",
+        "",
     );
     let _srv = Server::start_with_config(dir, &cfg, &[]);
     // 300 connections that start a handshake and stall: far past the limit.

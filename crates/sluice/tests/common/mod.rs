@@ -19,7 +19,7 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -319,6 +319,13 @@ pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
             Err(_) => return false,
         }
     }
+}
+
+/// The first line a child prints on stdout (its "serving" line), waiting for it.
+pub fn first_stdout_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+    line
 }
 
 pub fn curl_available() -> bool {
