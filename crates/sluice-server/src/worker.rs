@@ -265,28 +265,17 @@ impl Worker {
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let (snap, snap_gen) = shared.current();
-        let proxy_addrs: Vec<std::net::SocketAddr> = snap
-            .config
-            .server
-            .proxy_protocol
-            .iter()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let proxy_listeners = listeners
-            .iter()
-            .map(|l| l.local_addr().is_ok_and(|a| proxy_addrs.contains(&a)))
-            .collect();
-        let tls_addrs: Vec<std::net::SocketAddr> = snap
-            .config
-            .tls
-            .listen
-            .iter()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let tls_listeners = listeners
-            .iter()
-            .map(|l| l.local_addr().is_ok_and(|a| tls_addrs.contains(&a)))
-            .collect();
+        // Which listeners are PROXY-protocol or HTTPS ones: by their address.
+        let marked = |addrs: &[String]| -> Vec<bool> {
+            let addrs: Vec<std::net::SocketAddr> =
+                addrs.iter().filter_map(|a| a.parse().ok()).collect();
+            listeners
+                .iter()
+                .map(|l| l.local_addr().is_ok_and(|a| addrs.contains(&a)))
+                .collect()
+        };
+        let proxy_listeners = marked(&snap.config.server.proxy_protocol);
+        let tls_listeners = marked(&snap.config.tls.listen);
         let front = match &shared.from {
             Some(path) => {
                 // Its own connection to the front: the protocol's ask-and-receive

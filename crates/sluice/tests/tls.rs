@@ -147,6 +147,21 @@ fn s_client(tls: &str, args: &[&str]) -> String {
     )
 }
 
+/// `openssl s_client` sending `input`, until the server closes: its stdout.
+fn s_client_talk(tls: &str, args: &[&str], input: &[u8]) -> String {
+    let mut child = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect", tls])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn curl_and_openssl_over_tls_1_2_and_1_3() {
     let pki = Pki::new(&["localhost"]);
@@ -213,23 +228,11 @@ fn keep_alive_and_pipelined_requests_over_tls() {
     assert_eq!(o.stdout, b"<h1>sub</h1>\nhello world\n");
     assert!(err.contains("Re-using existing connection"), "{err}");
     // Three pipelined requests in one write; the last closes.
-    let mut child = Command::new("timeout")
-        .args(["10", "openssl", "s_client", "-quiet", "-connect", &tls])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = s_client_talk(
+        &tls,
+        &["-quiet"],
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
     assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
     assert_eq!(text.matches("hello world").count(), 2, "{text}");
     assert!(text.contains("<h1>sub</h1>"), "{text}");
@@ -293,22 +296,11 @@ fn sessions_resume_with_tickets() {
         let s = sess.to_str().unwrap();
         // TLS 1.3 tickets arrive after the handshake: make one request and stay
         // until the server closes, so s_client has read them when it saves.
-        let mut child = Command::new("timeout")
-            .args(["10", "openssl", "s_client", "-ign_eof", "-connect", &tls])
-            .args([v, "-CAfile", &ca, "-sess_out", s])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let first = String::from_utf8_lossy(&out.stdout);
+        let first = s_client_talk(
+            &tls,
+            &["-ign_eof", v, "-CAfile", &ca, "-sess_out", s],
+            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
         assert!(
             first.contains("New, TLS") && first.contains("hello world"),
             "{first}"
