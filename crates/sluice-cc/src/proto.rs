@@ -327,44 +327,90 @@ pub fn recv_handoff(sock: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Handoff
     if n == 0 && fds.is_empty() {
         return Ok(None);
     }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad handoff: truncated",
+        ));
+    }
+    if fds.len() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad handoff: descriptor count",
+        ));
+    }
+    let (id, peer) = decode(&buf[..n])?;
+    Ok(Some(Handoff {
+        id,
+        peer,
+        request: buf[HEADER_LEN..n].to_vec(),
+        fd: fds.pop().expect("one descriptor"),
+    }))
+}
+
+/// Check a handoff message's bytes (header and request): its id and the peer, or
+/// why it is not one. The request is `msg[HEADER_LEN..]`.
+pub fn decode(msg: &[u8]) -> io::Result<(u64, SocketAddr)> {
     let bad = |why: &str| {
         Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("bad handoff: {why}"),
         ))
     };
-    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
-        return bad("truncated");
-    }
-    if n < HEADER_LEN || buf[0] != HANDOFF || buf[1] != VERSION {
+    if msg.len() < HEADER_LEN || msg[0] != HANDOFF || msg[1] != VERSION {
         return bad("header");
     }
-    let len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-    if n != HEADER_LEN + len || fds.len() != 1 {
-        return bad("length or descriptor count");
+    let len = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes")) as usize;
+    if msg.len() != HEADER_LEN + len || len > MAX_REQUEST {
+        return bad("length");
     }
-    let id = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-    let port = u16::from_le_bytes([buf[32], buf[33]]);
-    let ip = match buf[2] {
-        4 => IpAddr::V4(Ipv4Addr::new(buf[16], buf[17], buf[18], buf[19])),
+    let id = u64::from_le_bytes(msg[8..16].try_into().expect("8 bytes"));
+    let port = u16::from_le_bytes([msg[32], msg[33]]);
+    let ip = match msg[2] {
+        4 => IpAddr::V4(Ipv4Addr::new(msg[16], msg[17], msg[18], msg[19])),
         6 => IpAddr::V6(Ipv6Addr::from(
-            <[u8; 16]>::try_from(&buf[16..32]).expect("16 bytes"),
+            <[u8; 16]>::try_from(&msg[16..32]).expect("16 bytes"),
         )),
         _ => return bad("address family"),
     };
-    let request = buf[HEADER_LEN..n].to_vec();
-    Ok(Some(Handoff {
-        id,
-        peer: SocketAddr::new(ip, port),
-        request,
-        fd: fds.pop().expect("one descriptor"),
-    }))
+    Ok((id, SocketAddr::new(ip, port)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    #[test]
+    fn malformed_handoffs_are_refused() {
+        let mut good = vec![0u8; HEADER_LEN + 3];
+        good[0] = HANDOFF;
+        good[1] = VERSION;
+        good[2] = 4;
+        good[4..8].copy_from_slice(&3u32.to_le_bytes());
+        good[8..16].copy_from_slice(&9u64.to_le_bytes());
+        good[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        good[32..34].copy_from_slice(&80u16.to_le_bytes());
+        assert_eq!(decode(&good).unwrap(), (9, "10.0.0.1:80".parse().unwrap()));
+        let mut cases = Vec::new();
+        cases.push(good[..HEADER_LEN - 1].to_vec()); // short
+        cases.push(good[..HEADER_LEN + 2].to_vec()); // body shorter than declared
+        let mut c = good.clone();
+        c[0] = ASK; // not a handoff
+        cases.push(c);
+        let mut c = good.clone();
+        c[1] = 2; // unknown version
+        cases.push(c);
+        let mut c = good.clone();
+        c[2] = 5; // no such family
+        cases.push(c);
+        let mut c = good.clone();
+        c[4..8].copy_from_slice(&u32::MAX.to_le_bytes()); // absurd length
+        cases.push(c);
+        for c in cases {
+            assert!(decode(&c).is_err(), "{c:?}");
+        }
+    }
 
     #[test]
     fn a_socket_and_its_request_arrive_together() {

@@ -308,3 +308,39 @@ fn idle_keep_alive_connections_stay_at_the_front() {
         "nothing unexpected arrives"
     );
 }
+
+#[test]
+fn a_flood_of_silent_connections_gives_way_to_real_clients() {
+    let root = docroot();
+    // A small limit, and no deferred accept: every silent connection reaches the
+    // front and takes a slot, as in the paper.
+    let f = front(
+        "packaging,persist,fair,slowread,sanity",
+        "[condition]\nmax_connections = 64\ndefer_accept = \"0\"\n",
+    );
+    let _cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        if let Ok(s) = TcpStream::connect(&f.addr) {
+            flood.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..5 {
+        let o = curl(&["--max-time", "5", &format!("http://{}/hello.txt", f.addr)]);
+        assert_eq!(
+            o.stdout,
+            b"hello world\n",
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // The oldest silent connections were closed to make room.
+    let closed = flood
+        .iter_mut()
+        .take(50)
+        .map(|s| closed_within(s, Duration::from_millis(200)))
+        .filter(|&c| c)
+        .count();
+    assert!(closed >= 40, "only {closed} of the oldest 50 were closed");
+}
