@@ -117,6 +117,9 @@ pub struct Outgoing {
     pub rate: sluice_condition::slowread::RateWindow,
     /// The access-log record, written when the response is done.
     pub log: Option<crate::accesslog::Pending>,
+    /// Request-body bytes to read and throw away after this response (then they
+    /// move to `Phase::Head`).
+    pub discard_after: u32,
 }
 
 impl Outgoing {
@@ -136,6 +139,7 @@ impl Outgoing {
         self.ready_at = 0;
         self.rate = Default::default();
         self.log = None;
+        self.discard_after = 0;
     }
 
     /// Write as much as the socket takes, but at most about `turn` body bytes

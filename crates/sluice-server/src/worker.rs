@@ -78,8 +78,10 @@ const NEVER: Ms = u64::MAX;
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    /// Waiting for (more of) a request head since `started`.
-    Head { started: Ms },
+    /// Waiting for (more of) a request head since `started`; first skipping
+    /// `discard` bytes of the last request's body (u32: `http.max_body_discard` is
+    /// at most 2^30). The count lives here, in the enum's padding, not in `Conn`.
+    Head { started: Ms, discard: u32 },
     /// Sending a response; `last` is the last time bytes moved.
     Send { last: Ms },
     /// Keep-alive, nothing buffered.
@@ -87,7 +89,8 @@ enum Phase {
     /// The last response is written and our side is shut down; reading and
     /// discarding what the client still sends (bounded in time and bytes) so that
     /// closing does not send a RST that destroys the response's tail (RFC 9112 §9.6).
-    Linger { since: Ms },
+    /// At most `left` more bytes are read and thrown away.
+    Linger { since: Ms, left: u32 },
     /// Answering an errant client slowly (`tarpit`, `oversize`) until `until`; the
     /// rest of its state is in `Worker::drips`. Holds no buffers.
     Drip { until: Ms },
@@ -102,34 +105,55 @@ struct Conn {
     /// The response being sent; `None` between responses (pooled, so an idle
     /// connection does not carry it).
     out: Option<Box<Outgoing>>,
-    /// Request-body bytes still to be read and thrown away.
-    /// (u32: `http.max_body_discard` is at most 2^30, lingering at most 1 MiB.)
-    discard: u32,
     requests: u32,
-    close_after: bool,
-    read_blocked: bool,
-    write_blocked: bool,
-    /// The client shut its sending side; answer what is buffered, then close.
-    peer_closed: bool,
-    /// epoll reported RDHUP: do not trust a short read to mean "drained".
-    rdhup: bool,
-    /// Request bytes may be left unread when we close (a refused head, a body we
-    /// do not read): close by lingering, not at once.
-    linger: bool,
+    /// Eight yes/no facts about the connection in one byte (see [`Flags`]): an
+    /// idle connection's record is most of what it costs.
+    flags: Flags,
     /// How the per-range caps see it (over its cap: its request gets 503).
     cap: Cap,
     /// Why it will close once its last response is written.
     why: CloseReason,
-    /// Waiting in the worker's send queue for its next turn.
-    queued: bool,
-    /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
-    proxy_pending: bool,
     /// How it came: `None` for plain HTTP from a listener (most connections, so
     /// the rest costs them one pointer).
     via: Option<Box<Via>>,
     deadline: Ms,
     /// When this connection's live wheel entry comes up (`NEVER` if none).
     wheel_at: Ms,
+}
+
+/// A connection's yes/no state, one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Flags(u8);
+
+impl Flags {
+    /// Close once the response in flight is written.
+    const CLOSE_AFTER: u8 = 1;
+    /// The socket said EAGAIN on read; wait for the next readable edge.
+    const READ_BLOCKED: u8 = 2;
+    /// The socket said EAGAIN on write; wait for the next writable edge.
+    const WRITE_BLOCKED: u8 = 4;
+    /// The client shut its sending side; answer what is buffered, then close.
+    const PEER_CLOSED: u8 = 8;
+    /// epoll reported RDHUP: do not trust a short read to mean "drained".
+    const RDHUP: u8 = 16;
+    /// Request bytes may be left unread when we close (a refused head, a body we
+    /// do not read): close by lingering, not at once.
+    const LINGER: u8 = 32;
+    /// Waiting in the worker's send queue for its next turn.
+    const QUEUED: u8 = 64;
+    /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
+    const PROXY_PENDING: u8 = 128;
+
+    fn has(self, f: u8) -> bool {
+        self.0 & f != 0
+    }
+    fn set(&mut self, f: u8, on: bool) {
+        if on {
+            self.0 |= f;
+        } else {
+            self.0 &= !f;
+        }
+    }
 }
 
 /// A connection that is not plain HTTP from a listener (boxed in `Conn::via`, so
@@ -381,15 +405,15 @@ impl Worker {
                 };
                 // A handed-over connection's socket is the front's to read.
                 if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && c.front_id() == 0 {
-                    c.read_blocked = false;
+                    c.flags.set(Flags::READ_BLOCKED, false);
                 }
                 if ev.is_read_closed() || ev.is_error() {
                     // The FIN may already sit behind the data: read until EOF,
                     // because no further edge will announce it.
-                    c.rdhup = true;
+                    c.flags.set(Flags::RDHUP, true);
                 }
                 if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
-                    c.write_blocked = false;
+                    c.flags.set(Flags::WRITE_BLOCKED, false);
                 }
                 self.drive(t);
             }
@@ -552,7 +576,7 @@ impl Worker {
             let i = match c.phase {
                 Phase::Head { .. } => 0,
                 // In the round-robin queue, waiting for its next send turn.
-                Phase::Send { .. } if c.queued => 4,
+                Phase::Send { .. } if c.flags.has(Flags::QUEUED) => 4,
                 Phase::Send { .. } => 1,
                 Phase::Idle { .. } => 2,
                 Phase::Linger { .. } => 3,
@@ -619,7 +643,7 @@ impl Worker {
             self.close(k, CloseReason::Shutdown);
         }
         for (_, c) in self.conns.iter_mut() {
-            c.close_after = true;
+            c.flags.set(Flags::CLOSE_AFTER, true);
             c.why = CloseReason::Shutdown;
         }
     }
@@ -727,21 +751,16 @@ impl Worker {
             sock,
             peer,
             gen: self.gen,
-            phase: Phase::Head { started: now },
+            phase: Phase::Head {
+                started: now,
+                discard: 0,
+            },
             rbuf: Vec::new(),
             out: None,
-            discard: 0,
             requests: 0,
-            close_after: false,
-            read_blocked: true,
-            write_blocked: false,
-            peer_closed: false,
-            rdhup: false,
-            linger: false,
+            flags: Flags(Flags::READ_BLOCKED | if proxy { Flags::PROXY_PENDING } else { 0 }),
             cap,
             why: CloseReason::Done,
-            queued: false,
-            proxy_pending: proxy,
             via: tls,
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
@@ -859,7 +878,7 @@ impl Worker {
             Proxied::Done { len, source } => (len, source),
         };
         c.rbuf.drain(..len);
-        c.proxy_pending = false;
+        c.flags.set(Flags::PROXY_PENDING, false);
         let old = c.peer;
         // LOCAL / UNKNOWN: the balancer's own connection (a health check).
         let ip = source.map_or(old, |a| match a.ip() {
@@ -1019,7 +1038,9 @@ impl Worker {
             };
             let key = key as usize;
             match self.conns.get_mut(key) {
-                Some(c) if c.gen == gen && c.queued => c.queued = false,
+                Some(c) if c.gen == gen && c.flags.has(Flags::QUEUED) => {
+                    c.flags.set(Flags::QUEUED, false)
+                }
                 _ => continue,
             }
             self.drive(key);
@@ -1159,13 +1180,13 @@ impl Worker {
             //    session tickets) go first; until they are out, nothing else moves.
             if let Some(t) = tls_of(&mut c.via) {
                 if t.wants_write() {
-                    if c.write_blocked {
+                    if c.flags.has(Flags::WRITE_BLOCKED) {
                         return;
                     }
                     match tls::push(&c.sock, t) {
                         Ok(true) => {}
                         Ok(false) => {
-                            c.write_blocked = true;
+                            c.flags.set(Flags::WRITE_BLOCKED, true);
                             return;
                         }
                         Err(_) => {
@@ -1177,7 +1198,7 @@ impl Worker {
             }
             // 1. Finish the response in flight (in turns: see `run_sendq`).
             if let Some(out) = c.out.as_mut() {
-                if c.write_blocked || c.queued {
+                if c.flags.has(Flags::WRITE_BLOCKED) || c.flags.has(Flags::QUEUED) {
                     return;
                 }
                 let flushed = match tls_of(&mut c.via) {
@@ -1199,7 +1220,7 @@ impl Worker {
                 };
                 match flushed {
                     Ok(Flush::Yield) => {
-                        c.queued = true;
+                        c.flags.set(Flags::QUEUED, true);
                         c.phase = Phase::Send { last: self.now_ms };
                         self.sendq.push_back((key as u32, c.gen));
                         match self.check_rate(key) {
@@ -1209,7 +1230,7 @@ impl Worker {
                         return;
                     }
                     Ok(Flush::Blocked) => {
-                        c.write_blocked = true;
+                        c.flags.set(Flags::WRITE_BLOCKED, true);
                         c.phase = Phase::Send { last: self.now_ms };
                         match self.check_rate(key) {
                             Some(d) => self.set_deadline(key, d),
@@ -1230,33 +1251,36 @@ impl Worker {
                             out.ready_at.saturating_sub(head_started) * 1000,
                             self.now_ms.saturating_sub(head_started) * 1000,
                         );
+                        let discard = out.discard_after;
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                         }
                         if c.front_id() != 0
-                            && !c.close_after
+                            && !c.flags.has(Flags::CLOSE_AFTER)
                             && c.rbuf.is_empty()
-                            && c.discard == 0
+                            && discard == 0
                         {
                             self.hand_back(key);
                             return;
                         }
-                        if c.close_after {
+                        if c.flags.has(Flags::CLOSE_AFTER) {
                             self.finish_closing(key);
                             return;
                         }
-                        c.phase = if c.discard > 0 {
+                        c.phase = if discard > 0 {
                             // A request body is still to be skipped: it keeps the
                             // head's total deadline (header_timeout from the head's
                             // start), so trickling it cannot hold the connection.
                             Phase::Head {
                                 started: head_started,
+                                discard,
                             }
                         } else if c.rbuf.is_empty() {
                             Phase::Idle { since: self.now_ms }
                         } else {
                             Phase::Head {
                                 started: self.now_ms,
+                                discard: 0,
                             }
                         };
                     }
@@ -1269,22 +1293,29 @@ impl Worker {
             }
             // 2. Read what the client sent.
             let c = &mut self.conns[key];
-            if !c.read_blocked && c.rbuf.len() < self.limits.max_head + READ_CHUNK {
+            if !c.flags.has(Flags::READ_BLOCKED) && c.rbuf.len() < self.limits.max_head + READ_CHUNK
+            {
                 let limit = self.limits.max_head + READ_CHUNK;
                 let got = match tls_of(&mut c.via) {
                     Some(t) => {
                         tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK)
                     }
-                    None => read_into(&mut c.sock, &mut c.rbuf, &mut self.pool, limit, c.rdhup),
+                    None => read_into(
+                        &mut c.sock,
+                        &mut c.rbuf,
+                        &mut self.pool,
+                        limit,
+                        c.flags.has(Flags::RDHUP),
+                    ),
                 };
                 match got {
-                    Ok(ReadOutcome::Blocked) => c.read_blocked = true,
+                    Ok(ReadOutcome::Blocked) => c.flags.set(Flags::READ_BLOCKED, true),
                     Ok(ReadOutcome::Full) => {}
                     Ok(ReadOutcome::Eof) if !c.rbuf.is_empty() => {
                         // Half-close after a request (`printf ... | nc`): answer what
                         // is buffered, then close.
-                        c.read_blocked = true;
-                        c.peer_closed = true;
+                        c.flags.set(Flags::READ_BLOCKED, true);
+                        c.flags.set(Flags::PEER_CLOSED, true);
                     }
                     Ok(ReadOutcome::Eof) => {
                         self.close(key, CloseReason::ClientGone);
@@ -1305,47 +1336,50 @@ impl Worker {
                 if matches!(c.phase, Phase::Idle { .. }) && !c.rbuf.is_empty() {
                     c.phase = Phase::Head {
                         started: self.now_ms,
+                        discard: 0,
                     };
                 }
             }
             // 3. Throw away a request body we are skipping.
-            if c.discard > 0 {
-                let n = (c.discard as usize).min(c.rbuf.len());
-                c.rbuf.drain(..n);
-                c.discard -= n as u32;
-                if c.discard > 0 {
-                    if c.read_blocked {
-                        // Total, not per read: from the start of the request's head.
-                        let started = match c.phase {
-                            Phase::Head { started } => started,
-                            _ => self.now_ms,
-                        };
-                        let d = started + ms(self.snap.config.http.header_timeout);
-                        if c.rbuf.is_empty() {
-                            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+            if let Phase::Head { started, discard } = c.phase {
+                if discard > 0 {
+                    let n = (discard as usize).min(c.rbuf.len());
+                    c.rbuf.drain(..n);
+                    let left = discard - n as u32;
+                    c.phase = Phase::Head {
+                        started,
+                        discard: left,
+                    };
+                    if left > 0 {
+                        if c.flags.has(Flags::READ_BLOCKED) {
+                            // Total, not per read: from the start of the request's head.
+                            let d = started + ms(self.snap.config.http.header_timeout);
+                            if c.rbuf.is_empty() {
+                                recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+                            }
+                            self.set_deadline(key, d);
+                            return;
                         }
-                        self.set_deadline(key, d);
-                        return;
+                        continue;
                     }
-                    continue;
                 }
             }
             // 3½. Behind a load balancer: its PROXY header comes first, within the
             //     same total head deadline; then the connection is the real client's.
-            if c.proxy_pending {
+            if c.flags.has(Flags::PROXY_PENDING) {
                 match self.proxy_header(key) {
                     Ok(true) => {}
                     Ok(false) => {
                         let c = &mut self.conns[key];
-                        if c.peer_closed {
+                        if c.flags.has(Flags::PEER_CLOSED) {
                             self.close(key, CloseReason::ClientGone);
                             return;
                         }
-                        if !c.read_blocked {
+                        if !c.flags.has(Flags::READ_BLOCKED) {
                             continue;
                         }
                         let d = match c.phase {
-                            Phase::Head { started } => started,
+                            Phase::Head { started, .. } => started,
                             _ => self.now_ms,
                         } + ms(self.snap.config.http.header_timeout);
                         self.set_deadline(key, d);
@@ -1369,22 +1403,22 @@ impl Worker {
                 }
                 Step::NeedMore => {
                     let c = &mut self.conns[key];
-                    if c.peer_closed {
+                    if c.flags.has(Flags::PEER_CLOSED) {
                         self.close(key, CloseReason::ClientGone);
                         return;
                     }
-                    if !c.read_blocked {
+                    if !c.flags.has(Flags::READ_BLOCKED) {
                         continue; // buffer had room and more may be readable
                     }
                     let d = match c.phase {
-                        Phase::Head { started } => {
+                        Phase::Head { started, .. } => {
                             started + ms(self.snap.config.http.header_timeout)
                         }
                         Phase::Idle { since } => {
                             since + ms(self.snap.config.http.keepalive_timeout)
                         }
                         Phase::Send { last } => last + ms(self.snap.config.http.send_timeout),
-                        Phase::Linger { since } => since + LINGER_MS,
+                        Phase::Linger { since, .. } => since + LINGER_MS,
                         Phase::Drip { until } => until,
                     };
                     if c.rbuf.is_empty() {
@@ -1409,7 +1443,9 @@ impl Worker {
     /// `Connection: close` request may have arrived while the response went out).
     fn finish_closing(&mut self, key: usize) {
         let c = &mut self.conns[key];
-        if c.peer_closed || (!c.linger && !unread_bytes_waiting(&c.sock)) {
+        if c.flags.has(Flags::PEER_CLOSED)
+            || (!c.flags.has(Flags::LINGER) && !unread_bytes_waiting(&c.sock))
+        {
             let why = c.why;
             self.close(key, why);
             return;
@@ -1422,9 +1458,11 @@ impl Worker {
         }
         // SAFETY: shutdown on our own open socket.
         unsafe { libc::shutdown(c.sock.as_raw_fd(), libc::SHUT_WR) };
-        c.phase = Phase::Linger { since: self.now_ms };
-        c.discard = LINGER_BYTES;
-        c.read_blocked = false;
+        c.phase = Phase::Linger {
+            since: self.now_ms,
+            left: LINGER_BYTES,
+        };
+        c.flags.set(Flags::READ_BLOCKED, false);
         let d = self.now_ms + LINGER_MS;
         self.set_deadline(key, d);
         self.drain_lingering(key);
@@ -1434,8 +1472,11 @@ impl Worker {
     /// an error, or once [`LINGER_BYTES`] have been discarded.
     fn drain_lingering(&mut self, key: usize) {
         let c = &mut self.conns[key];
+        let Phase::Linger { since, mut left } = c.phase else {
+            return;
+        };
         let mut scratch = [0u8; 8192];
-        while !c.read_blocked {
+        while !c.flags.has(Flags::READ_BLOCKED) {
             // SAFETY: recv into a stack buffer of the given length.
             let n = unsafe {
                 libc::recv(
@@ -1447,18 +1488,19 @@ impl Worker {
             };
             if n < 0 {
                 match io::Error::last_os_error().kind() {
-                    io::ErrorKind::WouldBlock => c.read_blocked = true,
+                    io::ErrorKind::WouldBlock => c.flags.set(Flags::READ_BLOCKED, true),
                     io::ErrorKind::Interrupted => {}
                     _ => break,
                 }
                 continue;
             }
-            if n == 0 || n as u64 >= u64::from(c.discard) {
+            if n == 0 || n as u64 >= u64::from(left) {
                 break;
             }
-            c.discard -= n as u32;
+            left -= n as u32;
         }
-        if !c.read_blocked {
+        c.phase = Phase::Linger { since, left };
+        if !c.flags.has(Flags::READ_BLOCKED) {
             let why = c.why;
             self.close(key, why);
         }
@@ -1475,8 +1517,8 @@ impl Worker {
 
     fn next_request(&mut self, key: usize) -> Step {
         let c = &mut self.conns[key];
-        if c.rbuf.is_empty() || c.close_after {
-            return if c.close_after && c.out.is_none() {
+        if c.rbuf.is_empty() || c.flags.has(Flags::CLOSE_AFTER) {
+            return if c.flags.has(Flags::CLOSE_AFTER) && c.out.is_none() {
                 Step::Close
             } else {
                 Step::NeedMore
@@ -1486,6 +1528,8 @@ impl Worker {
         let mut head_started = self.now_ms;
         let parsed = parse_head(&rbuf, &self.limits);
         let mut errant: Option<sluice_rules::classify::Errant> = None;
+        // A request body to read and throw away once the response is out.
+        let mut discard_body = 0u32;
         let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
                 self.conns[key].rbuf = rbuf;
@@ -1498,7 +1542,7 @@ impl Worker {
                 c.why = CloseReason::BadRequest;
                 // The framing can no longer be trusted: whatever else the client
                 // sends is drained after the answer, never parsed.
-                c.linger = true;
+                c.flags.set(Flags::LINGER, true);
                 let log = self.log.enabled().then(|| {
                     Pending::rejected(
                         &rbuf,
@@ -1541,14 +1585,14 @@ impl Worker {
                 match head.framing() {
                     BodyFraming::None => {}
                     BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
-                        c.discard = n as u32 // bounded by max_body_discard ≤ 2^30
+                        discard_body = n as u32 // bounded by max_body_discard ≤ 2^30
                     }
                     // Too big to skip, or chunked: answer, then close (lingering, so
                     // the unread body does not turn the close into a RST), and never
                     // parse the body as a request.
                     _ => {
                         resp.close = true;
-                        c.linger = true;
+                        c.flags.set(Flags::LINGER, true);
                     }
                 }
                 c.requests += 1;
@@ -1582,7 +1626,7 @@ impl Worker {
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
                 head_started = match c.phase {
-                    Phase::Head { started } => started,
+                    Phase::Head { started, .. } => started,
                     _ => self.now_ms,
                 };
                 (
@@ -1605,13 +1649,14 @@ impl Worker {
         rbuf.drain(..consumed.min(rbuf.len()));
         c.rbuf = rbuf;
         let close = resp.close || !keep_alive;
-        c.close_after = close;
+        c.flags.set(Flags::CLOSE_AFTER, close);
         // Anything pipelined after a response that closes the connection is unread.
         if close && !c.rbuf.is_empty() {
-            c.linger = true;
+            c.flags.set(Flags::LINGER, true);
         }
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
+        out.discard_after = discard_body;
         out.head_started = head_started;
         out.ready_at = self.now_ms;
         out.rate = RateWindow::start(self.now_ms, 0);
@@ -1846,12 +1891,12 @@ mod tests {
     /// entry (docs/BENCHMARKS.md measures its RSS). Keep the record small: anything
     /// only needed while a response is in flight belongs in `Outgoing`, anything
     /// only some connections need behind `via` (TLS, handed over by a front
-    /// process: one pointer for everyone else). 128 in a debug build, where mio's
-    /// TcpStream carries a selector id; less in release.
+    /// process: one pointer for everyone else), yes/no state in `flags`. 120 in a
+    /// debug build, where mio's TcpStream carries a selector id; 104 in release.
     #[test]
     fn idle_connection_record_stays_small() {
         let size = std::mem::size_of::<super::Conn>();
-        assert!(size <= 128, "Conn grew to {size} bytes");
+        assert!(size <= 120, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
     }
 }
