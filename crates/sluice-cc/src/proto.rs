@@ -445,6 +445,15 @@ mod tests {
         send_ctl(down.as_raw_fd(), KEEP, 42).unwrap();
         assert_eq!(recv_ctl(up.as_raw_fd()).unwrap(), Some((KEEP, 42)));
         drop(down);
+        // Another test in this process forks (the C API's `cc_fork`): its child may
+        // hold a copy of `down` for a moment, so wait for the EOF, bounded.
+        let mut p = libc::pollfd {
+            fd: up.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "no EOF");
         assert_eq!(recv_ctl(up.as_raw_fd()).unwrap(), None);
         let _ = std::fs::remove_file(&dir);
     }
