@@ -90,7 +90,12 @@ impl Drop for MapWindow {
 }
 
 const MAP_WINDOW: u64 = 4 << 20;
-const SENDFILE_MAX: u64 = 1 << 21;
+/// `sendfile` calls end where the stream (head and body) reaches a multiple of
+/// this, and a turn ends there too: a response's bytes then leave in whole 256 KiB
+/// calls after the first, never a full call followed by a few hundred bytes (the
+/// head's length) in a call of their own. Measured on one 100 MB loopback download:
+/// see docs/BENCHMARKS.md "Downloads".
+const TURN_EDGE: u64 = 256 * 1024;
 
 /// The send-side state of one response.
 #[derive(Default)]
@@ -113,6 +118,8 @@ pub struct Outgoing {
     pub head_started: u64,
     /// When the response was ready to send (worker ms): time to first byte.
     pub ready_at: u64,
+    /// Bytes of the response head (stream offset of the body's first byte).
+    pub head_len: u64,
     /// Slow-read prevention: the current rate window of this response.
     pub rate: sluice_condition::slowread::RateWindow,
     /// The access-log record, written when the response is done.
@@ -140,6 +147,7 @@ impl Outgoing {
         self.rate = Default::default();
         self.log = None;
         self.discard_after = 0;
+        self.head_len = 0;
     }
 
     /// Write as much as the socket takes, but at most about `turn` body bytes
@@ -155,8 +163,9 @@ impl Outgoing {
         let fd = wire.fd();
         let mode = if wire.zero_copy() { mode } else { IoMode::Read };
         let sent_before = self.sent;
+        let mut at_edge = false;
         loop {
-            if self.sent - sent_before >= turn && !self.chunks.is_empty() {
+            if (at_edge || self.sent - sent_before >= turn) && !self.chunks.is_empty() {
                 return Ok(Flush::Yield);
             }
             let front_is_mem = matches!(
@@ -198,16 +207,15 @@ impl Outgoing {
             match mode {
                 IoMode::Sendfile => {
                     let mut o = pos as libc::off_t;
+                    // Up to the next TURN_EDGE of the stream (head included).
+                    let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
                     let n = unsafe {
                         libc::sendfile(
                             fd,
                             file.as_raw_fd(),
                             &mut o,
-                            remaining
-                                .min(SENDFILE_MAX)
-                                .min(turn.saturating_sub(self.sent - sent_before).max(1))
-                                as usize,
+                            remaining.min(to_edge) as usize,
                         )
                     };
                     if n < 0 {
@@ -223,6 +231,10 @@ impl Outgoing {
                     }
                     self.off += n as u64;
                     self.sent += n as u64;
+                    if n as u64 == to_edge {
+                        // A whole turn's worth ends here: let others have theirs.
+                        at_edge = true;
+                    }
                 }
                 IoMode::Read => {
                     // Fill the write buffer from the file; the memory path sends it.

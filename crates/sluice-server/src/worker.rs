@@ -1679,6 +1679,7 @@ impl Worker {
             wbuf.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         wbuf.extend_from_slice(b"\r\n");
+        out.head_len = wbuf.len() as u64;
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless {
             out.chunks = resp.body.into();
