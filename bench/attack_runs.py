@@ -9,8 +9,12 @@ descriptors the attackers run in several processes from 127.66.x.
 
 --apache adds Debian's Apache 2.4 (mpm_event, 2 processes, 150 workers, the
 defaults' mod_reqtimeout), as seed 004 measured Apache beside the paper's server.
+
+Each experiment also prints every server's memory: RSS of its process tree before
+the experiment and the peak during it (sampled twice a second), and the growth per
+attacking connection.
 """
-import argparse, os, subprocess, sys, time
+import argparse, os, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attacks  # noqa: E402  (sluice with its defaults, as in the attack table)
@@ -58,6 +62,33 @@ MaxKeepAliveRequests 0
     return compare.wait_listening(p, "apache", APACHE_PORT)
 
 
+class RssWatch:
+    """Sample each server's RSS (its whole process tree) twice a second while an
+    experiment runs: the baseline before it, the peak during it."""
+
+    def __init__(self, servers):
+        self.servers = servers  # name -> pid
+        self.base = {n: compare.rss_bytes(p) for n, p in servers.items()}
+        self.peak = dict(self.base)
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            for n, p in self.servers.items():
+                self.peak[n] = max(self.peak[n], compare.rss_bytes(p))
+
+    def report(self, experiment, n):
+        self.stop.set()
+        self.t.join()
+        for name in self.servers:
+            grow = self.peak[name] - self.base[name]
+            per = f", {grow / n:.0f} B per attacking connection" if n else ""
+            print(f"memory {experiment} {name}: RSS {self.base[name] / 2**20:.1f} MiB before, "
+                  f"peak {self.peak[name] / 2**20:.1f} MiB during (+{grow / 2**20:.1f} MiB{per})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=5)
@@ -69,36 +100,41 @@ def main():
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     compare.configs()
-    procs = []
     targets = ["--target", f"sluice=http://127.0.0.1:{compare.PORTS['sluice']}/",
                "--target", f"nginx=http://127.0.0.1:{compare.PORTS['nginx']}/"]
     if a.apache:
         targets += ["--target", f"apache=http://127.0.0.1:{APACHE_PORT}/"]
-    try:
-        procs.append(attacks.start_sluice(sluice_bin))
-        procs.append(compare.start("nginx", sluice_bin))
-        if a.apache:
-            procs.append(start_apache())
-        for e in a.experiments.split(","):
+    names = ["sluice", "nginx"] + (["apache"] if a.apache else [])
+    for e in a.experiments.split(","):
+        # Fresh servers for every experiment: memory a process took for one attack
+        # stays in its RSS and would hide the next attack's.
+        procs = []
+        try:
+            procs.append(attacks.start_sluice(sluice_bin))
+            procs.append(compare.start("nginx", sluice_bin))
+            if a.apache:
+                procs.append(start_apache())
             n = a.sweep_max if e == "incomplete-sweep" else SIZES.get(e)
             cmd = [sluice_bin, "bench", "run", e, *targets, "--docroot", compare.WWW,
                    "--out", f"{compare.WORK}/attack-out", "-d", f"{a.duration}s", "-c", "10"]
             if n:
                 cmd += ["--max-concurrency", str(n)]
             print(f"$ {' '.join(cmd)}", flush=True)
+            watch = RssWatch(dict(zip(names, (p.pid for p in procs))))
             r = subprocess.run(cmd, capture_output=True, text=True)
             print(r.stdout + r.stderr, flush=True)
-            time.sleep(2)
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, 15)  # apache's children are in its session
-            except OSError:
-                p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            watch.report(e, n if e != "incomplete-sweep" else 0)
+        finally:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, 15)  # apache's children are in its session
+                except OSError:
+                    p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        time.sleep(2)
 
 
 if __name__ == "__main__":
