@@ -215,14 +215,10 @@ pub unsafe extern "C" fn cc_accept(
         return -1;
     };
     if !addr.is_null() && !addrlen.is_null() {
-        let sa = to_sockaddr(h.peer);
-        let n = (*addrlen as usize).min(sa.1 as usize);
-        std::ptr::copy_nonoverlapping(
-            (&sa.0 as *const libc::sockaddr_storage).cast::<u8>(),
-            addr.cast::<u8>(),
-            n,
-        );
-        *addrlen = sa.1;
+        let sa = socket2::SockAddr::from(h.peer);
+        let n = (*addrlen as usize).min(sa.len() as usize);
+        std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), addr.cast::<u8>(), n);
+        *addrlen = sa.len();
     }
     let fd = h.fd.into_raw_fd();
     put(
@@ -238,41 +234,6 @@ pub unsafe extern "C" fn cc_accept(
         }),
     );
     fd
-}
-
-fn to_sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, socklen_t) {
-    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        std::net::SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_in fits in sockaddr_storage.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        std::net::SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: 0,
-            };
-            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as socklen_t)
 }
 
 /// Replaces read: the request the front handed over comes first; after it, a plain

@@ -19,12 +19,14 @@
 //! complete request (head and any body), with the client's socket in an
 //! `SCM_RIGHTS` control message.
 //!
-//! Hand-written with libc because std has no stable API for `SCM_RIGHTS` and none
-//! for `SOCK_SEQPACKET`; it is small and is the product's own wire format.
+//! Sockets are socket2's; the messages are hand-written with libc because neither
+//! std nor socket2 builds `SCM_RIGHTS` control messages, and they are the product's
+//! own wire format.
 
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 pub const ASK: u8 = b'A';
@@ -53,55 +55,32 @@ pub fn unix_path(s: &str) -> &Path {
     Path::new(s.strip_prefix("unix:").unwrap_or(s))
 }
 
-fn sockaddr_un(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-    let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= sa.sun_path.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: socket path too long", path.display()),
-        ));
-    }
-    sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in sa.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    Ok((sa, len as libc::socklen_t))
+fn seqpacket(nonblocking: bool) -> io::Result<Socket> {
+    // socket2 sets close-on-exec.
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET, None)?;
+    s.set_nonblocking(nonblocking)?;
+    Ok(s)
 }
 
-fn seqpacket(nonblocking: bool) -> io::Result<OwnedFd> {
-    let flags = libc::SOCK_SEQPACKET
-        | libc::SOCK_CLOEXEC
-        | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
-    // SAFETY: plain socket(2); the result is checked before it is owned.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, flags, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a new descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// The error, with the socket's path in it.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// Connect to a stage's socket (blocking).
 pub fn connect(path: &Path) -> io::Result<OwnedFd> {
-    let fd = seqpacket(false)?;
-    let (sa, len) = sockaddr_un(path)?;
-    // SAFETY: sa is a valid sockaddr_un of length len.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-    }
-    Ok(fd)
+    let s = seqpacket(false)?;
+    s.connect(&SockAddr::unix(path)?).map_err(|e| at(path, e))?;
+    Ok(s.into())
+}
+
+/// Connect (waiting for the connection), then make the socket non-blocking, for an
+/// event loop.
+pub fn connect_nonblocking(path: &Path) -> io::Result<OwnedFd> {
+    let s = seqpacket(false)?;
+    s.connect(&SockAddr::unix(path)?).map_err(|e| at(path, e))?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 /// Listen on a stage's socket (non-blocking). A stale socket file left by a
@@ -123,22 +102,10 @@ pub fn listen(path: &Path) -> io::Result<OwnedFd> {
         }
         std::fs::remove_file(path)?;
     }
-    let fd = seqpacket(true)?;
-    let (sa, len) = sockaddr_un(path)?;
-    // SAFETY: sa is a valid sockaddr_un of length len; fd is ours.
-    unsafe {
-        if libc::bind(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_un).cast(),
-            len,
-        ) < 0
-            || libc::listen(fd.as_raw_fd(), 128) < 0
-        {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-        }
-    }
-    Ok(fd)
+    let s = seqpacket(true)?;
+    s.bind(&SockAddr::unix(path)?).map_err(|e| at(path, e))?;
+    s.listen(128).map_err(|e| at(path, e))?;
+    Ok(s.into())
 }
 
 /// Accept a downstream process on a listening stage socket (non-blocking).
@@ -380,6 +347,7 @@ pub fn decode(msg: &[u8]) -> io::Result<(u64, SocketAddr)> {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn malformed_handoffs_are_refused() {

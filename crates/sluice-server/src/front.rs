@@ -33,6 +33,7 @@
 //! connection record and, only while a request is incomplete or ready, its buffer.
 
 use crate::listener;
+use crate::worker::{read_into, recycle, ReadOutcome};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -43,9 +44,9 @@ use sluice_config::Config;
 use sluice_http::{parse_head, BodyFraming, Limits, Parsed};
 use sluicecc::proto;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -492,37 +493,13 @@ impl Front {
         if !matches!(c.st, St::Reading | St::Idle) {
             return; // a backend's, or already waiting in the queue
         }
+        // The worker's read (pooled buffer, into spare capacity): until EAGAIN, since
+        // this loop does not track RDHUP.
         let max = self.limits.max_head + MAX_BODY;
-        let mut eof = false;
-        if c.rbuf.capacity() == 0 {
-            c.rbuf = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(4096));
-        }
-        loop {
-            if c.rbuf.len() >= max {
-                break;
-            }
-            let old = c.rbuf.len();
-            let want = (max - old).min(16 * 1024);
-            c.rbuf.resize(old + want, 0);
-            match c.sock.read(&mut c.rbuf[old..]) {
-                Ok(0) => {
-                    c.rbuf.truncate(old);
-                    eof = true;
-                    break;
-                }
-                Ok(n) => c.rbuf.truncate(old + n),
-                Err(e) => {
-                    c.rbuf.truncate(old);
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        eof = true;
-                    }
-                    break;
-                }
-            }
-        }
+        let eof = !matches!(
+            read_into(&mut c.sock, &mut c.rbuf, &mut self.pool, max, true),
+            Ok(ReadOutcome::Blocked | ReadOutcome::Full)
+        );
         if c.st == St::Idle && !c.rbuf.is_empty() {
             c.st = St::Reading;
             c.since = self.now;
@@ -727,13 +704,6 @@ impl Front {
     }
 }
 
-fn recycle(pool: &mut Vec<Vec<u8>>, mut b: Vec<u8>) {
-    if b.capacity() > 0 && b.capacity() <= 128 * 1024 && pool.len() < 256 {
-        b.clear();
-        pool.push(b);
-    }
-}
-
 fn send_best_effort(sock: &TcpStream, msg: &[u8]) {
     // SAFETY: one non-blocking send from a valid slice on our own socket.
     unsafe {
@@ -755,7 +725,7 @@ pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
     // try for a few seconds.
     let mut tries = 0;
     let up = loop {
-        match proto::connect(from) {
+        match proto::connect_nonblocking(from) {
             Ok(fd) => break fd,
             Err(_) if tries < 500 => {
                 tries += 1;
@@ -776,7 +746,6 @@ pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
             Interest::READABLE,
         )
         .map_err(|e| e.to_string())?;
-    set_nonblocking(up.as_raw_fd());
     let mut downs: Slab<OwnedFd> = Slab::new();
     // Who asked, in order: the next handoff from upstream goes to the first.
     let mut askers: VecDeque<usize> = VecDeque::new();
@@ -876,13 +845,5 @@ pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
                 }
             }
         }
-    }
-}
-
-fn set_nonblocking(fd: RawFd) {
-    // SAFETY: fcntl on our own descriptor.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
     }
 }

@@ -304,12 +304,7 @@ impl Worker {
             Some(path) => {
                 // Its own connection to the front: the protocol's ask-and-receive
                 // keeps every handoff whole, whichever worker asked.
-                let fd = sluicecc::proto::connect(path)?;
-                // SAFETY: fcntl on the descriptor just made.
-                unsafe {
-                    let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-                    libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-                }
+                let fd = sluicecc::proto::connect_nonblocking(path)?;
                 poll.registry().register(
                     &mut mio::unix::SourceFd(&fd.as_raw_fd()),
                     Token(FRONT),
@@ -1697,7 +1692,7 @@ pub(crate) enum ReadOutcome {
     Eof,
 }
 
-fn read_into(
+pub(crate) fn read_into(
     sock: &mut TcpStream,
     buf: &mut Vec<u8>,
     pool: &mut Vec<Vec<u8>>,
