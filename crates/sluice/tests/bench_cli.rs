@@ -442,23 +442,27 @@ fn attack_experiments_hold_connections_and_report() {
         }
         most
     });
-    let o = sluice(&[
-        "bench",
-        "run",
-        "persistent-hold",
-        "--target",
-        &target,
-        "--docroot",
-        &root,
-        "--out",
-        &outp,
-        "-d",
-        "1s",
-        "-c",
-        "2",
-        "--max-concurrency",
-        "300",
-    ]);
+    // One experiment against this server, 1 s per phase, 2 legitimate connections.
+    let run = |experiment: &str, attackers: &str| {
+        sluice(&[
+            "bench",
+            "run",
+            experiment,
+            "--target",
+            &target,
+            "--docroot",
+            &root,
+            "--out",
+            &outp,
+            "-d",
+            "1s",
+            "-c",
+            "2",
+            "--max-concurrency",
+            attackers,
+        ])
+    };
+    let o = run("persistent-hold", "300");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -479,23 +483,7 @@ fn attack_experiments_hold_connections_and_report() {
         "the attack held {most} idle connections, not 300"
     );
 
-    let o = sluice(&[
-        "bench",
-        "run",
-        "incomplete-sweep",
-        "--target",
-        &target,
-        "--docroot",
-        &root,
-        "--out",
-        &outp,
-        "-d",
-        "1s",
-        "-c",
-        "2",
-        "--max-concurrency",
-        "100",
-    ]);
+    let o = run("incomplete-sweep", "100");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     assert_eq!(

@@ -350,14 +350,7 @@ fn a_100_mb_download_arrives_intact() {
     let dir2 = tempfile::tempdir().unwrap();
     std::fs::hard_link(dir.path().join("large.bin"), dir2.path().join("large.bin")).unwrap();
     for (d, ktls) in [(dir, "auto"), (dir2, "off")] {
-        let (tls, cfg) = tls_toml(
-            &pki,
-            "",
-            &format!(
-                "ktls = \"{ktls}\"
-"
-            ),
-        );
+        let (tls, cfg) = tls_toml(&pki, "", &format!("ktls = \"{ktls}\"\n"));
         let srv = Server::start_with_config(d, &cfg, &[]);
         let out = srv
             .dir
@@ -442,11 +435,7 @@ fn a_handshake_that_never_finishes_is_closed_at_the_deadline() {
     let dir = docroot();
     let (tls, cfg) = tls_toml(
         &pki,
-        "[http]
-header_timeout = \"1s\"
-[condition]
-defer_accept = \"0\"
-",
+        "[http]\nheader_timeout = \"1s\"\n[condition]\ndefer_accept = \"0\"\n",
         "",
     );
     let srv = Server::start_with_config(dir, &cfg, &[]);
@@ -525,10 +514,7 @@ fn a_handshake_flood_gives_way_to_real_clients() {
     let dir = docroot();
     let (tls, cfg) = tls_toml(
         &pki,
-        "[condition]
-max_connections = 64
-defer_accept = \"0\"
-",
+        "[condition]\nmax_connections = 64\ndefer_accept = \"0\"\n",
         "",
     );
     let _srv = Server::start_with_config(dir, &cfg, &[]);
