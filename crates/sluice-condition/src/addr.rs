@@ -150,6 +150,13 @@ impl Cidr {
         })
     }
 
+    /// A setting's list of ranges; errors name the setting (`what: "x": ...`).
+    pub fn parse_list(list: &[String], what: &str) -> Result<Vec<Cidr>, String> {
+        list.iter()
+            .map(|c| Cidr::parse(c).map_err(|e| format!("{what}: {e}")))
+            .collect()
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         let (bits, v4) = bits(ip);
         v4 == self.v4 && bits & mask(self.len, v4) == self.net

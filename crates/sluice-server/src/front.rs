@@ -235,11 +235,7 @@ impl Front {
         .max(16);
         let c = &config.condition;
         let limit = |f: f64| ((max_conns as f64 * f).ceil() as u32).max(1);
-        let cap_exempt = c
-            .cap_exempt
-            .iter()
-            .map(|s| Cidr::parse(s).map_err(|e| format!("condition.cap_exempt: {e}")))
-            .collect::<Result<_, _>>()?;
+        let cap_exempt = Cidr::parse_list(&c.cap_exempt, "condition.cap_exempt")?;
         let epoch = Instant::now();
         Ok(Front {
             poll,

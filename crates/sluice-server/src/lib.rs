@@ -106,36 +106,15 @@ impl Snapshot {
                 status_shadowed,
             });
         }
-        let cap_exempt = config
-            .condition
-            .cap_exempt
-            .iter()
-            .map(|c| {
-                sluice_condition::Cidr::parse(c).map_err(|e| format!("condition.cap_exempt: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        let status_allow = config
-            .status
-            .allow
-            .iter()
-            .map(|c| sluice_condition::Cidr::parse(c).map_err(|e| format!("status.allow: {e}")))
-            .collect::<Result<_, _>>()?;
-        let proxy_trusted = config
-            .server
-            .proxy_trusted
-            .iter()
-            .map(|c| {
-                sluice_condition::Cidr::parse(c).map_err(|e| format!("server.proxy_trusted: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        let tls = if config.tls.enabled() {
-            Some(sluice_tls::load(&config.tls)?)
+        use sluice_condition::Cidr;
+        let cap_exempt = Cidr::parse_list(&config.condition.cap_exempt, "condition.cap_exempt")?;
+        let status_allow = Cidr::parse_list(&config.status.allow, "status.allow")?;
+        let proxy_trusted = Cidr::parse_list(&config.server.proxy_trusted, "server.proxy_trusted")?;
+        let (tls, tls_summary) = if config.tls.enabled() {
+            let t = sluice_tls::load(&config.tls)?;
+            (Some(t.config), Some(t.summary))
         } else {
-            None
-        };
-        let (tls, tls_summary) = match tls {
-            Some(t) => (Some(t.config), Some(t.summary)),
-            None => (None, None),
+            (None, None)
         };
         Ok(Snapshot {
             config,
