@@ -5,7 +5,14 @@ table. Attack sizes follow the conditioning issue's table; past one process's
 descriptors the attackers run in several processes from 127.66.x.
 
     bench/attack_runs.py [--duration 5] [--experiments incomplete,half-heads,...]
-                         [--sweep-max 32000] [--apache]
+                         [--sweep-max 32000] [--apache] [--isolate]
+
+--isolate gives the servers a core of their own, as the paper's server had its own
+machine: each server runs one worker (nginx one worker process) pinned to CPU 0, and
+`sluice bench` with its attackers runs on CPU 1, the measuring client at SCHED_FIFO
+(the load and attacker processes it starts reset themselves to ordinary priority). Without it, the load
+generator and the servers share both cores and a latency figure (heavy-range) shows
+the kernel's scheduling of the four busy threads more than the server's ordering.
 
 --apache adds Debian's Apache 2.4 (mpm_event, 2 processes, 150 workers, the
 defaults' mod_reqtimeout), as seed 004 measured Apache beside the paper's server.
@@ -96,10 +103,21 @@ def main():
                     default="incomplete,half-heads,slowloris,persistent-hold,slow-read,heavy-range,incomplete-sweep")
     ap.add_argument("--sweep-max", type=int, default=32000)
     ap.add_argument("--apache", action="store_true")
+    ap.add_argument("--isolate", action="store_true")
     a = ap.parse_args()
+    server_prefix = ("taskset", "-c", "0") if a.isolate else ()
+    client_prefix = ["taskset", "-c", "1", "chrt", "-f", "1"] if a.isolate else []
+    if a.isolate:
+        os.sched_setaffinity(0, {1})  # this script's RSS sampling stays off CPU 0 too
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     compare.configs()
+    if a.isolate:
+        conf = f"{compare.WORK}/nginx.conf"
+        with open(conf) as f:
+            text = f.read().replace("worker_processes 2;", "worker_processes 1;")
+        with open(conf, "w") as f:
+            f.write(text)
     targets = ["--target", f"sluice=http://127.0.0.1:{compare.PORTS['sluice']}/",
                "--target", f"nginx=http://127.0.0.1:{compare.PORTS['nginx']}/"]
     if a.apache:
@@ -110,12 +128,12 @@ def main():
         # stays in its RSS and would hide the next attack's.
         procs = []
         try:
-            procs.append(attacks.start_sluice(sluice_bin))
-            procs.append(compare.start("nginx", sluice_bin))
+            procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2, server_prefix))
+            procs.append(compare.start("nginx", sluice_bin, server_prefix))
             if a.apache:
                 procs.append(start_apache())
             n = a.sweep_max if e == "incomplete-sweep" else SIZES.get(e)
-            cmd = [sluice_bin, "bench", "run", e, *targets, "--docroot", compare.WWW,
+            cmd = [*client_prefix, sluice_bin, "bench", "run", e, *targets, "--docroot", compare.WWW,
                    "--out", f"{compare.WORK}/attack-out", "-d", f"{a.duration}s", "-c", "10"]
             if n:
                 cmd += ["--max-concurrency", str(n)]

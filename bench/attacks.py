@@ -174,13 +174,13 @@ def rss(pid):
     return total
 
 
-def start_sluice(sluice_bin):
+def start_sluice(sluice_bin, workers=2, prefix=()):
     port = compare.PORTS["sluice"]
     with open(f"{compare.WORK}/sluice-attack.toml", "w") as f:
         # Defaults, except where it listens and what it serves.
-        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{compare.WWW}"\nworkers = 2\n')
+        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{compare.WWW}"\nworkers = {workers}\n')
     log = open(f"{compare.WORK}/sluice-attack.out", "w")
-    p = subprocess.Popen([sluice_bin, "serve", "--allow-root", "--config", f"{compare.WORK}/sluice-attack.toml"],
+    p = subprocess.Popen([*prefix, sluice_bin, "serve", "--allow-root", "--config", f"{compare.WORK}/sluice-attack.toml"],
                          stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
                          start_new_session=True)
     return compare.wait_listening(p, "sluice-attack", port)

@@ -116,9 +116,10 @@ keepalive_requests = 1000000
 """)
 
 
-def start(name, sluice_bin):
+def start(name, sluice_bin, prefix=()):
+    """Start server `name`; `prefix` goes before its command (e.g. taskset)."""
     log = open(f"{WORK}/{name}.out", "w")
-    cmd = {
+    cmd = [*prefix] + {
         "sluice": [sluice_bin, "serve", "--allow-root", "--config", f"{WORK}/sluice.toml", "--access-log", "off"],
         "nginx": ["nginx", "-c", f"{WORK}/nginx.conf", "-p", f"{WORK}/nginx", "-g", "daemon off;"],
         "h2o": ["h2o", "-c", f"{WORK}/h2o.conf"],

@@ -169,7 +169,6 @@ pub fn spawn(
     duration: Duration,
     first_source: u8,
 ) -> Result<Vec<std::process::Child>, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let procs = n.div_ceil(PER_PROCESS).max(1);
     let mut kids = Vec::new();
     for p in 0..procs {
@@ -180,7 +179,7 @@ pub fn spawn(
         let sources: Vec<String> = (0..share.div_ceil(PER_SOURCE).max(1))
             .map(|s| format!("127.{first_source}.{}.1", p * 4 + s))
             .collect();
-        let child = std::process::Command::new(&exe)
+        let child = crate::load_process()?
             .args(["bench", "attack", mode, url])
             .args(["-c", &share.to_string()])
             .args(["-d", &format!("{}ms", duration.as_millis())])

@@ -18,6 +18,7 @@
 //! Availability = successful transactions / attempted transactions, where a failed
 //! connect, a reset, a timeout and a 4xx/5xx each count as attempted and failed.
 
+use crate::alarm::Alarm;
 use crate::workload::Workload;
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
@@ -339,6 +340,11 @@ impl Thread {
 
     fn run(mut self) -> io::Result<(Counts, Histogram<u64>, Histogram<u64>)> {
         let mut events = Events::with_capacity(1024);
+        // Open loop: wake at each due time exactly, not at mio's next millisecond.
+        let mut alarm = match self.next_due {
+            Some(_) => Some(Alarm::new(self.poll.registry(), ALARM)?),
+            None => None,
+        };
         for i in 0..self.conns.len() {
             self.connect(i, Instant::now());
         }
@@ -356,6 +362,11 @@ impl Thread {
                 wait = wait.min(Duration::from_millis(10));
             }
             wait = wait.min(Duration::from_millis(100));
+            if let (Some(a), Some(d)) = (alarm.as_mut(), self.next_due) {
+                if d > now && d - now <= wait {
+                    a.arm(d);
+                }
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
@@ -364,6 +375,12 @@ impl Thread {
             let now = Instant::now();
             for ev in events.iter() {
                 let i = ev.token().0;
+                if ev.token() == ALARM {
+                    if let Some(a) = alarm.as_mut() {
+                        a.clear();
+                    }
+                    continue;
+                }
                 if ev.is_writable() && self.conns[i].connecting {
                     self.on_connected(i, now);
                 }
@@ -915,6 +932,9 @@ fn same_server_path<'a>(loc: &'a str, host: &str) -> Option<&'a str> {
         None
     }
 }
+
+/// The open-loop alarm's token (connections use their index).
+const ALARM: Token = Token(usize::MAX);
 
 pub(crate) fn open_socket(
     addr: SocketAddr,

@@ -31,6 +31,7 @@ pub const NAMES: &[&str] = &[
     "slow-read",
     "heavy-range",
     "incomplete-sweep",
+    "cold-files",
 ];
 
 /// A server under test.
@@ -127,6 +128,7 @@ pub fn run(name: &str, o: &ExpOptions) -> Result<String, String> {
         "slow-read" => attacks(o, "slow-read", "slow-read", 1_000)?,
         "heavy-range" => heavy_range(o)?,
         "incomplete-sweep" => incomplete_sweep(o)?,
+        "cold-files" => crate::cold_files::cold_files(o)?,
         other => {
             return Err(format!(
                 "unknown experiment {other:?}; one of: {}",
@@ -192,7 +194,7 @@ fn docroot_dir(o: &ExpOptions) -> Option<PathBuf> {
     o.docroot.as_ref().map(|d| d.join("sluice-bench"))
 }
 
-fn write_file(path: &Path, size: usize) -> Result<(), String> {
+pub(crate) fn write_file(path: &Path, size: usize) -> Result<(), String> {
     if std::fs::metadata(path)
         .map(|m| m.len() as usize == size)
         .unwrap_or(false)
@@ -647,11 +649,10 @@ fn downloads_in_processes(
     path: &str,
     c: usize,
 ) -> Result<Downloads, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let procs = c.div_ceil(PER_PROCESS);
     let (addr, _, _) = split_url(url)?;
     let full = format!("http://{}{path}", authority(url));
-    let mut cmd = std::process::Command::new(exe);
+    let mut cmd = crate::load_process()?;
     cmd.args(["bench", &full, "--json"])
         .args(["-c", &c.to_string()])
         .args(["-t", &opts.threads.to_string()])
@@ -929,8 +930,7 @@ fn authority(url: &str) -> &str {
 /// `sluice bench ARGS...` as a child process of this same binary (clients that must
 /// not share this process's descriptors or CPU accounting).
 fn bench_child(args: &[&str], stdout: std::process::Stdio) -> Result<std::process::Child, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    std::process::Command::new(exe)
+    crate::load_process()?
         .arg("bench")
         .args(args)
         .stdout(stdout)
@@ -1118,7 +1118,7 @@ fn incomplete_sweep(o: &ExpOptions) -> Result<String, String> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn finish(
+pub(crate) fn finish(
     o: &ExpOptions,
     name: &str,
     t: &Table,
