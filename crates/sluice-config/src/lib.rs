@@ -44,6 +44,7 @@ pub mod bounds {
     pub const MAX_RANGES: (u64, u64) = (1, 1024);
     pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
     pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
+    pub const DISK_THREADS: (u64, u64) = (0, 256);
     pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);
 }
 
@@ -143,6 +144,10 @@ pub struct FilesSection {
     pub precompressed: bool,
     /// gzip directory listings for clients that accept it.
     pub compress_listings: bool,
+    /// Threads that read file ranges not in the page cache, so a worker never
+    /// waits on the disk (0: workers read cold ranges themselves). Set at start.
+    #[serde(deserialize_with = "de_disk_threads")]
+    pub disk_threads: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -366,6 +371,7 @@ impl Default for FilesSection {
             small_file_max: 16 * 1024,
             precompressed: true,
             compress_listings: true,
+            disk_threads: 8,
         }
     }
 }
@@ -639,6 +645,7 @@ macro_rules! bounded {
 }
 bounded!(de_workers, usize, bounds::WORKERS);
 bounded!(de_buffer_size, usize, bounds::BUFFER_SIZE);
+bounded!(de_disk_threads, usize, bounds::DISK_THREADS);
 bounded!(de_keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);
 bounded!(de_max_request_line, usize, bounds::MAX_REQUEST_LINE);
 bounded!(de_max_head, usize, bounds::MAX_HEAD);

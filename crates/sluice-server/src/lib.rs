@@ -10,6 +10,7 @@
 //! changes (after a reload). Everything else is per worker.
 
 pub mod accesslog;
+pub mod disk;
 pub mod front;
 pub mod listener;
 pub mod phases;
@@ -178,6 +179,9 @@ pub struct Shared {
     /// `serve --from unix:PATH`: take connections from a `sluice condition` front
     /// process there instead of from listeners.
     pub from: Option<PathBuf>,
+    /// Reads of cold file ranges off the workers (`[files] disk_threads`; set at
+    /// start, not on reload). `None`: cold turns are sent from the worker.
+    pub disk: Option<disk::DiskPool>,
 }
 
 impl Shared {
@@ -186,6 +190,14 @@ impl Shared {
     pub fn new(snap: Snapshot, workers: usize, max_connections: usize, nofile: u64) -> Arc<Shared> {
         let c = &snap.config.condition;
         let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
+        let disk = match snap.config.files.disk_threads {
+            0 => None,
+            n => disk::DiskPool::start(n)
+                .map_err(
+                    |e| tracing::warn!(error = %e, "no disk threads; cold reads block workers"),
+                )
+                .ok(),
+        };
         Arc::new(Shared {
             open: std::sync::atomic::AtomicUsize::new(0),
             drips: std::sync::atomic::AtomicUsize::new(0),
@@ -202,6 +214,7 @@ impl Shared {
             board: sluice_status::Board::new(workers),
             nofile,
             from: None,
+            disk,
         })
     }
 

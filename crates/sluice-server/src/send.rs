@@ -30,6 +30,12 @@ pub enum Flush {
     Blocked,
     /// This call's share (`turn` body bytes) is sent; the socket may take more.
     Yield,
+    /// The next file bytes, `[off, off + len)` of the front chunk's file, are not
+    /// in the page cache: sending them now would wait on the disk (see `disk.rs`).
+    Cold {
+        off: u64,
+        len: u64,
+    },
 }
 
 /// Where a response's bytes go.
@@ -127,6 +133,8 @@ pub struct Outgoing {
     /// Request-body bytes to read and throw away after this response (then they
     /// move to `Phase::Head`).
     pub discard_after: u32,
+    /// File offset (in the front chunk) up to which the pages were found cached.
+    warm_to: u64,
 }
 
 impl Outgoing {
@@ -148,17 +156,35 @@ impl Outgoing {
         self.log = None;
         self.discard_after = 0;
         self.head_len = 0;
+        self.warm_to = 0;
+    }
+
+    /// The file the next body bytes come from, if they come from a file.
+    pub fn front_file(&self) -> Option<&std::fs::File> {
+        match self.chunks.front() {
+            Some(Chunk::File(f, ..)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Send up to `to` (a file offset of the front chunk) without asking whether
+    /// it is cached: the disk pool could not take it.
+    pub fn assume_warm(&mut self, to: u64) {
+        self.warm_to = to;
     }
 
     /// Write as much as the socket takes, but at most about `turn` body bytes
     /// (then [`Flush::Yield`]), so one big response cannot hold the worker while
-    /// others wait. The head is not counted.
+    /// others wait. The head is not counted. With `check_cold`, file bodies of
+    /// [`crate::disk::COLD_CHECK_MIN`] or more stop at bytes not in the page cache
+    /// ([`Flush::Cold`]) instead of waiting for the disk.
     pub fn flush(
         &mut self,
         wire: &mut impl Wire,
         mode: IoMode,
         buffer_size: usize,
         turn: u64,
+        check_cold: bool,
     ) -> io::Result<Flush> {
         let fd = wire.fd();
         let mode = if wire.zero_copy() { mode } else { IoMode::Read };
@@ -200,10 +226,21 @@ impl Outgoing {
                 self.chunks.pop_front();
                 self.off = 0;
                 self.map = None;
+                self.warm_to = 0;
                 continue;
             }
             let remaining = len - self.off;
             let pos = start + self.off;
+            if check_cold && len >= crate::disk::COLD_CHECK_MIN && pos >= self.warm_to {
+                let span = remaining.min(crate::disk::PREFETCH);
+                if !crate::disk::resident(file.as_raw_fd(), pos, span) {
+                    return Ok(Flush::Cold {
+                        off: pos,
+                        len: span,
+                    });
+                }
+                self.warm_to = pos + span;
+            }
             match mode {
                 IoMode::Sendfile => {
                     let mut o = pos as libc::off_t;

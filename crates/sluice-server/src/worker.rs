@@ -55,6 +55,8 @@ use std::time::{Duration, Instant, SystemTime};
 const LISTENER_BASE: usize = usize::MAX / 2;
 /// The connection to a `sluice condition` front process (`serve --from`).
 const FRONT: usize = LISTENER_BASE - 1;
+/// The disk pool's wake-up: cold ranges this worker parked are cached now.
+const DISK: usize = LISTENER_BASE - 2;
 /// Connections a worker asks the front process for ahead of need.
 const FRONT_CREDIT: u32 = 64;
 const READ_CHUNK: usize = 4096;
@@ -64,7 +66,10 @@ const EVICTIONS_PER_TICK: u32 = 64;
 /// Body bytes one response may send per turn before others get theirs.
 const SEND_TURN: u64 = 256 * 1024;
 /// Most wall time one pass over the send queue takes before new events are read.
-const SENDQ_BUDGET: Duration = Duration::from_millis(1);
+/// With 200 downloads on a worker with a core of its own, a newcomer's 1 KiB p99
+/// measured 2.5 ms at 1 ms, 1.5 ms at 250 µs, 0.7 ms at 125 µs (BENCHMARKS.md
+/// "heavy-range"); the download throughput did not move beyond noise.
+const SENDQ_BUDGET: Duration = Duration::from_micros(125);
 /// Longest a closing connection lingers to drain what the client still sends.
 const LINGER_MS: Ms = 2000;
 /// Most bytes a lingering connection discards before it is closed anyway.
@@ -269,6 +274,9 @@ pub struct Worker {
     /// Top URLs and address ranges for the status page (published once a second).
     talkers: sluice_status::top::Talkers,
     last_publish: Instant,
+    /// Where the disk pool reports this worker's cold ranges as read (`disk.rs`).
+    disk_done: Arc<crate::disk::Completions>,
+    disk_keys: Vec<(u32, u32)>,
     /// Test hook: a request for exactly this path panics the worker (set only by
     /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
     panic_path: Option<String>,
@@ -283,6 +291,8 @@ impl Worker {
         max_conns: usize,
     ) -> io::Result<Worker> {
         let poll = Poll::new()?;
+        let disk_done =
+            crate::disk::Completions::new(mio::Waker::new(poll.registry(), Token(DISK))?);
         let mut listeners = listeners;
         for (i, l) in listeners.iter_mut().enumerate() {
             poll.registry()
@@ -349,6 +359,8 @@ impl Worker {
             accept_paused_until: None,
             last_pressure_warn: None,
             stopping: None,
+            disk_done,
+            disk_keys: Vec::new(),
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             talkers: Default::default(),
             last_publish: now,
@@ -391,6 +403,10 @@ impl Worker {
                     self.take_handoffs();
                     continue;
                 }
+                if t == DISK {
+                    self.disk_ready();
+                    continue;
+                }
                 if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE);
                     continue;
@@ -409,6 +425,21 @@ impl Worker {
                 }
                 if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                     c.flags.set(Flags::WRITE_BLOCKED, false);
+                    // A response in flight whose socket drained takes its next turn
+                    // from the send queue, after this batch's reads and accepts:
+                    // a batch of 100 writable downloads sent inline would hold a
+                    // new request back by 100 turns.
+                    if matches!(c.phase, Phase::Send { .. })
+                        && c.out.is_some()
+                        && !ev.is_error()
+                        && !c.flags.has(Flags::RDHUP)
+                    {
+                        if !c.flags.has(Flags::QUEUED) {
+                            c.flags.set(Flags::QUEUED, true);
+                            self.sendq.push_back((t as u32, c.gen));
+                        }
+                        continue;
+                    }
                 }
                 self.drive(t);
             }
@@ -1039,10 +1070,25 @@ impl Worker {
                 _ => continue,
             }
             self.drive(key);
-            if i % 16 == 15 && start.elapsed() >= SENDQ_BUDGET {
+            if i + 1 < n && start.elapsed() >= SENDQ_BUDGET {
                 break;
             }
         }
+    }
+
+    /// Responses whose cold range the disk pool has read take their next send
+    /// turn (they stayed `QUEUED` while parked, so nothing else queued them).
+    fn disk_ready(&mut self) {
+        let mut keys = std::mem::take(&mut self.disk_keys);
+        self.disk_done.take(&mut keys);
+        for (key, gen) in keys.drain(..) {
+            if let Some(c) = self.conns.get(key as usize) {
+                if c.gen == gen && c.flags.has(Flags::QUEUED) {
+                    self.sendq.push_back((key, gen));
+                }
+            }
+        }
+        self.disk_keys = keys;
     }
 
     /// Slow-read check of a connection in SEND: `None` if its client read below the
@@ -1196,6 +1242,7 @@ impl Worker {
                 if c.flags.has(Flags::WRITE_BLOCKED) || c.flags.has(Flags::QUEUED) {
                     return;
                 }
+                let check_cold = self.shared.disk.is_some();
                 let flushed = match tls_of(&mut c.via) {
                     Some(t) => out.flush(
                         &mut tls::TlsWire {
@@ -1205,15 +1252,40 @@ impl Worker {
                         cfg_io,
                         buffer_size,
                         SEND_TURN,
+                        check_cold,
                     ),
                     None => out.flush(
                         &mut Plain(c.sock.as_raw_fd()),
                         cfg_io,
                         buffer_size,
                         SEND_TURN,
+                        check_cold,
                     ),
                 };
                 match flushed {
+                    Ok(Flush::Cold { off, len }) => {
+                        // Not in the page cache: a pool thread reads it and the
+                        // response waits, parked, for its next turn (`disk_ready`).
+                        let who = (key as u32, c.gen);
+                        let parked = match (&self.shared.disk, out.front_file()) {
+                            (Some(pool), Some(f)) => pool.submit(f, off, len, who, &self.disk_done),
+                            _ => false,
+                        };
+                        if !parked {
+                            out.assume_warm(off + len);
+                            continue;
+                        }
+                        c.flags.set(Flags::QUEUED, true);
+                        c.phase = Phase::Send { last: self.now_ms };
+                        self.shared.stats[self.id]
+                            .disk_waits
+                            .fetch_add(1, Ordering::Relaxed);
+                        match self.check_rate(key) {
+                            Some(d) => self.set_deadline(key, d),
+                            None => self.close(key, CloseReason::SlowRead),
+                        }
+                        return;
+                    }
                     Ok(Flush::Yield) => {
                         c.flags.set(Flags::QUEUED, true);
                         c.phase = Phase::Send { last: self.now_ms };

@@ -54,6 +54,9 @@ pub struct Counters {
     pub timeouts: AtomicU64,
     /// Times this worker died (panic or event-loop error) and was replaced.
     pub restarts: AtomicU64,
+    /// File ranges found not in the page cache and read by the disk threads
+    /// while their response waited (the worker went on with others).
+    pub disk_waits: AtomicU64,
     /// Closed connections by reason (`CloseReason::index`).
     pub closes: [AtomicU64; CloseReason::COUNT],
     /// Requests a rule decided, by action ([`ACTIONS`]).
@@ -76,6 +79,7 @@ impl Default for Counters {
             bytes: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            disk_waits: AtomicU64::new(0),
             closes: Default::default(),
             rule_actions: Default::default(),
             responses: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
@@ -124,6 +128,7 @@ pub struct Totals {
     pub requests: u64,
     pub bytes: u64,
     pub restarts: u64,
+    pub disk_waits: u64,
     pub closes: [u64; CloseReason::COUNT],
     pub rule_actions: [u64; ACTIONS.len()],
     /// (status, count), non-zero only, ascending.
@@ -151,6 +156,7 @@ impl Totals {
             t.requests += ld(&w.requests);
             t.bytes += ld(&w.bytes);
             t.restarts += ld(&w.restarts);
+            t.disk_waits += ld(&w.disk_waits);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {
                 *a += ld(b);
             }

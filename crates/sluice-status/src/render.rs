@@ -85,6 +85,7 @@ pub fn json(v: &View) -> String {
         "connections_closed_total": t.closed,
         "closes_by_reason": closes,
         "worker_restarts_total": t.restarts,
+        "disk_waits_total": t.disk_waits,
         "open_connections": v.process.open_connections,
         "max_connections": v.process.max_connections,
         "open_fds": v.process.open_fds,
@@ -213,6 +214,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "Workers replaced after a panic.",
     );
     let _ = writeln!(o, "sluice_worker_restarts_total {}", t.restarts);
+    counter(
+        &mut o,
+        "sluice_disk_waits_total",
+        "File ranges not in the page cache, read by the disk threads while their response waited.",
+    );
+    let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
     gauge(&mut o, "sluice_connections", "Open connections by state.");
     for (s, n) in STATES.iter().zip(t.states_total()) {
         let _ = writeln!(o, "sluice_connections{{state=\"{s}\"}} {n}");

@@ -181,3 +181,49 @@ fn every_io_mode_sends_the_same_bytes_and_is_the_one_used() {
         );
     }
 }
+
+/// A body that is not in the page cache is read by the disk threads (counted on the
+/// status page as `disk_waits_total`) while the worker goes on, and is still sent
+/// byte for byte — whole and as a range starting mid-file — in every I/O mode. With
+/// `disk_threads = 0` the worker reads it itself and nothing is counted.
+#[test]
+fn cold_files_are_read_off_the_worker_and_sent_whole() {
+    use std::os::fd::AsRawFd;
+    let data = pattern((3 << 20) + 12345);
+    for (mode, threads) in [("sendfile", 2), ("mmap", 2), ("read", 2), ("sendfile", 0)] {
+        let dir = docroot();
+        let path = dir.path().join("cold.bin");
+        std::fs::write(&path, &data).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        let evict = || {
+            // SAFETY: advice on an open descriptor.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(r, 0);
+        };
+        let srv = Server::start_with_config(
+            dir,
+            &format!("[files]\nio = \"{mode}\"\ndisk_threads = {threads}\n"),
+            &[],
+        );
+        evict();
+        let r = get(&srv, "/cold.bin", "");
+        assert_eq!(r.status, 200, "{mode}");
+        assert!(r.body == data, "{mode}/{threads}: the cold body differs");
+        evict();
+        let r = get(&srv, "/cold.bin", "Range: bytes=1000000-2999999\r\n");
+        assert_eq!(r.status, 206, "{mode}");
+        assert!(
+            r.body[..] == data[1_000_000..3_000_000],
+            "{mode}/{threads}: the cold range differs"
+        );
+        let s = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+        let j: serde_json::Value = serde_json::from_slice(&s.body).unwrap();
+        let waits = j["disk_waits_total"].as_u64().expect("disk_waits_total");
+        if threads > 0 {
+            assert!(waits >= 2, "{mode}: {waits} disk waits for two cold bodies");
+        } else {
+            assert_eq!(waits, 0, "no disk threads, yet disk waits were counted");
+        }
+    }
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""A worker never waits on the disk (issue 11, part 3): `sluice bench run cold-files`
+against sluice (disk threads on, the default; and off, `[files] disk_threads = 0`),
+nginx as configured everywhere else, and nginx with `aio threads`. One worker each
+(one worker process for nginx), so a stall on the disk stalls everything the server
+does, as in the issue's measurement.
+
+    bench/cold_compare.py [--duration 10] [--rounds 1]
+
+The experiment writes four 512 MiB files under the shared docroot once, then per
+server: the 1 KiB client's p99 while the four files download in a loop with the files
+cached, and again with them evicted before every download.
+"""
+import argparse, os, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+
+PORTS = {"sluice": 18191, "sluice-nodisk": 18192, "nginx": 18193, "nginx-aio": 18194}
+
+
+def start(name, sluice_bin):
+    w = compare.WORK
+    if name.startswith("sluice"):
+        conf = f"{w}/{name}-cold.toml"
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = "127.0.0.1:{PORTS[name]}"\nroot = "{compare.WWW}"\nworkers = 1\n'
+                    + ("[files]\ndisk_threads = 0\n" if name == "sluice-nodisk" else ""))
+        cmd = [sluice_bin, "serve", "--allow-root", "--config", conf, "--access-log", "off"]
+    else:
+        d = f"{w}/{name}"
+        os.makedirs(d, exist_ok=True)
+        extra = "  aio threads;\n" if name == "nginx-aio" else ""
+        conf = compare.nginx_conf(w, extra + f"  server {{ listen 127.0.0.1:{PORTS[name]} reuseport backlog=4096; root {compare.WWW}; }}")
+        conf = conf.replace("worker_processes 2;", "worker_processes 1;").replace(f"pid {w}/nginx/", f"pid {d}/").replace(f"error_log {w}/nginx/", f"error_log {d}/")
+        with open(f"{d}/nginx.conf", "w") as f:
+            f.write(conf)
+        cmd = ["nginx", "-c", f"{d}/nginx.conf", "-p", d, "-g", "daemon off;"]
+    log = open(f"{w}/{name}-cold.out", "w")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
+                         start_new_session=True)
+    return compare.wait_listening(p, name, PORTS[name])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--servers", default="sluice,sluice-nodisk,nginx,nginx-aio")
+    a = ap.parse_args()
+    sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
+    compare.make_files()
+    names = a.servers.split(",")
+    procs = [start(n, sluice_bin) for n in names]
+    try:
+        for r in range(a.rounds):
+            # Interleaved: each round runs every server once, in a rotated order.
+            order = names[r % len(names):] + names[:r % len(names)]
+            targets = [x for n in order for x in ("--target", f"{n}=http://127.0.0.1:{PORTS[n]}/")]
+            cmd = [sluice_bin, "bench", "run", "cold-files", *targets, "--docroot", compare.WWW,
+                   "--out", f"{compare.WORK}/cold-out", "-d", f"{a.duration}s", "-c", "10"]
+            print(f"$ {' '.join(cmd)}", flush=True)
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            print(out.stdout + out.stderr, flush=True)
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()

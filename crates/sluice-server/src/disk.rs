@@ -1,0 +1,273 @@
+//! Reads that may wait on the disk, done off the workers.
+//!
+//! A mirror serves far more bytes than fit in memory. A `sendfile`, a page fault on
+//! an `mmap`, or a `pread` of a block that is not in the page cache stalls the whole
+//! worker for a disk read (a seek on rotating disks: ~10 ms), and every connection
+//! on it waits. So before each file turn of a large body the send path asks the
+//! kernel, without blocking, whether the turn's pages are cached ([`resident`],
+//! `cachestat(2)`, about a microsecond). If not, the worker parks the response and
+//! hands the range to this pool; a pool thread has the kernel read it into the
+//! page cache and waits for it, then puts the
+//! connection's key on its worker's completion list and wakes the worker. The turn
+//! then runs from the cache.
+//!
+//! Owns: the pool threads, the bounded job queue, one completion list per worker.
+//! Must not: touch connections (it sees keys only) or send anything.
+//! Costs: nothing for bodies under [`COLD_CHECK_MIN`] (small files are read once
+//! into memory or are one turn); for larger bodies, per [`PREFETCH`] bytes sent, one
+//! `cachestat` and one one-byte `RWF_NOWAIT` read (about 2 µs per MiB);
+//! for a cold range one `dup` of the file, one queue hand-off, on a pool thread one
+//! `WILLNEED` advice and a one-byte read per 64 KiB of up to [`PREFETCH`] bytes
+//! (the bytes themselves are never copied), and one wake-up.
+//! A full queue (more cold ranges than `QUEUE` waiting) sends the turn from the
+//! worker as before: slower for everyone on it, never lost.
+//! Kernels without `cachestat` (before 6.5) report everything resident: the pool
+//! then never runs, and turns behave as they did before it.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+
+/// Bodies smaller than this are never checked.
+pub const COLD_CHECK_MIN: u64 = 128 * 1024;
+/// How much one job reads ahead of the turn that found the range cold.
+pub const PREFETCH: u64 = 1024 * 1024;
+/// Cold ranges that may wait for a pool thread, over all workers.
+const QUEUE: usize = 4096;
+
+/// `cachestat(2)`: 451 on every architecture since Linux 6.5 (the `libc` crate
+/// does not name it for x86_64 yet).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Are all pages of `fd`'s `[off, off + len)` in the page cache? `true` when the
+/// kernel cannot tell (no `cachestat`), so the caller carries on as it would have.
+pub fn resident(fd: i32, off: u64, len: u64) -> bool {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    if len == 0 {
+        return true;
+    }
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: valid pointers to repr(C) structs laid out as the kernel's
+    // `cachestat_range` and `cachestat`; flags must be 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd,
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0,
+        )
+    };
+    if r != 0 {
+        return true;
+    }
+    let first = off / 4096;
+    let end = (off + len).div_ceil(4096);
+    if st.nr_cache < end - first {
+        return false;
+    }
+    // Present is not yet read: the kernel's own readahead puts pages in the cache
+    // before their I/O completes, and `cachestat` counts them. A read that must not
+    // wait (`RWF_NOWAIT`) of the range's last byte says whether it has completed
+    // (readahead completes in order, near enough; a miss costs one more job).
+    let mut b = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut b as *mut u8).cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one valid iovec of one byte.
+    let n = unsafe {
+        libc::preadv2(
+            fd,
+            &iov,
+            1,
+            (off + len - 1) as libc::off_t,
+            libc::RWF_NOWAIT,
+        )
+    };
+    n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN)
+}
+
+/// Connections of one worker whose cold range is now cached: `(key, generation)`.
+pub struct Completions {
+    done: Mutex<Vec<(u32, u32)>>,
+    waker: mio::Waker,
+}
+
+impl Completions {
+    pub fn new(waker: mio::Waker) -> Arc<Completions> {
+        Arc::new(Completions {
+            done: Mutex::new(Vec::new()),
+            waker,
+        })
+    }
+
+    /// Move the finished keys into `into` (the worker, after its waker's event).
+    pub fn take(&self, into: &mut Vec<(u32, u32)>) {
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        into.append(&mut d);
+    }
+
+    fn finish(&self, who: (u32, u32)) {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(who);
+        let _ = self.waker.wake();
+    }
+}
+
+struct Job {
+    file: File,
+    off: u64,
+    len: u64,
+    who: (u32, u32),
+    to: Arc<Completions>,
+}
+
+/// The pool: `threads` readers sharing one bounded queue. Dropping it ends them
+/// once the queue is empty.
+pub struct DiskPool {
+    tx: SyncSender<Job>,
+}
+
+impl DiskPool {
+    pub fn start(threads: usize) -> std::io::Result<DiskPool> {
+        let (tx, rx) = sync_channel::<Job>(QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("sluice-disk{i}"))
+                .spawn(move || read_loop(&rx))?;
+        }
+        Ok(DiskPool { tx })
+    }
+
+    /// Read `[off, off + len)` of `file` off the worker, then report `who` to `to`.
+    /// `false` when the range could not be queued (the caller sends it itself).
+    pub fn submit(
+        &self,
+        file: &File,
+        off: u64,
+        len: u64,
+        who: (u32, u32),
+        to: &Arc<Completions>,
+    ) -> bool {
+        let Ok(file) = file.try_clone() else {
+            return false;
+        };
+        let job = Job {
+            file,
+            off,
+            len,
+            who,
+            to: Arc::clone(to),
+        };
+        match self.tx.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
+/// Each job: ask the kernel to read the whole range at once (`WILLNEED` queues it
+/// without waiting), then wait for it by reading one byte every [`STEP`] — no
+/// copy of the range itself.
+fn read_loop(rx: &Mutex<Receiver<Job>>) {
+    const STEP: u64 = 64 * 1024;
+    let mut b = [0u8; 1];
+    loop {
+        let job = {
+            let r = rx.lock().unwrap_or_else(|e| e.into_inner());
+            match r.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            }
+        };
+        let fd = job.file.as_raw_fd();
+        let len = job.len.clamp(1, PREFETCH);
+        // SAFETY: advice and one-byte reads on the job's own descriptor. Errors
+        // and EOF (a file truncated meanwhile) are the worker's to meet when it
+        // sends, as they always were.
+        unsafe {
+            libc::posix_fadvise(
+                fd,
+                job.off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+            let mut at = job.off;
+            let end = job.off + len;
+            while at < end {
+                libc::pread(fd, b.as_mut_ptr().cast(), 1, at as libc::off_t);
+                at = (at + STEP).min(end.max(at + 1));
+                if at >= end {
+                    libc::pread(fd, b.as_mut_ptr().cast(), 1, (end - 1) as libc::off_t);
+                }
+            }
+        }
+        job.to.finish(job.who);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_fresh_file_is_resident_and_an_evicted_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("sluice-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        let mut f = File::create(&p).unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let f = File::open(&p).unwrap();
+        let fd = f.as_raw_fd();
+        let _ = std::fs::read(&p).unwrap();
+        assert!(resident(fd, 0, 1 << 20));
+        // SAFETY: plain advice on an open descriptor.
+        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let has_cachestat = {
+            // On kernels without cachestat everything reads as resident.
+            let r = unsafe { libc::syscall(SYS_CACHESTAT, -1, 0usize, 0usize, 0) };
+            !(r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+        };
+        if has_cachestat {
+            assert!(!resident(fd, 0, 1 << 20), "evicted pages read as cached");
+        }
+        // The pool brings them back and reports the key.
+        let poll = mio::Poll::new().unwrap();
+        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
+        let pool = DiskPool::start(1).unwrap();
+        assert!(pool.submit(&f, 0, 1 << 20, (5, 9), &done));
+        let mut got = Vec::new();
+        for _ in 0..500 {
+            done.take(&mut got);
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(got, vec![(5, 9)]);
+        assert!(resident(fd, 0, 1 << 20));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
