@@ -13,6 +13,8 @@ machine: each server runs one worker (nginx one worker process) pinned to CPU 0,
 (the load and attacker processes it starts reset themselves to ordinary priority). Without it, the load
 generator and the servers share both cores and a latency figure (heavy-range) shows
 the kernel's scheduling of the four busy threads more than the server's ordering.
+It is for latency experiments whose measuring client mostly sleeps (heavy-range): a
+closed-loop client at SCHED_FIFO would keep the attackers on its core from running.
 
 --apache adds Debian's Apache 2.4 (mpm_event, 2 processes, 150 workers, the
 defaults' mod_reqtimeout), as seed 004 measured Apache beside the paper's server.
