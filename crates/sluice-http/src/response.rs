@@ -46,6 +46,11 @@ impl HeaderBuf {
         self.0.clear();
     }
     pub fn add(&mut self, name: &str, value: &str) -> &mut Self {
+        if self.0.capacity() == 0 {
+            // A file's headers are ~150–250 bytes: one allocation, not a chain
+            // of five reallocations from empty (≈1% of server CPU on 1 KiB files).
+            self.0.reserve(256);
+        }
         self.0.extend_from_slice(name.as_bytes());
         self.0.extend_from_slice(b": ");
         self.0.extend_from_slice(value.as_bytes());
