@@ -15,9 +15,10 @@
 //! Must not: touch connections (it sees keys only) or send anything.
 //! Costs: nothing for bodies under [`COLD_CHECK_MIN`] (small files are read once
 //! into memory or are one turn); for larger bodies, per [`PREFETCH`] bytes sent,
-//! five one-byte `RWF_NOWAIT` reads (a first version asked `cachestat(2)`, which
-//! walks every page of the range, and cost 8% more CPU per 1 MiB response in five
-//! of five rounds; this one measured +4% median, within that run's noise);
+//! one one-byte `RWF_NOWAIT` read (about 1 µs), five for a response that has met
+//! a cold range (earlier versions that asked `cachestat(2)`, which walks every
+//! page, or read five probes per MiB of every download cost 5–8% more CPU per
+//! 1 MiB response — BENCHMARKS.md "A worker never waits on the disk");
 //! for a cold range one `dup` of the file, one queue hand-off, on a pool thread one
 //! `WILLNEED` advice and a one-byte read per 64 KiB of up to [`PREFETCH`] bytes
 //! (the bytes themselves are never copied), and one wake-up.
@@ -39,14 +40,16 @@ pub const PREFETCH: u64 = 1024 * 1024;
 const QUEUE: usize = 4096;
 
 /// Are the pages of `fd`'s `[off, off + len)` in the page cache and read? Asked
-/// with one-byte reads that must not wait (`RWF_NOWAIT`: `EAGAIN` instead of a disk
-/// read), one per [`PROBE_STEP`] and one at the last byte. Present is not enough:
-/// the kernel's readahead puts pages in the cache before their I/O completes, and a
-/// send would wait for those. Pages between two probes are assumed to be like them
-/// (readahead fills whole windows, in order); a miss there costs one short wait.
-/// `true` when the kernel cannot tell (an error other than `EAGAIN`), so the
-/// caller carries on as it would have.
-pub fn resident(fd: i32, off: u64, len: u64) -> bool {
+/// with one-byte reads that must not wait (`RWF_NOWAIT`: `EAGAIN` instead of a
+/// disk read). Present is not enough: the kernel's readahead puts pages in the
+/// cache before their I/O completes, and a send would wait for those.
+///
+/// `dense = false` reads only the range's last byte (one system call per MiB of a
+/// hot download); `dense = true` reads one byte every [`PROBE_STEP`] and the last,
+/// for a response that has already found its file cold, where readahead is likely
+/// to be still in flight in the middle of the range. `true` when the kernel cannot
+/// tell (an error other than `EAGAIN`), so the caller carries on as it would have.
+pub fn resident(fd: i32, off: u64, len: u64, dense: bool) -> bool {
     if len == 0 {
         return true;
     }
@@ -55,22 +58,22 @@ pub fn resident(fd: i32, off: u64, len: u64) -> bool {
         iov_base: (&mut b as *mut u8).cast(),
         iov_len: 1,
     };
-    let end = off + len;
-    let mut at = off;
+    let last = off + len - 1;
+    let mut at = if dense { off } else { last };
     loop {
         // SAFETY: one valid iovec of one byte.
         let n = unsafe { libc::preadv2(fd, &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
             return false;
         }
-        if at == end - 1 {
+        if at == last {
             return true;
         }
-        at = (at + PROBE_STEP).min(end - 1);
+        at = (at + PROBE_STEP).min(last);
     }
 }
 
-/// Distance between two residency probes.
+/// Distance between two residency probes of a response that found its file cold.
 const PROBE_STEP: u64 = 256 * 1024;
 
 /// Connections of one worker whose cold range is now cached: `(key, generation)`.
@@ -212,10 +215,17 @@ mod tests {
         let f = File::open(&p).unwrap();
         let fd = f.as_raw_fd();
         let _ = std::fs::read(&p).unwrap();
-        assert!(resident(fd, 0, 1 << 20));
+        assert!(resident(fd, 0, 1 << 20, false) && resident(fd, 0, 1 << 20, true));
         // SAFETY: plain advice on an open descriptor.
         unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert!(!resident(fd, 0, 1 << 20), "evicted pages read as cached");
+        assert!(
+            !resident(fd, 0, 1 << 20, false),
+            "evicted pages read as cached"
+        );
+        assert!(
+            !resident(fd, 0, 1 << 20, true),
+            "evicted pages read as cached"
+        );
         // The pool brings them back and reports the key.
         let poll = mio::Poll::new().unwrap();
         let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
@@ -230,7 +240,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(got, vec![(5, 9)]);
-        assert!(resident(fd, 0, 1 << 20));
+        assert!(resident(fd, 0, 1 << 20, true));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -135,6 +135,8 @@ pub struct Outgoing {
     pub discard_after: u32,
     /// File offset (in the front chunk) up to which the pages were found cached.
     warm_to: u64,
+    /// This response has met a cold range: check the next ones densely.
+    was_cold: bool,
 }
 
 impl Outgoing {
@@ -157,6 +159,7 @@ impl Outgoing {
         self.discard_after = 0;
         self.head_len = 0;
         self.warm_to = 0;
+        self.was_cold = false;
     }
 
     /// The file the next body bytes come from, if they come from a file.
@@ -233,7 +236,8 @@ impl Outgoing {
             let pos = start + self.off;
             if check_cold && len >= crate::disk::COLD_CHECK_MIN && pos >= self.warm_to {
                 let span = remaining.min(crate::disk::PREFETCH);
-                if !crate::disk::resident(file.as_raw_fd(), pos, span) {
+                if !crate::disk::resident(file.as_raw_fd(), pos, span, self.was_cold) {
+                    self.was_cold = true;
                     return Ok(Flush::Cold {
                         off: pos,
                         len: span,
