@@ -79,7 +79,7 @@ pub fn hold(
     let mut opened_total = 0usize;
     let mut next_drip = Instant::now() + Duration::from_secs(5);
     let open = |poll: &mut Poll, conns: &mut slab::Slab<Conn>, k: usize| -> io::Result<()> {
-        let std = crate::engine::open_socket(addr, sources, k)?;
+        let std = crate::socket::open(addr, sources, k)?;
         let mut sock = TcpStream::from_std(std);
         let e = conns.vacant_entry();
         poll.registry().register(
@@ -179,7 +179,7 @@ pub fn spawn(
         let sources: Vec<String> = (0..share.div_ceil(PER_SOURCE).max(1))
             .map(|s| format!("127.{first_source}.{}.1", p * 4 + s))
             .collect();
-        let child = crate::load_process()?
+        let child = crate::process::load_process()?
             .args(["bench", "attack", mode, url])
             .args(["-c", &share.to_string()])
             .args(["-d", &format!("{}ms", duration.as_millis())])

@@ -14,7 +14,7 @@
 //!               "bytes", "redirects_followed" } }
 //! ```
 
-use crate::engine::{Counts, RunResult};
+use crate::outcome::{Counts, RunResult};
 use serde::Serialize;
 
 #[derive(Serialize, serde::Deserialize, Debug, Clone)]
@@ -218,7 +218,7 @@ impl Table {
 mod tests {
     #[test]
     fn histogram_round_trip() {
-        let mut h = crate::engine::new_histogram();
+        let mut h = crate::outcome::new_histogram();
         for v in [10u64, 200, 3000, 3000, 40_000] {
             h.record(v).unwrap();
         }

@@ -2,7 +2,7 @@
 //! or a file set with Zipf-distributed popularity (SpecWeb99-like). Requests are
 //! rendered to bytes once; picking one costs a random number at most.
 
-use crate::engine::Options;
+use crate::options::Options;
 use rand::Rng;
 use std::sync::Arc;
 

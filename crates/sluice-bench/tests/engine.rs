@@ -1,8 +1,8 @@
 //! The engine against tiny servers started in the test: counts and error classes
 //! must be exact.
 
-use sluice_bench::engine::{run, Options};
 use sluice_bench::workload::Workload;
+use sluice_bench::{run, Options};
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::net::{TcpListener, TcpStream};

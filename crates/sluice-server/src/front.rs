@@ -134,7 +134,7 @@ struct Back {
 
 /// Run the front process until SIGTERM/SIGINT.
 pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Config) -> Result<(), String> {
-    let nofile = crate::raise_nofile_limit();
+    let nofile = crate::settings::raise_nofile_limit();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signals: {e}"))?;

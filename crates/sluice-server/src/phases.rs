@@ -6,7 +6,8 @@
 //! conditioning happens before this, in the worker (`worker.rs`); sending happens
 //! after, in `send.rs`.
 
-use crate::{Shared, Site, Snapshot};
+use crate::shared::Shared;
+use crate::snapshot::{Site, Snapshot};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::{Method, RequestHead};
 use sluice_rules::classify::Errant;

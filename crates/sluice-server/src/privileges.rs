@@ -1,7 +1,7 @@
 //! Dropping root: bind port 80 as root, then serve every byte as an unprivileged user.
 //!
 //! Owns the decision (who to become) and the switch itself. Called once by
-//! [`crate::serve`] after the listeners are bound and the access logs opened, and
+//! [`crate::supervisor::serve`] after the listeners are bound and the access logs opened, and
 //! before any worker thread exists, so no thread ever serves a request as root.
 //! glibc's `setuid`/`setgid`/`setgroups` apply to every thread of the process anyway
 //! (it signals each one), so the log writer thread started earlier is switched too;

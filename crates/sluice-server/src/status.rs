@@ -7,7 +7,8 @@
 //! `PATH` (the file wins, with a warning at start-up and reload). Clients outside
 //! `[status] allow` get 403. Cost for every other request: one string comparison.
 
-use crate::{Shared, Site, Snapshot};
+use crate::shared::Shared;
+use crate::snapshot::{Site, Snapshot};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
 use std::net::IpAddr;

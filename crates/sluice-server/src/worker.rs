@@ -33,9 +33,10 @@
 use crate::accesslog::{Pending, WorkerLog};
 use crate::phases::{self, PhaseCtx};
 use crate::send::{Flush, Outgoing, Plain};
+use crate::shared::Shared;
+use crate::snapshot::Snapshot;
 use crate::tls;
 use crate::wheel::Wheel;
-use crate::{Shared, Snapshot};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;

@@ -12,7 +12,7 @@
 //! Needs `--docroot` on this machine (it writes the files there and evicts them).
 //! Costs: [`DOWNLOADS`] × [`FILE_SIZE`] of disk, written once.
 
-use crate::experiments::{split_url, ExpOptions, Target};
+use super::common::{finish, split_url, write_file, ExpOptions, Report, Target};
 use crate::report::{Summary, Table};
 use crate::workload::Workload;
 use std::io::{Read, Write};
@@ -27,7 +27,7 @@ pub const DOWNLOADS: usize = 4;
 /// Each download's file: large enough that one download outlasts many small requests.
 pub const FILE_SIZE: u64 = 512 << 20;
 
-pub(crate) fn cold_files(o: &ExpOptions) -> Result<String, String> {
+pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
     let dir = o
         .docroot
         .as_ref()
@@ -39,7 +39,7 @@ pub(crate) fn cold_files(o: &ExpOptions) -> Result<String, String> {
     for f in &files {
         write_big(f)?;
     }
-    crate::experiments::write_file(&dir.join("size-1024.bin"), 1024)?;
+    write_file(&dir.join("size-1024.bin"), 1024)?;
     let mut t = Table::new(&[
         "target",
         "p99_us_cached",
@@ -60,7 +60,7 @@ pub(crate) fn cold_files(o: &ExpOptions) -> Result<String, String> {
             format!("{:.1}", cold.1),
         ]);
     }
-    crate::experiments::finish(o, "cold-files", &t, "", "", "", &[], false)
+    finish(o, &Report::table("cold-files", &t))
 }
 
 /// One run: (the small client's p99 in µs, the downloads' MiB/s).
@@ -95,13 +95,13 @@ fn phase(tg: &Target, o: &ExpOptions, files: &[PathBuf], cold: bool) -> Result<(
         .collect();
     // Let the downloads get going before the small client starts.
     std::thread::sleep(Duration::from_millis(500));
-    let opts = crate::engine::Options {
+    let opts = crate::options::Options {
         addr,
         host: host.clone(),
         connections: o.connections,
         threads: 1,
         duration: o.duration,
-        ..crate::engine::Options::default()
+        ..crate::options::Options::default()
     };
     let w = Workload::single(&format!("{base}/sluice-bench/size-1024.bin"), &opts);
     let small = crate::engine::run(&opts, &w).map_err(|e| format!("small-file client: {e}"));

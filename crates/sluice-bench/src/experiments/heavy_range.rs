@@ -1,0 +1,71 @@
+//! `heavy-range` (seed 004 Figure 11): an infrequent client's p99 beside 200 heavy
+//! downloaders from one range.
+
+use super::common::*;
+use crate::report::{Summary, Table};
+use crate::workload::Workload;
+use std::time::Duration;
+
+/// Seed 004 Figure 11: an infrequent client (10 req/s, one connection) fetches a
+/// 1 KiB file while 200 clients from one range pull 1 MiB files; its p99 with and
+/// without them.
+pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
+    if let Some(d) = docroot_dir(o) {
+        write_file(&d.join("size-1024.bin"), 1024)?;
+        write_file(&d.join("size-1048576.bin"), 1 << 20)?;
+    }
+    let mut t = Table::new(&[
+        "target",
+        "p99_us_alone",
+        "p99_us_heavy",
+        "ratio",
+        "heavy_MiB_per_s",
+    ]);
+    for tg in &o.targets {
+        let (mut opts, p) = options_for(&tg.url, o)?;
+        opts.connections = 1;
+        opts.threads = 1;
+        opts.rate = Some(10.0);
+        let w = Workload::single(
+            &format!("{}/sluice-bench/size-1024.bin", base_path(&p)),
+            &opts,
+        );
+        let alone = Summary::new(&tg.url, 1, 1, &go(&opts, &w)?);
+        let lasting = o.duration + Duration::from_secs(4);
+        let heavy = bench_child(
+            &[
+                &bench_file_url(tg, "size-1048576.bin")?,
+                "--json",
+                "-c",
+                "200",
+                "-d",
+                &format!("{}ms", lasting.as_millis()),
+                "--source-addrs",
+                "127.88.0.1",
+            ],
+            std::process::Stdio::piped(),
+        )?;
+        std::thread::sleep(Duration::from_secs(2));
+        let under = go(&opts, &w).map(|r| Summary::new(&tg.url, 1, 1, &r));
+        let out = heavy
+            .wait_with_output()
+            .map_err(|e| format!("heavy clients: {e}"))?;
+        let under = under?;
+        let mibs = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["bytes_per_s"].as_f64())
+            .unwrap_or(0.0)
+            / 1048576.0;
+        t.push(vec![
+            tg.name.clone(),
+            alone.latency_us.p99.to_string(),
+            under.latency_us.p99.to_string(),
+            format!(
+                "{:.1}",
+                under.latency_us.p99 as f64 / alone.latency_us.p99.max(1) as f64
+            ),
+            fmt(mibs),
+        ]);
+    }
+    finish(o, &Report::table("heavy-range", &t))
+}

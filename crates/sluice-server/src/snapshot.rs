@@ -1,0 +1,182 @@
+//! The compiled configuration a worker serves with ([`Snapshot`]): the config, its
+//! sites with their compiled rules, the parsed address lists and the TLS settings.
+//! Built whole from a validated config, replaced whole on reload, never mutated.
+//! Building it reads the disk (roots, rules files, certificates): never on a worker.
+
+use sluice_config::Config;
+use sluice_http::Limits;
+use sluice_static::{Root, StaticHandler};
+use std::sync::Arc;
+
+/// A compiled, validated configuration: what a worker serves with. Replaced whole on
+/// reload; never mutated.
+pub struct Snapshot {
+    pub config: Config,
+    /// Sites, the main (top-level) one first; see `sluice_config::sites`.
+    pub sites: Vec<Site>,
+    pub hosts: sluice_config::sites::HostIndex,
+    /// `condition.cap_exempt`, parsed.
+    pub cap_exempt: Vec<sluice_condition::Cidr>,
+    /// `status.allow`, parsed.
+    pub status_allow: Vec<sluice_condition::Cidr>,
+    /// `server.proxy_trusted`, parsed.
+    pub proxy_trusted: Vec<sluice_condition::Cidr>,
+    /// The `[tls]` section loaded (certificates read and checked), if HTTPS is on.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// One line about it for logs and `sluice check`.
+    pub tls_summary: Option<String>,
+}
+
+/// One site, compiled: its settings and its own rules (never another site's).
+pub struct Site {
+    pub conf: sluice_config::sites::Site,
+    pub rules: Option<Arc<sluice_rules::RuleSet>>,
+    /// A file or directory in this site's root has the status page's path: the
+    /// file wins (a status path never shadows content) and the page is not served
+    /// on this site.
+    pub status_shadowed: bool,
+}
+
+impl Snapshot {
+    /// Validate a config and compile everything it refers to. Errors are phrased for
+    /// the operator; on reload they leave the old snapshot serving.
+    pub fn build(config: Config) -> Result<Snapshot, String> {
+        let (confs, hosts) =
+            sluice_config::sites::resolve(&config, "config").map_err(|e| e.to_string())?;
+        let mut sites = Vec::with_capacity(confs.len());
+        for conf in confs {
+            let root = &conf.root;
+            let what = if conf.names.is_empty() && sites.is_empty() {
+                String::new()
+            } else {
+                format!("site {}: ", conf.label)
+            };
+            let meta = std::fs::metadata(root)
+                .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
+            if !meta.is_dir() {
+                return Err(format!("{what}root {}: not a directory", root.display()));
+            }
+            let rules = if conf.rules.is_empty() {
+                None
+            } else {
+                let opts = sluice_rules::LoadOptions {
+                    lenient: conf.lenient,
+                };
+                let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts)
+                    .map_err(|e| format!("{what}{e}"))?;
+                tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
+                Some(Arc::new(set))
+            };
+            let status_shadowed = config.status.enabled
+                && root
+                    .join(config.status.path.trim_start_matches('/'))
+                    .symlink_metadata()
+                    .is_ok();
+            if status_shadowed {
+                tracing::warn!(
+                    site = %conf.label,
+                    path = %config.status.path,
+                    "a file in this site's root has the status page's path: the file is served, not the status page (choose another status.path)"
+                );
+            }
+            sites.push(Site {
+                conf,
+                rules,
+                status_shadowed,
+            });
+        }
+        use sluice_condition::Cidr;
+        let cap_exempt = Cidr::parse_list(&config.condition.cap_exempt, "condition.cap_exempt")?;
+        let status_allow = Cidr::parse_list(&config.status.allow, "status.allow")?;
+        let proxy_trusted = Cidr::parse_list(&config.server.proxy_trusted, "server.proxy_trusted")?;
+        let (tls, tls_summary) = if config.tls.enabled() {
+            let t = sluice_tls::load(&config.tls)?;
+            (Some(t.config), Some(t.summary))
+        } else {
+            (None, None)
+        };
+        Ok(Snapshot {
+            config,
+            sites,
+            hosts,
+            cap_exempt,
+            status_allow,
+            proxy_trusted,
+            tls,
+            tls_summary,
+        })
+    }
+
+    /// One file handler per site, in site order (each owns its own cache).
+    pub fn static_handlers(&self) -> std::io::Result<Vec<StaticHandler>> {
+        self.sites
+            .iter()
+            .map(|s| {
+                let root = Root::new(&s.conf.root, self.config.files.symlinks).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("root {}: {e}", s.conf.root.display()))
+                })?;
+                Ok(StaticHandler::new(
+                    root,
+                    s.conf.files.clone(),
+                    self.config.http.max_ranges,
+                ))
+            })
+            .collect()
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_request_line: self.config.http.max_request_line,
+            max_head: self.config.http.max_head,
+            max_headers: self.config.http.max_headers,
+        }
+    }
+}
+
+impl Snapshot {
+    /// What `sluice check` prints under "OK": a line per site (its names, root, rules
+    /// and access log) and one for HTTPS; and the rules' warnings, for stderr.
+    pub fn describe(&self) -> (Vec<String>, Vec<String>) {
+        let (mut lines, mut warnings) = (Vec::new(), Vec::new());
+        for (i, site) in self.sites.iter().enumerate() {
+            let c = &site.conf;
+            if i == 0
+                && self.sites.len() > 1
+                && c.names.is_empty()
+                && self.hosts.default_site() != 0
+            {
+                continue; // the top level is not used: a [[site]] is the default
+            }
+            let names = if c.names.is_empty() {
+                "-".to_string()
+            } else {
+                c.names.join(" ")
+            };
+            let default = if self.hosts.default_site() == i {
+                " (default)"
+            } else {
+                ""
+            };
+            let rules = match &site.rules {
+                Some(r) => {
+                    warnings.extend(r.warnings.iter().map(|w| format!("{}: {w}", c.label)));
+                    r.summary()
+                }
+                None => "no rules".into(),
+            };
+            lines.push(format!(
+                "site {}{default}: names {names}; root {}; {rules}; log {}",
+                c.label,
+                c.root.display(),
+                c.access_log.as_deref().unwrap_or("off")
+            ));
+        }
+        if let Some(t) = &self.tls_summary {
+            lines.push(format!(
+                "https on {}: {t}",
+                self.config.tls.listen.join(" ")
+            ));
+        }
+        (lines, warnings)
+    }
+}

@@ -1,0 +1,396 @@
+//! The process: [`serve`] binds the listeners (or takes systemd's), drops root,
+//! starts one worker thread per core, and then waits for signals: SIGHUP reloads
+//! (a config with errors keeps the old snapshot serving), SIGUSR1 reopens the access
+//! logs, SIGTERM/SIGINT drain and stop. A worker that panics is logged and replaced;
+//! too many deaths in a minute stop the server for systemd to restart.
+
+use crate::settings::{load_config, raise_nofile_limit, Overrides};
+use crate::shared::Shared;
+use crate::snapshot::Snapshot;
+use crate::{accesslog, listener, privileges, systemd, worker};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`; SIGUSR1 reopens
+/// the access log (log rotation).
+pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    // Before anything else (and before any thread): sockets systemd passed us.
+    let activated = systemd::listen_fds()?;
+    let nofile = raise_nofile_limit();
+    let cfg = load_config(config_path.as_deref(), &ov)?;
+    let snap = Snapshot::build(cfg)?;
+    let workers = snap.config.worker_count();
+    // HTTP and HTTPS listeners side by side; a worker tells them apart by address.
+    let tls_addrs: Vec<SocketAddr> = snap
+        .config
+        .tls
+        .listen
+        .iter()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    let mut addrs: Vec<SocketAddr> = snap
+        .config
+        .server
+        .listen
+        .iter()
+        .filter_map(|l| l.parse().ok())
+        .chain(tls_addrs.iter().copied())
+        .collect();
+    if ov.from.is_some() {
+        // A backend of a front process: every connection comes from it.
+        addrs.clear();
+    }
+    if let Some(summary) = &snap.tls_summary {
+        tracing::info!(%summary, "HTTPS");
+        match sluice_tls::probe_kernel_tls(snap.config.tls.ktls) {
+            sluice_tls::KernelTls::Available => tracing::info!(
+                "kernel TLS is available, but sluice does not hand sessions to it yet: records are encrypted in user space"
+            ),
+            sluice_tls::KernelTls::Unavailable(why) => tracing::info!(
+                %why,
+                "kernel TLS unavailable: records are encrypted in user space (file bodies read, not sendfile)"
+            ),
+        }
+    }
+
+    // Bind everything before spawning, so a taken port is one clear error.
+    let mut per_worker = Vec::with_capacity(workers);
+    if activated.is_empty() {
+        for a in &addrs {
+            listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
+        }
+        for _ in 0..workers {
+            let mut ls = Vec::new();
+            for a in &addrs {
+                // Never longer than the head deadline it stands in front of.
+                let defer = snap
+                    .config
+                    .condition
+                    .defer_accept
+                    .min(snap.config.http.header_timeout)
+                    .as_secs_f64()
+                    .ceil() as u64;
+                ls.push(
+                    listener::bind(*a, 4096, defer)
+                        .map_err(|e| format!("cannot listen on {a}: {e}"))?,
+                );
+            }
+            per_worker.push(ls);
+        }
+    } else {
+        // Socket activation: serve on exactly the sockets passed (server.listen is
+        // not used). One socket per address, shared by every worker: each polls its
+        // own duplicate, the kernel hands each connection to one accept.
+        addrs.clear();
+        let mut shared_ls = Vec::new();
+        for fd in activated {
+            let l = std::net::TcpListener::from(fd);
+            l.set_nonblocking(true)
+                .map_err(|e| format!("LISTEN_FDS: {e}"))?;
+            addrs.push(l.local_addr().map_err(|e| format!("LISTEN_FDS: {e}"))?);
+            shared_ls.push(mio::net::TcpListener::from_std(l));
+        }
+        tracing::info!(
+            sockets = addrs.len(),
+            "socket activation: serving on the passed sockets"
+        );
+        for _ in 0..workers {
+            let mut ls = Vec::new();
+            for l in &shared_ls {
+                ls.push(clone_listener(l).map_err(|e| format!("LISTEN_FDS: {e}"))?);
+            }
+            per_worker.push(ls);
+        }
+    }
+    // Every access log any site names (the main log first), each opened once.
+    let mut log_writers: Vec<(String, accesslog::Writer)> = Vec::new();
+    for site in &snap.sites {
+        if let Some(p) = &site.conf.access_log {
+            if !log_writers.iter().any(|(q, _)| q == p) {
+                let w = accesslog::Writer::open(PathBuf::from(p))
+                    .map_err(|e| format!("access log {p}: {e}"))?;
+                log_writers.push((p.clone(), w));
+            }
+        }
+    }
+    // Everything that needs root (ports below 1024, log files in /var/log) is open:
+    // become the serving user before any worker exists.
+    if let Some(acct) = privileges::plan(
+        snap.config.server.user.as_deref(),
+        snap.config.server.allow_root,
+    )? {
+        privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "serving as an unprivileged user");
+        // A tree the user cannot read would answer 403 to everything: say so now.
+        if let Err(e) = std::fs::read_dir(&snap.config.server.root) {
+            return Err(format!(
+                "root {}: {e} (as user {}; make the tree readable to it, name another with server.user, or set allow_root = true)",
+                snap.config.server.root.display(),
+                acct.name
+            ));
+        }
+    }
+    let root_display = std::fs::canonicalize(&snap.config.server.root)
+        .unwrap_or_else(|_| snap.config.server.root.clone());
+    // Keep 64 descriptors for files, logs and the listeners themselves.
+    let fd_room = nofile.saturating_sub(64 + 64 * workers as u64) as usize;
+    let wanted = match snap.config.condition.max_connections {
+        0 => fd_room,
+        n => n.min(fd_room),
+    };
+    // The limit is the whole server's (a shared count): SO_REUSEPORT does not spread
+    // connections exactly evenly, and a per-worker share would make one worker evict
+    // while the process still has descriptors to spare.
+    let max_conns = wanted.max(16 * workers);
+    let mut shared = Shared::new(snap, workers, max_conns, nofile);
+    if let Some(f) = &ov.from {
+        Arc::get_mut(&mut shared).expect("not shared yet").from =
+            Some(sluicecc::proto::unix_path(f).to_path_buf());
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
+        .map_err(|e| format!("signals: {e}"))?;
+
+    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<WorkerExit>();
+    let spawn = |id: usize| -> Result<std::thread::JoinHandle<()>, String> {
+        // Each worker gets its own descriptors for the listeners; the originals stay
+        // here, so a worker that dies does not close a listening socket (nor lose the
+        // connections waiting in its backlog) and its replacement takes them over.
+        let mut ls = Vec::with_capacity(per_worker[id].len());
+        for l in &per_worker[id] {
+            ls.push(clone_listener(l).map_err(|e| format!("worker {id}: {e}"))?);
+        }
+        spawn_worker(WorkerSpawn {
+            id,
+            listeners: ls,
+            shared: shared.clone(),
+            logs: log_writers
+                .iter()
+                .map(|(p, w)| (p.clone(), w.handle()))
+                .collect(),
+            max_conns,
+            exits: exit_tx.clone(),
+        })
+    };
+    let mut threads = Vec::with_capacity(workers);
+    for id in 0..workers {
+        threads.push(Some(spawn(id)?));
+    }
+    // Start-up: every worker must build (its file handler opens the root), or the
+    // server does not start at all.
+    let mut ready = 0;
+    while ready < workers {
+        match exit_rx.recv() {
+            Ok(WorkerExit::Ready(_)) => ready += 1,
+            Ok(WorkerExit::Failed(id, e)) | Ok(WorkerExit::Panicked(id, e)) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                return Err(format!("worker {id}: {e}"));
+            }
+            Err(_) => return Err("a worker exited during start-up".into()),
+        }
+    }
+    // Not println!: a closed stdout (a supervisor that read the first line and went
+    // away) must not take the server down.
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for a in &addrs {
+        let scheme = if tls_addrs.contains(a) {
+            "https"
+        } else {
+            "http"
+        };
+        let _ = writeln!(
+            out,
+            "sluice: serving {} on {scheme}://{a}/ ({workers} workers)",
+            root_display.display()
+        );
+    }
+    if let Some(f) = &ov.from {
+        let _ = writeln!(
+            out,
+            "sluice: serving {} from {f} ({workers} workers)",
+            root_display.display()
+        );
+    }
+    let _ = out.flush();
+    drop(out);
+    systemd::notify(&format!(
+        "READY=1\nSTATUS=serving on {} address(es), {workers} workers",
+        addrs.len()
+    ));
+
+    // The main thread's loop: signals, and worker supervision. A worker that panics
+    // (a bug: nothing a client sends should do that) is logged loudly and replaced
+    // at once; its connections are lost, the listeners are not. More than
+    // MAX_RESTARTS deaths within a minute means something is badly wrong: the process
+    // stops and exits non-zero, so a supervisor (systemd) restarts it whole.
+    const MAX_RESTARTS: usize = 5;
+    let mut deaths: std::collections::VecDeque<std::time::Instant> = Default::default();
+    let mut failure: Option<String> = None;
+    let mut next_sample = std::time::Instant::now();
+    'main: loop {
+        // The status page's rates: one sample of the summed counters a second.
+        if std::time::Instant::now() >= next_sample {
+            next_sample += std::time::Duration::from_secs(1);
+            shared
+                .board
+                .sample(&sluice_status::Totals::sum(&shared.stats));
+        }
+        for sig in signals.pending() {
+            match sig {
+                SIGHUP => {
+                    systemd::reloading();
+                    reload(&shared, config_path.as_deref(), &ov);
+                    systemd::notify("READY=1");
+                }
+                SIGUSR1 => {
+                    for (_, w) in &log_writers {
+                        w.reopen();
+                    }
+                }
+                _ => {
+                    tracing::info!("stopping: finishing in-flight responses");
+                    break 'main;
+                }
+            }
+        }
+        match exit_rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(WorkerExit::Panicked(id, msg)) | Ok(WorkerExit::Failed(id, msg)) => {
+                shared.stats[id].restarts.fetch_add(1, Ordering::Relaxed);
+                if let Some(t) = threads[id].take() {
+                    let _ = t.join();
+                }
+                let now = std::time::Instant::now();
+                deaths.retain(|t| now.duration_since(*t).as_secs() < 60);
+                deaths.push_back(now);
+                if deaths.len() > MAX_RESTARTS {
+                    tracing::error!(
+                        worker = id,
+                        "worker died ({msg}); {} deaths within a minute: stopping the server",
+                        deaths.len()
+                    );
+                    failure = Some(format!(
+                        "workers died {} times within a minute (last: {msg})",
+                        deaths.len()
+                    ));
+                    break 'main;
+                }
+                tracing::error!(worker = id, "worker died ({msg}); restarting it");
+                match spawn(id) {
+                    Ok(t) => threads[id] = Some(t),
+                    Err(e) => {
+                        failure = Some(format!("cannot restart worker {id}: {e}"));
+                        break 'main;
+                    }
+                }
+            }
+            Ok(WorkerExit::Ready(id)) => tracing::warn!(worker = id, "worker restarted"),
+            Err(_) => {}
+        }
+    }
+    systemd::notify("STOPPING=1");
+    shared.stop.store(true, Ordering::Relaxed);
+    // Close our copies of the listening sockets now, so that once the workers close
+    // theirs new connections are refused instead of queueing in a backlog nobody reads.
+    drop(per_worker);
+    for t in threads.into_iter().flatten() {
+        let _ = t.join();
+    }
+    for (_, w) in log_writers {
+        w.finish();
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// What a worker thread reports to the main thread.
+enum WorkerExit {
+    /// Built and serving.
+    Ready(usize),
+    /// Could not build, or its event loop failed (an I/O error from epoll).
+    Failed(usize, String),
+    /// Panicked, with the panic message.
+    Panicked(usize, String),
+}
+
+struct WorkerSpawn {
+    id: usize,
+    listeners: Vec<mio::net::TcpListener>,
+    shared: Arc<Shared>,
+    logs: Vec<(String, accesslog::Handle)>,
+    max_conns: usize,
+    exits: std::sync::mpsc::Sender<WorkerExit>,
+}
+
+/// Start one worker thread. Workers own Rc-based caches, so each is built on its own
+/// thread; that it is ready, or how it ended, comes back on `exits`.
+fn spawn_worker(w: WorkerSpawn) -> Result<std::thread::JoinHandle<()>, String> {
+    let id = w.id;
+    std::thread::Builder::new()
+        .name(format!("sluice-w{id}"))
+        .spawn(move || {
+            let exits = w.exits.clone();
+            // Unwind safety: everything the closure owns dies with it; the only
+            // shared state is atomics and the snapshot mutex (poison-tolerant).
+            let body = std::panic::AssertUnwindSafe(move || {
+                let wl = accesslog::WorkerLog::new(w.logs);
+                let worker = worker::Worker::new(id, w.listeners, w.shared, wl, w.max_conns)
+                    .map_err(|e| e.to_string())?;
+                let _ = w.exits.send(WorkerExit::Ready(id));
+                worker.run().map_err(|e| e.to_string())
+            });
+            let exit = match std::panic::catch_unwind(body) {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => WorkerExit::Failed(id, e),
+                Err(payload) => WorkerExit::Panicked(id, panic_message(payload.as_ref())),
+            };
+            let _ = exits.send(exit);
+        })
+        .map_err(|e| format!("spawn: {e}"))
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = if let Some(s) = p.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        "?"
+    };
+    format!("panicked: {what}")
+}
+
+fn clone_listener(l: &mio::net::TcpListener) -> std::io::Result<mio::net::TcpListener> {
+    use std::os::fd::AsFd;
+    let fd = l.as_fd().try_clone_to_owned()?;
+    Ok(mio::net::TcpListener::from_std(
+        std::net::TcpListener::from(fd),
+    ))
+}
+
+fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
+    let result = load_config(path, ov).and_then(Snapshot::build);
+    match result {
+        Ok(snap) => {
+            let (old, _) = shared.current();
+            let logs = |s: &Snapshot| -> Vec<Option<String>> {
+                s.sites.iter().map(|x| x.conf.access_log.clone()).collect()
+            };
+            if old.config.server.listen != snap.config.server.listen
+                || old.config.server.workers != snap.config.server.workers
+                || logs(&old) != logs(&snap)
+            {
+                tracing::warn!(
+                    "reload: listen, workers and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
+                );
+            }
+            shared.replace(snap);
+            tracing::info!("reloaded configuration");
+        }
+        Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
+    }
+}
