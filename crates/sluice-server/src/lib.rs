@@ -19,6 +19,7 @@
 pub mod accesslog;
 pub mod disk;
 pub mod front;
+pub mod io;
 pub mod listener;
 pub mod phases;
 pub mod privileges;

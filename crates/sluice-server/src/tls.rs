@@ -26,8 +26,8 @@
 //! buffer limit (64 KiB by default), so a slow TLS reader costs what a slow plain
 //! reader does plus at most that.
 
+use crate::io::ReadOutcome;
 use crate::send::Wire;
-use crate::worker::ReadOutcome;
 use mio::net::TcpStream;
 use rustls::ServerConnection;
 use std::io::{self, Read, Write};
@@ -100,7 +100,7 @@ pub(crate) fn read_into(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if buf.is_empty() {
                     // Nothing to parse: do not keep a buffer while waiting.
-                    crate::worker::recycle(pool, std::mem::take(buf));
+                    crate::io::recycle(pool, std::mem::take(buf));
                 }
                 return Ok(ReadOutcome::Blocked);
             }

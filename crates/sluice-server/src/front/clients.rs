@@ -1,0 +1,316 @@
+//! The client side of the front: accept (with the caps and eviction at the limit),
+//! read until a request is complete (`package`), refuse what `sanity` rejects,
+//! hand ready requests to backends in per-range round robin (`dispatch`), and the
+//! 100 ms sweep that closes whatever passed its deadline.
+
+use super::*;
+use crate::io::{read_into, recycle, ReadOutcome};
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use sluice_condition::addr::{addr_bits, prefix_mask};
+use sluice_condition::{Class, CloseReason, RangeKey};
+use sluice_http::{parse_head, BodyFraming, Parsed};
+use sluicecc::proto;
+use std::io;
+use std::os::fd::AsRawFd;
+
+impl Front {
+    pub(super) fn accept(&mut self) {
+        loop {
+            if self.conns.len() >= self.max_conns {
+                // At the limit: the oldest idle, else incomplete, connection of the
+                // heaviest range makes room; with everyone busy, the backlog waits.
+                match self.cond.victim() {
+                    Some((v, why)) if self.evictions < EVICTIONS_PER_SWEEP => {
+                        self.evictions += 1;
+                        self.close(v as usize, why)
+                    }
+                    _ => {
+                        self.accept_paused = true;
+                        return;
+                    }
+                }
+            }
+            let (sock, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    self.accept_paused = true;
+                    return;
+                }
+            };
+            let _ = sock.set_nodelay(true);
+            let exempt = self.cap_exempt.iter().any(|c| c.contains(peer.ip()));
+            let capped = self.filters.slowread && !exempt;
+            if capped && self.caps.acquire(&RangeKey::of(peer.ip())).is_some() {
+                // Over its range's share: say so, and when to retry.
+                self.caps.release(&RangeKey::of(peer.ip()));
+                send_best_effort(
+                    &sock,
+                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                self.closes[CloseReason::RangeCap.index()] += 1;
+                continue;
+            }
+            self.gen = self.gen.wrapping_add(1);
+            let entry = self.conns.vacant_entry();
+            let key = entry.key();
+            let mut c = FConn {
+                sock,
+                peer,
+                gen: self.gen,
+                st: St::Reading,
+                since: self.now,
+                rbuf: Vec::new(),
+                ready: Vec::new(),
+                capped,
+            };
+            if self
+                .poll
+                .registry()
+                .register(&mut c.sock, Token(key), Interest::READABLE)
+                .is_err()
+            {
+                if capped {
+                    self.caps.release(&RangeKey::of(peer.ip()));
+                }
+                continue;
+            }
+            entry.insert(c);
+            self.cond.park(key as u32, peer.ip(), Class::Incomplete);
+            self.client(key);
+        }
+    }
+
+    /// Read what a client sent and see whether a whole request is here.
+    pub(super) fn client(&mut self, key: usize) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if !matches!(c.st, St::Reading | St::Idle) {
+            return; // a backend's, or already waiting in the queue
+        }
+        // The worker's read (pooled buffer, into spare capacity): until EAGAIN, since
+        // this loop does not track RDHUP.
+        let max = self.limits.max_head + MAX_BODY;
+        let eof = !matches!(
+            read_into(&mut c.sock, &mut c.rbuf, &mut self.pool, max, true),
+            Ok(ReadOutcome::Blocked | ReadOutcome::Full)
+        );
+        if c.st == St::Idle && !c.rbuf.is_empty() {
+            c.st = St::Reading;
+            c.since = self.now;
+        }
+        match self.package(key) {
+            Some(true) => {}
+            Some(false) if eof => self.close(key, CloseReason::ClientGone),
+            Some(false) => {
+                let c = &mut self.conns[key];
+                if c.rbuf.is_empty() {
+                    recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+                }
+                let class = if c.st == St::Idle {
+                    Class::Idle
+                } else {
+                    Class::Incomplete
+                };
+                let ip = c.peer.ip();
+                self.cond.park(key as u32, ip, class);
+            }
+            None => {}
+        }
+    }
+
+    /// Request packaging: `Some(true)` when a whole request moved to the ready
+    /// queue, `Some(false)` when more bytes are needed, `None` when the connection
+    /// was answered and closed here.
+    pub(super) fn package(&mut self, key: usize) -> Option<bool> {
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() {
+            return Some(false);
+        }
+        let len = match parse_head(&c.rbuf, &self.limits) {
+            Ok(Parsed::Partial) => return Some(false),
+            Ok(Parsed::Complete(head)) => match head.framing() {
+                BodyFraming::None => head.head_len,
+                BodyFraming::Length(n) if n as usize <= MAX_BODY => {
+                    if c.rbuf.len() < head.head_len + n as usize {
+                        return Some(false);
+                    }
+                    head.head_len + n as usize
+                }
+                BodyFraming::Length(_) if self.filters.sanity => {
+                    self.refuse(
+                        key,
+                        413,
+                        "request body too large for the conditioning front",
+                    );
+                    return None;
+                }
+                BodyFraming::Chunked if self.filters.sanity => {
+                    self.refuse(key, 411, "a request body needs Content-Length here");
+                    return None;
+                }
+                _ => c.rbuf.len(),
+            },
+            Err(e) if self.filters.sanity => {
+                self.refuse(key, e.status(), e.as_str());
+                return None;
+            }
+            // Without the sanity filter the backend sees what the client sent.
+            Err(_) => c.rbuf.len(),
+        };
+        c.ready = c.rbuf.drain(..len).collect();
+        c.st = St::Ready;
+        let ip = c.peer.ip();
+        let gen = c.gen;
+        self.cond.park(key as u32, ip, Class::Active);
+        let range = if self.filters.fair {
+            let (bits, v4) = addr_bits(ip);
+            bits & prefix_mask(if v4 { 24 } else { 64 }, v4)
+        } else {
+            0
+        };
+        let q = self.queues.entry(range).or_default();
+        if q.is_empty() {
+            self.order.push_back(range);
+        }
+        q.push_back((key, gen));
+        Some(true)
+    }
+
+    /// Answer a refused request here and close: it never reaches a backend.
+    pub(super) fn refuse(&mut self, key: usize, status: u16, why: &str) {
+        let c = &self.conns[key];
+        let msg = format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
+            sluice_http::response::reason(status),
+            why.len() + 1
+        );
+        send_best_effort(&c.sock, msg.as_bytes());
+        self.close(key, CloseReason::BadRequest);
+    }
+
+    /// Hand ready requests to backends that asked, round robin over ranges.
+    pub(super) fn dispatch(&mut self) {
+        while let Some(range) = self.order.front().copied() {
+            let Some(b) = self
+                .backends
+                .iter()
+                .filter(|(_, bk)| bk.credit > 0)
+                .max_by_key(|(_, bk)| bk.credit)
+                .map(|(k, _)| k)
+            else {
+                return;
+            };
+            self.order.pop_front();
+            let q = self.queues.get_mut(&range).expect("queued range");
+            let (key, gen) = q.pop_front().expect("non-empty queue");
+            if q.is_empty() {
+                self.queues.remove(&range);
+            } else {
+                self.order.push_back(range);
+            }
+            let Some(c) = self.conns.get_mut(key) else {
+                continue;
+            };
+            if c.gen != gen || c.st != St::Ready {
+                continue;
+            }
+            let id = (u64::from(gen) << 32) | key as u64;
+            let back = &mut self.backends[b];
+            match proto::send_handoff(
+                back.sock.as_raw_fd(),
+                c.sock.as_raw_fd(),
+                id,
+                c.peer,
+                &c.ready,
+            ) {
+                Ok(()) => {
+                    back.credit -= 1;
+                    self.handed += 1;
+                    c.ready = Vec::new();
+                    c.st = St::Backend(b);
+                    if c.rbuf.is_empty() {
+                        recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+                    }
+                    if !self.filters.persist {
+                        // Not kept here: the backend's copy is the connection now.
+                        self.close(key, CloseReason::Done);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Its socket is full: try again after the next events.
+                    let q = self.queues.entry(range).or_default();
+                    if q.is_empty() {
+                        self.order.push_front(range);
+                    }
+                    q.push_front((key, gen));
+                    return;
+                }
+                Err(_) => {
+                    let q = self.queues.entry(range).or_default();
+                    if q.is_empty() {
+                        self.order.push_front(range);
+                    }
+                    q.push_front((key, gen));
+                    self.backend_gone(b);
+                }
+            }
+        }
+    }
+
+    /// Deadlines: a request must be whole `header_timeout` after its first byte
+    /// (after accept for the first one); a kept connection waits `keepalive_timeout`.
+    pub(super) fn sweep(&mut self) {
+        let now = self.now;
+        let expired: Vec<(usize, CloseReason)> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c.st {
+                St::Reading if now >= c.since + self.header_ms => {
+                    Some((k, CloseReason::HeaderTimeout))
+                }
+                St::Idle if now >= c.since + self.idle_ms => Some((k, CloseReason::IdleTimeout)),
+                _ => None,
+            })
+            .collect();
+        for (k, why) in expired {
+            if why == CloseReason::HeaderTimeout && !self.conns[k].rbuf.is_empty() {
+                send_best_effort(
+                    &self.conns[k].sock,
+                    b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+            self.close(k, why);
+        }
+    }
+
+    pub(super) fn close(&mut self, key: usize, why: CloseReason) {
+        if let Some(mut c) = self.conns.try_remove(key) {
+            self.cond.forget(key as u32, c.peer.ip());
+            if c.capped {
+                self.caps.release(&RangeKey::of(c.peer.ip()));
+            }
+            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+            self.closes[why.index()] += 1;
+            // Our copy only: a backend holding the socket keeps the connection open
+            // (`persist` off), and is the one to close it.
+            let _ = self.poll.registry().deregister(&mut c.sock);
+        }
+    }
+}
+
+fn send_best_effort(sock: &TcpStream, msg: &[u8]) {
+    // SAFETY: one non-blocking send from a valid slice on our own socket.
+    unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}

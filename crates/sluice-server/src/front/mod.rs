@@ -1,0 +1,327 @@
+//! `sluice condition`: connection conditioning in front of any server (seed 004's
+//! Figure 1). This process owns the TCP listener, reads each request completely,
+//! applies the conditioning stages, and hands the client's socket with its request
+//! to whichever backend asks for one over a Unix-domain socket (`sluice-cc`'s
+//! protocol). Backends answer on the socket themselves; the response never passes
+//! through here.
+//!
+//! The stages (`--filters`), all in this one process, with the code `sluice serve`
+//! uses:
+//! - `packaging` (always on): a request is handed over only when complete, within
+//!   `http.header_timeout` from its first byte; incomplete connections are counted
+//!   per address range and the heaviest range's oldest goes first when room runs out
+//!   (`sluice_condition::Conditioner`);
+//! - `persist`: after a backend says KEEP, the connection comes back here and waits
+//!   idle (counted per range, evicted oldest-first of the heaviest range under
+//!   pressure) until its next request is complete. Without it, a handed-over
+//!   connection is forgotten here and lives as long as its backend keeps it;
+//! - `fair`: ready requests wait in one queue per /24 (IPv6 /64), served round
+//!   robin, so one range's flood of requests waits behind everyone else's turn;
+//! - `slowread`: the per-range connection caps (`sluice_condition::RangeCaps`): a
+//!   range over its share is answered 503 here;
+//! - `sanity`: a request sluice's parser refuses gets its 4xx from here and never
+//!   reaches a backend (without it, the bytes are handed over as they came);
+//! - `pass`: one more process in the chain that hands requests through unchanged
+//!   ([`relay`]), to measure what each process in a chain costs (Figures 8 and 9).
+//!
+//! Must not: read a socket a backend holds (the descriptor is shared; its bytes
+//! belong to the backend until it says KEEP or CLOSE), change a client socket's
+//! flags after handing it over, or block.
+//!
+//! Costs per request: one `recv` (or more) into a pooled buffer, one parse, one
+//! `sendmsg` carrying the descriptor, one 12-byte control message back. Memory: a
+//! connection record and, only while a request is incomplete or ready, its buffer.
+//!
+//! Files: this one (the stages' settings, the connection records, the event loop),
+//! `clients` (accepting, reading and packaging requests, refusing, dispatching to
+//! backends, the sweep that enforces deadlines), `backends` (the Unix-socket side:
+//! asks, KEEP and CLOSE), `relay` (a `pass` process of a chain).
+
+mod backends;
+mod clients;
+mod relay;
+
+use crate::listener;
+use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+pub use relay::relay;
+use slab::Slab;
+use sluice_condition::{Cidr, CloseReason, Conditioner, RangeCaps};
+use sluice_config::Config;
+use sluice_http::Limits;
+use sluicecc::proto;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TCP: Token = Token(usize::MAX - 1);
+const UNIX: Token = Token(usize::MAX - 2);
+const BACKEND_BASE: usize = usize::MAX / 2;
+const SWEEP: Duration = Duration::from_millis(100);
+/// Most connections closed per sweep period to make room (1,280/s), as a worker of
+/// `sluice serve` rations them: an attacker that reconnects as fast as it is
+/// evicted then waits in the kernel's backlog instead of taking the whole CPU.
+const EVICTIONS_PER_SWEEP: u32 = 128;
+/// Largest request body the front buffers and hands over (a mirror takes GETs).
+const MAX_BODY: usize = 64 * 1024;
+
+/// Which stages run.
+#[derive(Clone, Debug, Default)]
+pub struct Filters {
+    pub persist: bool,
+    pub fair: bool,
+    pub slowread: bool,
+    pub sanity: bool,
+    /// Pass-through processes between this one and the backends.
+    pub relays: usize,
+}
+
+impl Filters {
+    /// `packaging,persist,fair,slowread,sanity` (the default) or any list of those
+    /// and `pass`.
+    pub fn parse(s: &str) -> Result<Filters, String> {
+        let mut f = Filters::default();
+        let mut packaging = false;
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "packaging" => packaging = true,
+                "persist" => f.persist = true,
+                "fair" => f.fair = true,
+                "slowread" => f.slowread = true,
+                "sanity" => f.sanity = true,
+                "pass" => f.relays += 1,
+                other => {
+                    return Err(format!(
+                        "--filters: unknown filter {other:?} (packaging, persist, fair, slowread, sanity, pass)"
+                    ))
+                }
+            }
+        }
+        if !packaging {
+            return Err("--filters: packaging is what the front process does (reading each request whole); it must be in the list".into());
+        }
+        Ok(f)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    /// Reading a request (its first byte at `since`, or accepted at `since`).
+    Reading,
+    /// Complete, waiting in the ready queue for a backend.
+    Ready,
+    /// Handed to backend `b` (a `backends` key); its bytes are the backend's.
+    Backend(usize),
+    /// Kept between requests (`persist`).
+    Idle,
+}
+
+struct FConn {
+    sock: TcpStream,
+    peer: SocketAddr,
+    gen: u32,
+    st: St,
+    since: u64,
+    rbuf: Vec<u8>,
+    /// The complete request waiting for a backend.
+    ready: Vec<u8>,
+    capped: bool,
+}
+
+struct Back {
+    sock: OwnedFd,
+    /// Connections it asked for and has not been given yet.
+    credit: u32,
+}
+
+/// Run the front process until SIGTERM/SIGINT.
+pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Config) -> Result<(), String> {
+    let nofile = crate::settings::raise_nofile_limit();
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signals: {e}"))?;
+    }
+    // The chain: this process listens on `to` itself, or on the first relay's input.
+    let mut relays = Vec::new();
+    let first = if filters.relays == 0 {
+        to.to_path_buf()
+    } else {
+        let hop = |i: usize| PathBuf::from(format!("{}.{i}", to.display()));
+        let exe = std::env::current_exe().map_err(|e| format!("relays: {e}"))?;
+        for i in 0..filters.relays {
+            let down = if i + 1 == filters.relays {
+                to.to_path_buf()
+            } else {
+                hop(i + 1)
+            };
+            let child = std::process::Command::new(&exe)
+                .args(["condition", "--relay", "--from"])
+                .arg(format!("unix:{}", hop(i).display()))
+                .arg("--to")
+                .arg(format!("unix:{}", down.display()))
+                .spawn()
+                .map_err(|e| format!("starting relay {i}: {e}"))?;
+            relays.push(child);
+        }
+        hop(0)
+    };
+    let result = Front::new(listen, &first, filters, config, nofile, stop).and_then(|f| f.run());
+    for mut r in relays {
+        // They exit when this process's socket closes; make sure.
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    result
+}
+
+struct Front {
+    poll: Poll,
+    listener: TcpListener,
+    unix: OwnedFd,
+    unix_path: PathBuf,
+    conns: Slab<FConn>,
+    backends: Slab<Back>,
+    cond: Conditioner,
+    caps: RangeCaps,
+    cap_exempt: Vec<Cidr>,
+    /// Ready connections: one queue per range (`fair`), or one for all.
+    queues: HashMap<u128, VecDeque<(usize, u32)>>,
+    order: VecDeque<u128>,
+    filters: Filters,
+    limits: Limits,
+    header_ms: u64,
+    idle_ms: u64,
+    max_conns: usize,
+    gen: u32,
+    epoch: Instant,
+    now: u64,
+    pool: Vec<Vec<u8>>,
+    accept_paused: bool,
+    stop: Arc<AtomicBool>,
+    closes: [u64; CloseReason::ALL.len()],
+    handed: u64,
+    evictions: u32,
+}
+
+impl Front {
+    fn new(
+        listen: SocketAddr,
+        unix_path: &Path,
+        filters: Filters,
+        config: Config,
+        nofile: u64,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Front, String> {
+        let poll = Poll::new().map_err(|e| e.to_string())?;
+        listener::ensure_free(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let defer = config
+            .condition
+            .defer_accept
+            .min(config.http.header_timeout)
+            .as_secs_f64()
+            .ceil() as u64;
+        let mut tcp = listener::bind(listen, 4096, defer)
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
+        poll.registry()
+            .register(&mut tcp, TCP, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        poll.registry()
+            .register(&mut SourceFd(&unix.as_raw_fd()), UNIX, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        let room = nofile.saturating_sub(256) as usize;
+        let max_conns = match config.condition.max_connections {
+            0 => room,
+            n => n.min(room),
+        }
+        .max(16);
+        let c = &config.condition;
+        let limit = |f: f64| ((max_conns as f64 * f).ceil() as u32).max(1);
+        let cap_exempt = Cidr::parse_list(&c.cap_exempt, "condition.cap_exempt")?;
+        let epoch = Instant::now();
+        Ok(Front {
+            poll,
+            listener: tcp,
+            unix,
+            unix_path: unix_path.to_path_buf(),
+            conns: Slab::with_capacity(max_conns.min(1 << 20)),
+            backends: Slab::new(),
+            cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
+            caps: RangeCaps::new([limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)]),
+            cap_exempt,
+            queues: HashMap::new(),
+            order: VecDeque::new(),
+            limits: Limits {
+                max_request_line: config.http.max_request_line,
+                max_head: config.http.max_head,
+                max_headers: config.http.max_headers,
+            },
+            header_ms: config.http.header_timeout.as_millis() as u64,
+            idle_ms: config.http.keepalive_timeout.as_millis() as u64,
+            filters,
+            max_conns,
+            gen: 0,
+            epoch,
+            now: 0,
+            pool: Vec::new(),
+            accept_paused: false,
+            stop,
+            closes: [0; CloseReason::ALL.len()],
+            handed: 0,
+            evictions: 0,
+        })
+    }
+
+    fn run(mut self) -> Result<(), String> {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout(),
+            "sluice condition: {} → unix:{} ({} connections at most)",
+            self.listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            self.unix_path.display(),
+            self.max_conns
+        );
+        let _ = std::io::stdout().flush();
+        let mut events = Events::with_capacity(1024);
+        let mut next_sweep = self.epoch + SWEEP;
+        while !self.stop.load(Ordering::Relaxed) {
+            let wait = next_sweep.saturating_duration_since(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e.to_string());
+                }
+            }
+            self.now = self.epoch.elapsed().as_millis() as u64;
+            for ev in events.iter() {
+                match ev.token() {
+                    TCP => self.accept(),
+                    UNIX => self.accept_backends(),
+                    Token(t) if t >= BACKEND_BASE => self.backend_says(t - BACKEND_BASE),
+                    Token(k) => self.client(k),
+                }
+            }
+            self.dispatch();
+            if Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + SWEEP;
+                self.evictions = 0;
+                self.sweep();
+                if self.accept_paused {
+                    self.accept_paused = false;
+                    self.accept();
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.unix_path);
+        tracing::info!(handed = self.handed, "sluice condition: stopped");
+        Ok(())
+    }
+}

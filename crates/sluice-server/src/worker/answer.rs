@@ -1,0 +1,297 @@
+//! A complete request head → a response on the connection ([`Worker::next_request`]:
+//! limits, body framing, the request phases, the access log), and the answers for
+//! errant clients (`tarpit`, `oversize`) that drip bytes on a timer.
+
+use super::conn::*;
+use super::*;
+use crate::accesslog::Pending;
+use crate::io::recycle;
+use crate::phases::{self, PhaseCtx};
+use sluice_condition::slowread::RateWindow;
+use sluice_condition::CloseReason;
+use sluice_http::response::{write_status_line, Response};
+use sluice_http::{parse_head, BodyFraming, Method, Parsed};
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+impl Worker {
+    /// Carry out `drop`, `tarpit` or `oversize` for the request just parsed.
+    /// Tarpits and oversize answers leave conditioning's accounting (no range cap,
+    /// no eviction, not in `open`), hold no buffers, and are capped server-wide by
+    /// `rules.tarpit_max`; past the cap they are dropped.
+    pub(super) fn errant_answer(
+        &mut self,
+        key: usize,
+        e: sluice_rules::classify::Errant,
+        log: Option<Pending>,
+    ) -> Step {
+        use sluice_rules::classify::Errant;
+        const OVERSIZE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000000000000\r\nConnection: close\r\n\r\n";
+        const TARPIT_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+        /// An oversize body goes out 4 KiB every 250 ms: 16 KiB/s, 1 MiB in 64 s.
+        const OVERSIZE_PIECE: usize = 4096;
+        let full = self.shared.drips.load(Ordering::Relaxed) >= self.snap.config.rules.tarpit_max;
+        let (head, piece, every, budget, for_ms): (&[u8], std::sync::Arc<[u8]>, Ms, u64, u64) =
+            match e {
+                Errant::Tarpit {
+                    text,
+                    every_ms,
+                    for_ms,
+                } if !full => {
+                    let mut line = text.as_bytes().to_vec();
+                    line.push(b'\n');
+                    (TARPIT_HEAD, line.into(), every_ms, u64::MAX, for_ms)
+                }
+                Errant::Oversize { bytes, for_ms } if !full => {
+                    // One block shared by every oversize answer: a connection holds
+                    // a reference, not 4 KiB of its own.
+                    static PIECE: std::sync::OnceLock<std::sync::Arc<[u8]>> =
+                        std::sync::OnceLock::new();
+                    let piece = PIECE.get_or_init(|| vec![b'0'; OVERSIZE_PIECE].into());
+                    (OVERSIZE_HEAD, piece.clone(), 250, bytes, for_ms)
+                }
+                _ => {
+                    // drop (asked for, or over the tarpit cap): no response at all.
+                    let c = &mut self.conns[key];
+                    if let Some(p) = log {
+                        self.log.line(
+                            SystemTime::now(),
+                            c.peer,
+                            &p.with_status(444).with_note("drop"),
+                            0,
+                        );
+                    }
+                    c.why = CloseReason::Errant;
+                    return Step::Close;
+                }
+            };
+        let now = self.now_ms;
+        let c = &mut self.conns[key];
+        let (peer, cap) = (c.peer, c.cap);
+        c.cap = Cap::Exempt;
+        c.rbuf = Vec::new();
+        c.phase = Phase::Drip {
+            until: now + for_ms,
+        };
+        let sent = conn_send(c, head);
+        self.release_range(peer, cap);
+        self.cond.forget(key as u32, peer);
+        self.shared.open.fetch_sub(1, Ordering::Relaxed);
+        self.shared.drips.fetch_add(1, Ordering::Relaxed);
+        self.drips.insert(
+            key,
+            Drip {
+                piece,
+                every,
+                budget,
+                sent: sent as u64,
+                log,
+            },
+        );
+        self.set_deadline(key, (now + every).min(now + for_ms));
+        Step::Parked
+    }
+
+    /// A dripping connection's timer: send the next piece, or end it.
+    pub(super) fn drip_turn(&mut self, key: usize) {
+        let now = self.now_ms;
+        let Phase::Drip { until } = self.conns[key].phase else {
+            return;
+        };
+        let Some(d) = self.drips.get_mut(&key) else {
+            self.close(key, CloseReason::Errant);
+            return;
+        };
+        if now >= until || d.budget == 0 {
+            self.close(key, CloseReason::Errant);
+            return;
+        }
+        let n = (d.piece.len() as u64).min(d.budget) as usize;
+        let sent = conn_send(&mut self.conns[key], &d.piece[..n]);
+        if sent < 0 {
+            self.close(key, CloseReason::ClientGone);
+            return;
+        }
+        d.sent += sent as u64;
+        d.budget -= sent as u64;
+        let next = (now + d.every).min(until);
+        // This runs from the timer that just fired: re-arm like any other deadline.
+        let c = &mut self.conns[key];
+        c.deadline = next;
+        let gen = c.gen;
+        self.rearm(key, gen);
+    }
+
+    pub(super) fn next_request(&mut self, key: usize) -> Step {
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() || c.flags.has(Flags::CLOSE_AFTER) {
+            return if c.flags.has(Flags::CLOSE_AFTER) && c.out.is_none() {
+                Step::Close
+            } else {
+                Step::NeedMore
+            };
+        }
+        let rbuf = std::mem::take(&mut c.rbuf);
+        let mut head_started = self.now_ms;
+        let parsed = parse_head(&rbuf, &self.limits);
+        let mut errant: Option<sluice_rules::classify::Errant> = None;
+        // A request body to read and throw away once the response is out.
+        let mut discard_body = 0u32;
+        let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
+            Ok(Parsed::Partial) => {
+                self.conns[key].rbuf = rbuf;
+                return Step::NeedMore;
+            }
+            Err(e) => {
+                tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
+                let mut r = Response::text(e.status(), Some(e.as_str()));
+                r.close = true;
+                c.why = CloseReason::BadRequest;
+                // The framing can no longer be trusted: whatever else the client
+                // sends is drained after the answer, never parsed.
+                c.flags.set(Flags::LINGER, true);
+                let log = self.log.enabled().then(|| {
+                    Pending::rejected(
+                        &rbuf,
+                        e.status(),
+                        self.site_log[self.snap.hosts.default_site()],
+                    )
+                });
+                (r, rbuf.len(), false, false, false, log)
+            }
+            Ok(Parsed::Complete(head)) => {
+                if self.panic_path.as_deref() == Some(head.path) {
+                    panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
+                }
+                // Virtual hosts: the Host header picks the site (its root, settings,
+                // rules and log); unknown or missing hosts get the default site.
+                let site = self.snap.hosts.find(head.host);
+                let mut ctx = PhaseCtx {
+                    snap: &self.snap,
+                    shared: &self.shared,
+                    site: &self.snap.sites[site],
+                    files: &mut self.files[site],
+                    peer: c.peer,
+                    now: self.now,
+                    rule: None,
+                    errant: None,
+                };
+                let mut resp = if c.cap == Cap::Over {
+                    // Slow-read prevention: this address range holds more than its
+                    // share of the server's connections. Say so, and when to retry.
+                    let mut r = Response::text(503, Some("too many connections from your network"));
+                    r.headers.add("Retry-After", "10");
+                    r.close = true;
+                    c.why = CloseReason::RangeCap;
+                    r
+                } else {
+                    phases::respond(&mut ctx, &head)
+                };
+                let rule = ctx.rule;
+                errant = ctx.errant.take();
+                match head.framing() {
+                    BodyFraming::None => {}
+                    BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
+                        discard_body = n as u32 // bounded by max_body_discard ≤ 2^30
+                    }
+                    // Too big to skip, or chunked: answer, then close (lingering, so
+                    // the unread body does not turn the close into a RST), and never
+                    // parse the body as a request.
+                    _ => {
+                        resp.close = true;
+                        c.flags.set(Flags::LINGER, true);
+                    }
+                }
+                c.requests += 1;
+                // Status page: top URLs (by requests, and by bytes answered) and the
+                // request rate per address range.
+                let body_len: u64 = resp.body.iter().map(|b| b.len()).sum();
+                self.talkers.request(c.peer, head.path);
+                self.talkers.bytes(head.path, body_len);
+                if let Some((rule, action)) = rule {
+                    self.shared.stats[self.id].rule_actions[action].fetch_add(1, Ordering::Relaxed);
+                    self.talkers.rule(
+                        site as u16,
+                        rule,
+                        sluice_status::counters::ACTIONS[action],
+                        body_len,
+                    );
+                }
+                if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
+                    resp.close = true;
+                }
+                let log = self
+                    .log
+                    .enabled()
+                    .then(|| Pending::new(&head, resp.status, self.site_log[site]))
+                    .map(|p| match rule {
+                        // Errant-client answers say which in the log line.
+                        Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
+                        _ => p,
+                    });
+                // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
+                let keep = head.keep_alive && self.stopping.is_none();
+                let announce = keep && head.minor == 0;
+                head_started = match c.phase {
+                    Phase::Head { started, .. } => started,
+                    _ => self.now_ms,
+                };
+                (
+                    resp,
+                    head.head_len,
+                    keep,
+                    announce,
+                    head.method() == Method::Head,
+                    log,
+                )
+            }
+        };
+        self.shared.stats[self.id].response(resp.status);
+        if let Some(e) = errant {
+            recycle(&mut self.pool, rbuf);
+            return self.errant_answer(key, e, log);
+        }
+        let c = &mut self.conns[key];
+        let mut rbuf = rbuf;
+        rbuf.drain(..consumed.min(rbuf.len()));
+        c.rbuf = rbuf;
+        let close = resp.close || !keep_alive;
+        c.flags.set(Flags::CLOSE_AFTER, close);
+        // Anything pipelined after a response that closes the connection is unread.
+        if close && !c.rbuf.is_empty() {
+            c.flags.set(Flags::LINGER, true);
+        }
+        let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
+        out.log = log;
+        out.discard_after = discard_body;
+        out.head_started = head_started;
+        out.ready_at = self.now_ms;
+        out.rate = RateWindow::start(self.now_ms, 0);
+        let wbuf = &mut out.wbuf;
+        if wbuf.capacity() == 0 {
+            *wbuf = self.pool.pop().unwrap_or_default();
+        }
+        write_status_line(wbuf, resp.status);
+        wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
+        match &resp.date {
+            // An errant-client rule's fixed Date (`date=`).
+            Some(d) => wbuf.extend_from_slice(d.as_bytes()),
+            None => wbuf.extend_from_slice(self.date.get(SystemTime::now()).as_bytes()),
+        }
+        wbuf.extend_from_slice(b"\r\n");
+        wbuf.extend_from_slice(resp.headers.as_bytes());
+        if close {
+            wbuf.extend_from_slice(b"Connection: close\r\n");
+        } else if announce_keep_alive {
+            wbuf.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        wbuf.extend_from_slice(b"\r\n");
+        out.head_len = wbuf.len() as u64;
+        let bodyless = head_only || resp.status == 304 || resp.status == 204;
+        if !bodyless {
+            out.chunks = resp.body.into();
+        }
+        c.phase = Phase::Send { last: self.now_ms };
+        Step::Responded
+    }
+}

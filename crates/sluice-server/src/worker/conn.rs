@@ -1,0 +1,188 @@
+//! A connection's record ([`Conn`]) and the small types around it: where it is in
+//! its life ([`Phase`]), its yes/no states in one byte ([`Flags`]), what only some
+//! connections carry behind one pointer ([`Via`]: a TLS session, a front process's
+//! id), how it counts against the range caps ([`Cap`]). The bottom of the worker:
+//! it depends on nothing else in it. Memory matters here: an idle keep-alive
+//! connection is this record and little else (see the test at the end).
+
+use crate::accesslog::Pending;
+use crate::io::send_some;
+use crate::send::Outgoing;
+use crate::tls;
+use mio::net::TcpStream;
+use sluice_condition::CloseReason;
+use std::net::IpAddr;
+
+/// Milliseconds since the worker started: connection times are stored this way
+/// (8 bytes, not 16) because an idle connection's record is most of its memory.
+pub(super) type Ms = u64;
+pub(super) const NEVER: Ms = u64::MAX;
+
+/// Where a connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Waiting for (more of) a request head since `started`; first skipping
+    /// `discard` bytes of the last request's body (u32: `http.max_body_discard` is
+    /// at most 2^30). The count lives here, in the enum's padding, not in `Conn`.
+    Head { started: Ms, discard: u32 },
+    /// Sending a response; `last` is the last time bytes moved.
+    Send { last: Ms },
+    /// Keep-alive, nothing buffered.
+    Idle { since: Ms },
+    /// The last response is written and our side is shut down; reading and
+    /// discarding what the client still sends (bounded in time and bytes) so that
+    /// closing does not send a RST that destroys the response's tail (RFC 9112 §9.6).
+    /// At most `left` more bytes are read and thrown away.
+    Linger { since: Ms, left: u32 },
+    /// Answering an errant client slowly (`tarpit`, `oversize`) until `until`; the
+    /// rest of its state is in `Worker::drips`. Holds no buffers.
+    Drip { until: Ms },
+}
+
+pub(super) struct Conn {
+    pub(super) sock: TcpStream,
+    pub(super) peer: IpAddr,
+    pub(super) gen: u32,
+    pub(super) phase: Phase,
+    pub(super) rbuf: Vec<u8>,
+    /// The response being sent; `None` between responses (pooled, so an idle
+    /// connection does not carry it).
+    pub(super) out: Option<Box<Outgoing>>,
+    pub(super) requests: u32,
+    /// Eight yes/no facts about the connection in one byte (see [`Flags`]): an
+    /// idle connection's record is most of what it costs.
+    pub(super) flags: Flags,
+    /// How the per-range caps see it (over its cap: its request gets 503).
+    pub(super) cap: Cap,
+    /// Why it will close once its last response is written.
+    pub(super) why: CloseReason,
+    /// How it came: `None` for plain HTTP from a listener (most connections, so
+    /// the rest costs them one pointer).
+    pub(super) via: Option<Box<Via>>,
+    pub(super) deadline: Ms,
+    /// When this connection's live wheel entry comes up (`NEVER` if none).
+    pub(super) wheel_at: Ms,
+}
+
+/// A connection's yes/no state, one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Flags(pub(super) u8);
+
+impl Flags {
+    /// Close once the response in flight is written.
+    pub(super) const CLOSE_AFTER: u8 = 1;
+    /// The socket said EAGAIN on read; wait for the next readable edge.
+    pub(super) const READ_BLOCKED: u8 = 2;
+    /// The socket said EAGAIN on write; wait for the next writable edge.
+    pub(super) const WRITE_BLOCKED: u8 = 4;
+    /// The client shut its sending side; answer what is buffered, then close.
+    pub(super) const PEER_CLOSED: u8 = 8;
+    /// epoll reported RDHUP: do not trust a short read to mean "drained".
+    pub(super) const RDHUP: u8 = 16;
+    /// Request bytes may be left unread when we close (a refused head, a body we
+    /// do not read): close by lingering, not at once.
+    pub(super) const LINGER: u8 = 32;
+    /// Waiting in the worker's send queue for its next turn.
+    pub(super) const QUEUED: u8 = 64;
+    /// Waiting for a PROXY protocol header (a `server.proxy_protocol` listener).
+    pub(super) const PROXY_PENDING: u8 = 128;
+
+    pub(super) fn has(self, f: u8) -> bool {
+        self.0 & f != 0
+    }
+    pub(super) fn set(&mut self, f: u8, on: bool) {
+        if on {
+            self.0 |= f;
+        } else {
+            self.0 &= !f;
+        }
+    }
+}
+
+/// A connection that is not plain HTTP from a listener (boxed in `Conn::via`, so
+/// the size difference between the variants costs nothing per connection).
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Via {
+    /// HTTPS: its TLS session (`tls.rs`).
+    Tls(rustls::ServerConnection),
+    /// Handed over by a `sluice condition` front process, with its id there. It
+    /// carries exactly one request; its socket is not read here.
+    Front(u64),
+}
+
+/// The TLS session of an HTTPS connection (a function of the field, not of the
+/// whole `Conn`, so the socket can be borrowed beside it).
+pub(super) fn tls_of(via: &mut Option<Box<Via>>) -> Option<&mut rustls::ServerConnection> {
+    match via.as_deref_mut() {
+        Some(Via::Tls(t)) => Some(t),
+        _ => None,
+    }
+}
+
+impl Conn {
+    /// The front process's id for a handed-over connection, 0 otherwise.
+    pub(super) fn front_id(&self) -> u64 {
+        match self.via.as_deref() {
+            Some(Via::Front(id)) => *id,
+            _ => 0,
+        }
+    }
+}
+
+/// A connection and the per-range caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cap {
+    /// From an exempt range: not counted.
+    Exempt,
+    /// Counted against its ranges.
+    Counted,
+    /// Counted, and its range was over a cap when it connected.
+    Over,
+}
+
+pub(super) enum Step {
+    /// A response is queued; drive again to send it.
+    Responded,
+    /// Need more bytes from the client.
+    NeedMore,
+    Close,
+    /// The connection left the request cycle (an errant-client answer took it).
+    Parked,
+}
+
+/// A connection answered slowly (`tarpit`, `oversize`): what to send each turn.
+pub(super) struct Drip {
+    /// Sent every `every` ms: a tarpit's line, or a block of an oversize body.
+    pub(super) piece: std::sync::Arc<[u8]>,
+    pub(super) every: Ms,
+    /// Bytes still allowed.
+    pub(super) budget: u64,
+    pub(super) sent: u64,
+    pub(super) log: Option<Pending>,
+}
+
+/// One non-blocking send outside a response (a 408 before closing, an errant
+/// client's drip), through TLS on an HTTPS connection: bytes taken (0 if the
+/// socket is full), or -1 if the connection is gone.
+pub(super) fn conn_send(c: &mut Conn, msg: &[u8]) -> isize {
+    match tls_of(&mut c.via) {
+        Some(t) => tls::send_some(&c.sock, t, msg),
+        None => send_some(&c.sock, msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle keep-alive connection costs its `Conn` record plus one 8-byte wheel
+    /// entry (docs/BENCHMARKS.md measures its RSS). Keep the record small: anything
+    /// only needed while a response is in flight belongs in `Outgoing`, anything
+    /// only some connections need behind `via` (TLS, handed over by a front
+    /// process: one pointer for everyone else), yes/no state in `flags`. 120 in a
+    /// debug build, where mio's TcpStream carries a selector id; 104 in release.
+    #[test]
+    fn idle_connection_record_stays_small() {
+        let size = std::mem::size_of::<super::Conn>();
+        assert!(size <= 120, "Conn grew to {size} bytes");
+        assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
+    }
+}

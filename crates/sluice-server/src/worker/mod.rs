@@ -1,0 +1,479 @@
+//! One worker: an epoll loop (mio) over its own `SO_REUSEPORT` listeners and its
+//! own connections. Shared with other workers: the snapshot (read on change), the
+//! stop flag, the server-wide connection count and the per-range cap counters
+//! (relaxed atomics); so no locks on the request path.
+//!
+//! The connection state machine, driven by [`Worker::drive`]:
+//!
+//! ```text
+//!  accept ─► HEAD (reading a request head, total deadline = header_timeout)
+//!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout
+//!             │                                     since the last progress, and
+//!             │                                     the minimum-rate window)
+//!             │                      response done ─┤ (big bodies in turns: sendq)
+//!             │   ◄── more bytes buffered (pipelined)┤
+//!             │   IDLE (no buffer held, deadline = keepalive_timeout)
+//!             │                      last response, request bytes unread ─► LINGER
+//!             └─ error / timeout / EOF / close / evicted ─► closed (with a reason)
+//! ```
+//!
+//! Conditioning (`sluice-condition`) is consulted at four points: `adopt` (per-range
+//! caps), the end of `drive` (the connection's class: incomplete, idle or busy),
+//! `make_room` (which connection gives way at the limit) and `check_rate` (slow
+//! readers). Every close goes through `close` with a [`CloseReason`].
+//!
+//! Sockets are registered once, edge-triggered, for both directions;
+//! `read_blocked`/`write_blocked` remember which side last saw `EAGAIN`, so a
+//! keep-alive request costs read + sendmsg and no epoll_ctl.
+//!
+//! Memory: an idle keep-alive connection holds no buffer (its read buffer goes back
+//! to the worker's pool), just its `Conn` record in the slab, one wheel entry and
+//! its links in the conditioning trees' side tables.
+//!
+//! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
+//! the range caps, making room at the limit: conditioning's entry points), `drive`
+//! (one connection's state machine), `answer` (a complete request → a response, and
+//! the errant-client answers), `timers` (deadlines, the send queue, closing).
+//! Everything else here: the worker itself, its event loop and its snapshot.
+
+mod admit;
+mod answer;
+mod conn;
+mod drive;
+mod timers;
+
+use crate::accesslog::WorkerLog;
+use crate::io::recycle;
+use crate::io::READ_CHUNK;
+use crate::send::Outgoing;
+use crate::shared::Shared;
+use crate::snapshot::Snapshot;
+use crate::wheel::Wheel;
+use conn::*;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use sluice_condition::{CloseReason, Conditioner, RangeKey};
+use sluice_http::date::DateCache;
+use sluice_http::Limits;
+use sluice_static::StaticHandler;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LISTENER_BASE: usize = usize::MAX / 2;
+/// The connection to a `sluice condition` front process (`serve --from`).
+const FRONT: usize = LISTENER_BASE - 1;
+/// The disk pool's wake-up: cold ranges this worker parked are cached now.
+const DISK: usize = LISTENER_BASE - 2;
+/// Connections a worker asks the front process for ahead of need.
+const FRONT_CREDIT: u32 = 64;
+
+/// Most connections a worker evicts per 100 ms tick to make room (640/s/worker).
+const EVICTIONS_PER_TICK: u32 = 64;
+/// Body bytes one response may send per turn before others get theirs.
+const SEND_TURN: u64 = 256 * 1024;
+/// Most wall time one pass over the send queue takes before new events are read.
+/// With 200 downloads on a worker with a core of its own, a newcomer's 1 KiB p99
+/// measured 2.5 ms at 1 ms, 1.5 ms at 250 µs, 0.7 ms at 125 µs (BENCHMARKS.md
+/// "heavy-range"); the download throughput did not move beyond noise.
+const SENDQ_BUDGET: Duration = Duration::from_micros(125);
+/// Longest a closing connection lingers to drain what the client still sends.
+const LINGER_MS: Ms = 2000;
+/// Most bytes a lingering connection discards before it is closed anyway.
+const LINGER_BYTES: u32 = 1 << 20;
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    listeners: Vec<TcpListener>,
+    conns: Slab<Conn>,
+    wheel: Wheel,
+    shared: Arc<Shared>,
+    snap: Arc<Snapshot>,
+    snap_gen: u64,
+    /// One file handler per site (`snap.sites` order).
+    files: Vec<StaticHandler>,
+    /// Each site's log output (`WorkerLog` index), `None` = not logged.
+    site_log: Vec<Option<u8>>,
+    limits: Limits,
+    date: DateCache,
+    pool: Vec<Vec<u8>>,
+    /// Boxed on purpose: a `Conn` holds `Option<Box<Outgoing>>`, and the pool hands
+    /// the same allocations back and forth without moving the struct.
+    #[allow(clippy::vec_box)]
+    out_pool: Vec<Box<Outgoing>>,
+    log: WorkerLog,
+    gen: u32,
+    now: Instant,
+    epoch: Instant,
+    now_ms: Ms,
+    /// Next sweep of the open-file cache.
+    next_expire_ms: Ms,
+    accept_paused_until: Option<Instant>,
+    last_pressure_warn: Option<Instant>,
+    stopping: Option<Instant>,
+    /// Who is incomplete and who is idle, by address range (sluice-condition).
+    cond: Conditioner,
+    /// Evictions in the current tick (see `make_room`), and when the tick began.
+    evictions: u32,
+    eviction_tick_ms: Ms,
+    /// Responses waiting for their next send turn, round robin (see `run_sendq`).
+    sendq: std::collections::VecDeque<(u32, u32)>,
+    /// Most incomplete connections before the heaviest range's oldest is closed.
+    max_incomplete: usize,
+    /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
+    proxy_listeners: Vec<bool>,
+    /// Which listeners are HTTPS (`tls.listen`).
+    tls_listeners: Vec<bool>,
+    /// `serve --from`: the Unix socket to the front process, and scratch for it.
+    front: Option<std::os::fd::OwnedFd>,
+    front_buf: Vec<u8>,
+    /// Connections in `Phase::Drip`, by slab key.
+    drips: std::collections::HashMap<usize, Drip>,
+    /// Top URLs and address ranges for the status page (published once a second).
+    talkers: sluice_status::top::Talkers,
+    last_publish: Instant,
+    /// Where the disk pool reports this worker's cold ranges as read (`disk.rs`).
+    disk_done: Arc<crate::disk::Completions>,
+    disk_keys: Vec<(u32, u32)>,
+    /// Test hook: a request for exactly this path panics the worker (set only by
+    /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
+    panic_path: Option<String>,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        listeners: Vec<TcpListener>,
+        shared: Arc<Shared>,
+        log: WorkerLog,
+        max_conns: usize,
+    ) -> io::Result<Worker> {
+        let poll = Poll::new()?;
+        let disk_done =
+            crate::disk::Completions::new(mio::Waker::new(poll.registry(), Token(DISK))?);
+        let mut listeners = listeners;
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        let (snap, snap_gen) = shared.current();
+        // Which listeners are PROXY-protocol or HTTPS ones: by their address.
+        let marked = |addrs: &[String]| -> Vec<bool> {
+            let addrs: Vec<std::net::SocketAddr> =
+                addrs.iter().filter_map(|a| a.parse().ok()).collect();
+            listeners
+                .iter()
+                .map(|l| l.local_addr().is_ok_and(|a| addrs.contains(&a)))
+                .collect()
+        };
+        let proxy_listeners = marked(&snap.config.server.proxy_protocol);
+        let tls_listeners = marked(&snap.config.tls.listen);
+        let front = match &shared.from {
+            Some(path) => {
+                // Its own connection to the front: the protocol's ask-and-receive
+                // keeps every handoff whole, whichever worker asked.
+                let fd = sluicecc::proto::connect_nonblocking(path)?;
+                poll.registry().register(
+                    &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+                    Token(FRONT),
+                    Interest::READABLE,
+                )?;
+                for _ in 0..FRONT_CREDIT {
+                    sluicecc::proto::send_ctl(fd.as_raw_fd(), sluicecc::proto::ASK, 0)?;
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        let files = snap.static_handlers()?;
+        let site_log = site_logs(&snap, &log);
+        let snap_max_incomplete = snap.config.condition.max_incomplete;
+        let shared_workers = shared.stats.len().max(1);
+        let now = Instant::now();
+        Ok(Worker {
+            id,
+            poll,
+            listeners,
+            // Sized for the most connections this worker may hold, as nginx sizes its
+            // connection array: untouched pages cost no memory, and the slab never
+            // reallocates (and doubles) under a connection flood.
+            conns: Slab::with_capacity(max_conns.min(1 << 20)),
+            wheel: Wheel::new(100, 1024),
+            limits: snap.limits(),
+            shared,
+            snap,
+            snap_gen,
+            files,
+            site_log,
+            date: DateCache::default(),
+            pool: Vec::new(),
+            out_pool: Vec::new(),
+            log,
+            gen: 0,
+            now,
+            epoch: now,
+            now_ms: 0,
+            next_expire_ms: 1000,
+            accept_paused_until: None,
+            last_pressure_warn: None,
+            stopping: None,
+            disk_done,
+            disk_keys: Vec::new(),
+            panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
+            talkers: Default::default(),
+            last_publish: now,
+            drips: Default::default(),
+            proxy_listeners,
+            tls_listeners,
+            front,
+            front_buf: Vec::new(),
+            cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
+            evictions: 0,
+            eviction_tick_ms: 0,
+            sendq: std::collections::VecDeque::new(),
+            // A worker's share of the server's incomplete-connection budget.
+            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
+                .max(1),
+        })
+    }
+
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut due = Vec::new();
+        loop {
+            // Responses waiting for a send turn: look for new events without sleeping.
+            let timeout = if self.sendq.is_empty() {
+                self.wheel.tick()
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            self.now = Instant::now();
+            self.now_ms = self.now.duration_since(self.epoch).as_millis() as Ms;
+            self.refresh_snapshot();
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t == FRONT {
+                    self.take_handoffs();
+                    continue;
+                }
+                if t == DISK {
+                    self.disk_ready();
+                    continue;
+                }
+                if t >= LISTENER_BASE {
+                    self.accept(t - LISTENER_BASE);
+                    continue;
+                }
+                let Some(c) = self.conns.get_mut(t) else {
+                    continue;
+                };
+                // A handed-over connection's socket is the front's to read.
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && c.front_id() == 0 {
+                    c.flags.set(Flags::READ_BLOCKED, false);
+                }
+                if ev.is_read_closed() || ev.is_error() {
+                    // The FIN may already sit behind the data: read until EOF,
+                    // because no further edge will announce it.
+                    c.flags.set(Flags::RDHUP, true);
+                }
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    c.flags.set(Flags::WRITE_BLOCKED, false);
+                    // A response in flight whose socket drained takes its next turn
+                    // from the send queue, after this batch's reads and accepts:
+                    // a batch of 100 writable downloads sent inline would hold a
+                    // new request back by 100 turns.
+                    if matches!(c.phase, Phase::Send { .. })
+                        && c.out.is_some()
+                        && !ev.is_error()
+                        && !c.flags.has(Flags::RDHUP)
+                    {
+                        if !c.flags.has(Flags::QUEUED) {
+                            c.flags.set(Flags::QUEUED, true);
+                            self.sendq.push_back((t as u32, c.gen));
+                        }
+                        continue;
+                    }
+                }
+                self.drive(t);
+            }
+            self.run_sendq();
+            self.wheel.advance(self.now_ms, &mut due);
+            for (key, gen) in due.drain(..) {
+                self.on_timer(key as usize, gen);
+            }
+            if let Some(until) = self.accept_paused_until {
+                if self.now >= until {
+                    self.accept_paused_until = None;
+                    for i in 0..self.listeners.len() {
+                        self.accept(i);
+                    }
+                }
+            }
+            self.log.tick(self.now);
+            if self.now_ms >= self.next_expire_ms {
+                self.next_expire_ms = self.now_ms + 1000;
+                for f in &mut self.files {
+                    f.expire(self.now);
+                }
+                self.publish_status();
+            }
+            if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
+                self.begin_stop();
+            }
+            if let Some(deadline) = self.stopping {
+                if self.conns.is_empty() || self.now >= deadline {
+                    if !self.conns.is_empty() {
+                        tracing::info!(
+                            worker = self.id,
+                            open = self.conns.len(),
+                            "grace period over; closing"
+                        );
+                    }
+                    self.log.flush();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Once a second: connections by state, and the top lists, for the status page.
+    /// O(connections of this worker): about a millisecond at 20,000.
+    fn publish_status(&mut self) {
+        let secs = self.now.duration_since(self.last_publish).as_secs_f64();
+        self.last_publish = self.now;
+        // One pass over the connections: states counted while the top lists read
+        // each connection's address.
+        let mut states = [0u64; sluice_status::counters::STATES.len()];
+        let conns = self.conns.iter().map(|(_, c)| {
+            let i = match c.phase {
+                Phase::Head { .. } => 0,
+                // In the round-robin queue, waiting for its next send turn.
+                Phase::Send { .. } if c.flags.has(Flags::QUEUED) => 4,
+                Phase::Send { .. } => 1,
+                Phase::Idle { .. } => 2,
+                Phase::Linger { .. } => 3,
+                Phase::Drip { .. } => 5,
+            };
+            states[i] += 1;
+            (
+                c.peer,
+                matches!(c.phase, Phase::Head { .. }) && c.out.is_none(),
+            )
+        });
+        let sites = &self.snap.sites;
+        let name = |site: u16, i: u32| {
+            let s = &sites[usize::from(site)];
+            let origin = s.rules.as_ref().map_or("?".into(), |r| r.rule_origin(i));
+            if sites.len() > 1 {
+                format!("{} {origin}", s.conf.label)
+            } else {
+                origin
+            }
+        };
+        let list = self.talkers.publish(conns, secs, name);
+        let st = &self.shared.stats[self.id];
+        for (a, n) in st.states.iter().zip(states) {
+            a.store(n, Ordering::Relaxed);
+        }
+        self.shared.board.publish(self.id, list);
+    }
+
+    fn refresh_snapshot(&mut self) {
+        let g = self.shared.generation.load(Ordering::Acquire);
+        if g == self.snap_gen {
+            return;
+        }
+        let (snap, g) = self.shared.current();
+        match snap.static_handlers() {
+            Ok(files) => {
+                self.files = files;
+                self.site_log = site_logs(&snap, &self.log);
+                // Rule indices belong to the old rules.
+                self.talkers.reset_rules();
+                self.limits = snap.limits();
+                self.snap = snap;
+            }
+            Err(e) => {
+                tracing::error!(worker = self.id, error = %e, "cannot open new root; keeping the old one")
+            }
+        }
+        self.snap_gen = g;
+    }
+
+    fn begin_stop(&mut self) {
+        self.stopping = Some(self.now + self.snap.config.server.shutdown_grace);
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.out.is_none() && c.rbuf.is_empty())
+            .map(|(k, _)| k)
+            .collect();
+        for k in idle {
+            self.close(k, CloseReason::Shutdown);
+        }
+        for (_, c) in self.conns.iter_mut() {
+            c.flags.set(Flags::CLOSE_AFTER, true);
+            c.why = CloseReason::Shutdown;
+        }
+    }
+}
+
+fn ms(d: Duration) -> Ms {
+    d.as_millis() as Ms
+}
+
+/// Return a finished response's send state (and its write buffer) to the pools.
+#[allow(clippy::vec_box)] // the pool of boxes the worker keeps (see `Worker::out_pool`)
+fn release(mut out: Box<Outgoing>, pool: &mut Vec<Vec<u8>>, out_pool: &mut Vec<Box<Outgoing>>) {
+    recycle(pool, std::mem::take(&mut out.wbuf));
+    out.reset();
+    out_pool.push(out);
+}
+
+impl Drop for Worker {
+    /// A worker that dies (a panic; see `lib.rs` supervision) takes its connections
+    /// with it: give back what they hold in the server-wide accounting (the
+    /// connection count, the tarpit count, the per-range caps), or the limits would
+    /// shrink with every restart. After a normal shutdown there is nothing left.
+    fn drop(&mut self) {
+        for (key, c) in self.conns.iter() {
+            if self.drips.contains_key(&key) {
+                self.shared.drips.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.shared.open.fetch_sub(1, Ordering::Relaxed);
+            }
+            if c.cap != Cap::Exempt {
+                self.shared.caps.release(&RangeKey::of(c.peer));
+            }
+        }
+    }
+}
+
+/// Each site's log output: its own file if that file is open (logs open at start-up
+/// only), else the main log, else none.
+fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
+    let main = snap.sites[0]
+        .conf
+        .access_log
+        .as_deref()
+        .and_then(|p| log.index_of(p));
+    snap.sites
+        .iter()
+        .map(|s| match s.conf.access_log.as_deref() {
+            None => None,
+            Some(p) => log.index_of(p).or(main),
+        })
+        .collect()
+}

@@ -1,0 +1,232 @@
+//! Time in the worker: what a timer does when it fires (close, or resume a held
+//! connection), the round-robin send queue and its 125 µs passes, disk-pool
+//! wake-ups, the minimum send rate, deadlines, and [`Worker::close`], where every
+//! connection ends with a reason.
+
+use super::conn::*;
+use super::*;
+use crate::accesslog::Pending;
+use crate::io::{abort_on_close, recycle};
+use sluice_condition::slowread::RateVerdict;
+use sluice_condition::CloseReason;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+impl Worker {
+    pub(super) fn on_timer(&mut self, key: usize, gen: u32) {
+        let now = self.now_ms;
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.gen != gen {
+            return;
+        }
+        if c.deadline <= now {
+            let reason = match c.phase {
+                Phase::Head { .. } => CloseReason::HeaderTimeout,
+                Phase::Idle { .. } => CloseReason::IdleTimeout,
+                Phase::Send { last } => {
+                    // Two limits share this deadline: no progress for send_timeout,
+                    // and the minimum rate over a window (slow-read prevention).
+                    if now >= last + ms(self.snap.config.http.send_timeout) {
+                        CloseReason::SendTimeout
+                    } else {
+                        match self.check_rate(key) {
+                            None => CloseReason::SlowRead,
+                            Some(d) => {
+                                // Still fine: re-arm below for the next check.
+                                self.conns[key].deadline = d;
+                                self.rearm(key, gen);
+                                return;
+                            }
+                        }
+                    }
+                }
+                Phase::Linger { .. } => {
+                    // The lingering period is over: a normal end, not a timeout.
+                    self.close(key, CloseReason::Done);
+                    return;
+                }
+                Phase::Drip { .. } => {
+                    self.drip_turn(key);
+                    return;
+                }
+            };
+            let c = &mut self.conns[key];
+            tracing::debug!(peer = %c.peer, why = reason.as_str(), "timeout");
+            self.shared.stats[self.id]
+                .timeouts
+                .fetch_add(1, Ordering::Relaxed);
+            if matches!(c.phase, Phase::Head { .. }) && c.out.is_none() && !c.rbuf.is_empty() {
+                // Part of a head arrived, and the rest did not in time: say so
+                // (best effort, one non-blocking send) and log it. A connection that
+                // sent nothing at all is closed silently.
+                conn_send(
+                    c,
+                    b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                );
+                if self.log.enabled() {
+                    let p = Pending::rejected(
+                        &c.rbuf,
+                        408,
+                        self.site_log[self.snap.hosts.default_site()],
+                    );
+                    self.log.line(SystemTime::now(), c.peer, &p, 0);
+                }
+            }
+            self.close(key, reason);
+            return;
+        }
+        self.rearm(key, gen);
+    }
+
+    /// After a timer fired early (the deadline moved later), put the connection's
+    /// one wheel entry back at its deadline.
+    pub(super) fn rearm(&mut self, key: usize, gen: u32) {
+        let c = &mut self.conns[key];
+        if c.wheel_at <= self.now_ms || c.wheel_at == NEVER {
+            c.wheel_at = self.wheel.insert(c.deadline, (key as u32, gen));
+        }
+    }
+
+    /// Give each queued response one more turn (at most [`SEND_TURN`] bytes), in
+    /// arrival order, for at most [`SENDQ_BUDGET`] of wall time; what is left waits
+    /// for the next loop turn, after new events. So a small request that arrives
+    /// while 200 large downloads are sending waits for one budget, not for all of
+    /// them to fill their sockets (the paper's fairness, applied to send turns).
+    pub(super) fn run_sendq(&mut self) {
+        let n = self.sendq.len();
+        if n == 0 {
+            return;
+        }
+        let start = Instant::now();
+        for i in 0..n {
+            let Some((key, gen)) = self.sendq.pop_front() else {
+                break;
+            };
+            let key = key as usize;
+            match self.conns.get_mut(key) {
+                Some(c) if c.gen == gen && c.flags.has(Flags::QUEUED) => {
+                    c.flags.set(Flags::QUEUED, false)
+                }
+                _ => continue,
+            }
+            self.drive(key);
+            if i + 1 < n && start.elapsed() >= SENDQ_BUDGET {
+                break;
+            }
+        }
+    }
+
+    /// Responses whose cold range the disk pool has read take their next send
+    /// turn (they stayed `QUEUED` while parked, so nothing else queued them).
+    pub(super) fn disk_ready(&mut self) {
+        let mut keys = std::mem::take(&mut self.disk_keys);
+        self.disk_done.take(&mut keys);
+        for (key, gen) in keys.drain(..) {
+            if let Some(c) = self.conns.get(key as usize) {
+                if c.gen == gen && c.flags.has(Flags::QUEUED) {
+                    self.sendq.push_back((key, gen));
+                }
+            }
+        }
+        self.disk_keys = keys;
+    }
+
+    /// Slow-read check of a connection in SEND: `None` if its client read below the
+    /// minimum rate over a whole window, else the deadline to arm (the earlier of the
+    /// send timeout and the window's end).
+    pub(super) fn check_rate(&mut self, key: usize) -> Option<Ms> {
+        let cond = &self.snap.config.condition;
+        let (min_rate, window) = (cond.min_send_rate, ms(cond.send_rate_window));
+        let send_timeout = ms(self.snap.config.http.send_timeout);
+        let now = self.now_ms;
+        let c = &mut self.conns[key];
+        let Phase::Send { last } = c.phase else {
+            return Some(c.deadline);
+        };
+        let stall = last + send_timeout;
+        let Some(out) = c.out.as_mut() else {
+            return Some(stall);
+        };
+        match out.rate.check(now, out.sent, min_rate, window) {
+            RateVerdict::TooSlow => None,
+            RateVerdict::CheckAt(t) => Some(stall.min(t)),
+            RateVerdict::Renewed => Some(stall.min(now + window)),
+        }
+    }
+
+    /// Close a connection, for `why` (counted per reason for the status page).
+    pub(super) fn close(&mut self, key: usize, why: CloseReason) {
+        if let Some(d) = self.drips.remove(&key) {
+            // It left `open` when it began to drip; `open` is decremented below.
+            self.shared.open.fetch_add(1, Ordering::Relaxed);
+            self.shared.drips.fetch_sub(1, Ordering::Relaxed);
+            if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
+                self.log.line(SystemTime::now(), c.peer, &p, d.sent);
+            }
+            self.shared.stats[self.id]
+                .bytes
+                .fetch_add(d.sent, Ordering::Relaxed);
+        }
+        if let Some(mut c) = self.conns.try_remove(key) {
+            if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
+                // Abortive close (RST): a plain close would leave the kernel sending
+                // the megabytes still queued for a client that reads a few bytes a
+                // second, and the connection, seen from the client, would stay open.
+                abort_on_close(&c.sock);
+            }
+            match why {
+                CloseReason::EvictedIdle | CloseReason::EvictedIncomplete => {
+                    self.talkers.evicted(c.peer)
+                }
+                CloseReason::RangeCap => self.talkers.refused(c.peer),
+                _ => {}
+            }
+            if c.front_id() != 0 {
+                // Handed over by a front process: it closes the client too, and this
+                // worker asks for the next connection.
+                if let Some(f) = &self.front {
+                    let _ = sluicecc::proto::send_ctl(
+                        f.as_raw_fd(),
+                        sluicecc::proto::CLOSE,
+                        c.front_id(),
+                    );
+                    let _ = sluicecc::proto::send_ctl(f.as_raw_fd(), sluicecc::proto::ASK, 0);
+                }
+                // Another descriptor (the front's) shares the socket: remove it here.
+                let _ = self.poll.registry().deregister(&mut c.sock);
+            }
+            // No epoll_ctl(DEL): closing the socket (its only descriptor) removes it.
+            self.cond.forget(key as u32, c.peer);
+            self.release_range(c.peer, c.cap);
+            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+            if let Some(mut out) = c.out.take() {
+                // A response cut short (client gone, send timeout, shutdown grace
+                // over) is logged too, with the bytes that did go out: on a mirror
+                // these aborted downloads are the lines an operator looks for.
+                if let Some(p) = out.log.take() {
+                    self.log.line(SystemTime::now(), c.peer, &p, out.sent);
+                }
+                self.shared.stats[self.id]
+                    .bytes
+                    .fetch_add(out.sent, Ordering::Relaxed);
+                release(out, &mut self.pool, &mut self.out_pool);
+            }
+            self.shared.open.fetch_sub(1, Ordering::Relaxed);
+            let st = &self.shared.stats[self.id];
+            st.closed.fetch_add(1, Ordering::Relaxed);
+            st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn set_deadline(&mut self, key: usize, d: Ms) {
+        let c = &mut self.conns[key];
+        c.deadline = d;
+        // One live wheel entry per connection; add another only if it must fire sooner.
+        if d < c.wheel_at {
+            c.wheel_at = self.wheel.insert(d, (key as u32, c.gen));
+        }
+    }
+}
