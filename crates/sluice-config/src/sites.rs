@@ -15,29 +15,10 @@
 //! trailing dot. Cost per request: nothing with one site; otherwise one hash lookup
 //! plus one per wildcard suffix of the host (a few).
 
-use crate::{ConfigError, FilesSection};
-use serde::Deserialize;
+use crate::error::ConfigError;
+use crate::sections::{Config, FilesSection};
 use std::collections::HashMap;
 use std::path::PathBuf;
-
-/// One `[[site]]` as written.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SiteSection {
-    /// Host names: `"mirror.example.org"` or `"*.example.org"`.
-    pub names: Vec<String>,
-    /// This site answers unknown or missing hosts (at most one site may say so).
-    pub default: bool,
-    pub root: PathBuf,
-    /// Rules files for this site only (relative to the config file).
-    pub rules: Vec<PathBuf>,
-    pub lenient: bool,
-    /// Override `[files] listing` / `hidden` for this site.
-    pub listing: Option<bool>,
-    pub hidden: Option<bool>,
-    /// This site's own access log (default: the main `[log] access`).
-    pub access_log: Option<String>,
-}
 
 /// A site resolved against the top-level settings.
 #[derive(Clone, Debug)]
@@ -96,8 +77,9 @@ impl HostIndex {
 }
 
 /// Resolve the config's sites: index 0 is the main (top-level) site.
-pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostIndex), ConfigError> {
-    let err = |m: String| ConfigError(format!("{origin}: {m}"));
+///
+/// Errors name the file, the line of the site's key, and the key (`site[2].names`).
+pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
     let main_log = (cfg.log.access != "off").then(|| cfg.log.access.clone());
     let mut sites = vec![Site {
         label: "(main)".into(),
@@ -113,12 +95,12 @@ pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostInde
     for (n, s) in cfg.site.iter().enumerate() {
         let what = format!("site[{}]", n + 1);
         if s.names.is_empty() && !s.default {
-            return Err(err(format!(
-                "{what}: names = [...] is needed (or default = true)"
-            )));
+            return Err(cfg
+                .source
+                .error(&what, "names = [...] is needed (or default = true)"));
         }
         if s.root.as_os_str().is_empty() {
-            return Err(err(format!("{what}: root is needed")));
+            return Err(cfg.source.error(&what, "root is needed"));
         }
         let site_no = sites.len();
         let mut names = Vec::new();
@@ -131,12 +113,16 @@ pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostInde
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
             {
-                return Err(err(format!(
-                    "{what}: name {name:?}: a host name, or *.domain for its subdomains"
-                )));
+                return Err(cfg.source.error(
+                    &format!("{what}.names"),
+                    format!("{name:?}: a host name, or *.domain for its subdomains"),
+                ));
             }
             if let Some(other) = seen.insert(name.clone(), what.clone()) {
-                return Err(err(format!("{what}: name {name:?} is also in {other}")));
+                return Err(cfg.source.error(
+                    &format!("{what}.names"),
+                    format!("{name:?} is also in {other}"),
+                ));
             }
             match name.strip_prefix('*') {
                 Some(suffix) => idx.wildcard.push((suffix.to_string(), site_no)),
@@ -148,10 +134,10 @@ pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostInde
         }
         if s.default {
             if idx.default != 0 {
-                return Err(err(format!(
-                    "{what}: default = true, but site[{}] already is the default",
-                    idx.default
-                )));
+                return Err(cfg.source.error(
+                    &format!("{what}.default"),
+                    format!("true, but site[{}] already is the default", idx.default),
+                ));
             }
             idx.default = site_no;
         }
@@ -164,7 +150,11 @@ pub fn resolve(cfg: &crate::Config, origin: &str) -> Result<(Vec<Site>, HostInde
         }
         let access_log = match s.access_log.as_deref() {
             Some("off") => None,
-            Some("") => return Err(err(format!("{what}: access_log: empty path (use \"off\")"))),
+            Some("") => {
+                return Err(cfg
+                    .source
+                    .error(&format!("{what}.access_log"), "empty path (use \"off\")"))
+            }
             Some(p) => Some(p.to_string()),
             None => main_log.clone(),
         };
@@ -202,7 +192,7 @@ listing = false
             "x.toml",
         )
         .unwrap();
-        let (sites, idx) = super::resolve(&c, "x.toml").unwrap();
+        let (sites, idx) = super::resolve(&c).unwrap();
         assert_eq!(sites.len(), 3);
         assert!(!sites[2].files.listing && sites[1].files.listing);
         let f = |h| idx.find(Some(h));
@@ -224,29 +214,32 @@ listing = false
             "x",
         )
         .unwrap();
-        let (_, idx) = super::resolve(&c, "x").unwrap();
+        let (_, idx) = super::resolve(&c).unwrap();
         assert_eq!(
             (idx.find(None), idx.find(Some("zzz")), idx.find(Some("a"))),
             (2, 2, 1)
         );
         for (text, want) in [
-            ("[[site]]\nroot=\"/a\"\n", "names"),
-            ("[[site]]\nnames=[\"a\"]\n", "root is needed"),
+            ("[[site]]\nroot=\"/a\"\n", "s.toml:1: site[1]: names"),
+            (
+                "[[site]]\nnames=[\"a\"]\n",
+                "s.toml:1: site[1]: root is needed",
+            ),
             (
                 "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\n[[site]]\nnames=[\"A\"]\nroot=\"/b\"\n",
-                "also in site[1]",
+                "s.toml:5: site[2].names: \"a\" is also in site[1]",
             ),
-            ("[[site]]\nnames=[\"a*b\"]\nroot=\"/a\"\n", "host name"),
+            (
+                "[[site]]\nnames=[\"a*b\"]\nroot=\"/a\"\n",
+                "s.toml:2: site[1].names: \"a*b\": a host name",
+            ),
             (
                 "[[site]]\ndefault=true\nroot=\"/a\"\n[[site]]\ndefault=true\nroot=\"/b\"\n",
-                "already is the default",
+                "s.toml:5: site[2].default: true, but site[1] already is the default",
             ),
         ] {
             let e = Config::parse(text, "s.toml").unwrap_err();
-            assert!(
-                e.0.starts_with("s.toml: site[") && e.0.contains(want),
-                "{text}: {e}"
-            );
+            assert!(e.0.starts_with(want), "{text}: {e}");
         }
         let e =
             Config::parse("[[site]]\nnames=[\"a\"]\nroot=\"/a\"\nrooot=1\n", "s.toml").unwrap_err();

@@ -3,7 +3,6 @@
 //! raised to its hard limit ([`raise_nofile_limit`]) before sizing anything on it.
 
 use sluice_config::Config;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// How the command line changes the config file (flags win).
@@ -34,12 +33,8 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
         cfg.server.root = r.clone();
     }
     if let Some(l) = &ov.listen {
-        if l.parse::<SocketAddr>().is_err() {
-            return Err(format!(
-                "--listen {l:?}: expected ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
-            ));
-        }
-        cfg.server.listen = vec![l.clone()];
+        let a = sluice_config::parse_listen(l).map_err(|e| format!("--listen: {e}"))?;
+        cfg.server.listen = vec![a];
     }
     if let Some(w) = ov.workers {
         cfg.server.workers = w;
@@ -54,7 +49,8 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
     }
     cfg.server.allow_root |= ov.allow_root;
     if let Some(l) = &ov.tls_listen {
-        cfg.tls.listen = vec![l.clone()];
+        let a = sluice_config::parse_listen(l).map_err(|e| format!("--tls-listen: {e}"))?;
+        cfg.tls.listen = vec![a];
     }
     if let Some(c) = &ov.tls_cert {
         cfg.tls.cert = Some(c.clone());
@@ -62,18 +58,15 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
     if let Some(k) = &ov.tls_key {
         cfg.tls.key = Some(k.clone());
     }
-    if ov.tls_listen.is_some() || ov.tls_cert.is_some() || ov.tls_key.is_some() {
-        cfg.tls
-            .validate("command line", &cfg.server.listen)
-            .map_err(|e| e.to_string())?;
-    }
     for p in &cfg.server.proxy_protocol {
         if !cfg.server.listen.contains(p) {
             return Err(format!(
-                "server.proxy_protocol {p:?} is not one of the listen addresses (--listen replaces server.listen)"
+                "server.proxy_protocol {p} is not one of the listen addresses (--listen replaces server.listen)"
             ));
         }
     }
+    // The flags may have changed what the file's checks passed: check again.
+    cfg.check().map_err(|e| e.to_string())?;
     Ok(cfg)
 }
 

@@ -41,8 +41,7 @@ impl Snapshot {
     /// Validate a config and compile everything it refers to. Errors are phrased for
     /// the operator; on reload they leave the old snapshot serving.
     pub fn build(config: Config) -> Result<Snapshot, String> {
-        let (confs, hosts) =
-            sluice_config::sites::resolve(&config, "config").map_err(|e| e.to_string())?;
+        let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
         for conf in confs {
             let root = &conf.root;
@@ -174,7 +173,13 @@ impl Snapshot {
         if let Some(t) = &self.tls_summary {
             lines.push(format!(
                 "https on {}: {t}",
-                self.config.tls.listen.join(" ")
+                self.config
+                    .tls
+                    .listen
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ));
         }
         (lines, warnings)

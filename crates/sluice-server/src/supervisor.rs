@@ -24,19 +24,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let snap = Snapshot::build(cfg)?;
     let workers = snap.config.worker_count();
     // HTTP and HTTPS listeners side by side; a worker tells them apart by address.
-    let tls_addrs: Vec<SocketAddr> = snap
-        .config
-        .tls
-        .listen
-        .iter()
-        .filter_map(|l| l.parse().ok())
-        .collect();
+    let tls_addrs: Vec<SocketAddr> = snap.config.tls.listen.clone();
     let mut addrs: Vec<SocketAddr> = snap
         .config
         .server
         .listen
         .iter()
-        .filter_map(|l| l.parse().ok())
+        .copied()
         .chain(tls_addrs.iter().copied())
         .collect();
     if ov.from.is_some() {

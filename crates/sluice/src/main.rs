@@ -155,8 +155,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     // that site's rules only.
                     let cfg = sluice_config::Config::load(&file).map_err(anyhow::Error::msg)?;
                     let (sites, hosts) =
-                        sluice_config::sites::resolve(&cfg, &file.display().to_string())
-                            .map_err(anyhow::Error::msg)?;
+                        sluice_config::sites::resolve(&cfg).map_err(anyhow::Error::msg)?;
                     let host_only = host.as_deref().map(strip_port);
                     let site = &sites[hosts.find(host_only)];
                     if sites.len() > 1 {

@@ -162,9 +162,7 @@ impl Worker {
         }
         let (snap, snap_gen) = shared.current();
         // Which listeners are PROXY-protocol or HTTPS ones: by their address.
-        let marked = |addrs: &[String]| -> Vec<bool> {
-            let addrs: Vec<std::net::SocketAddr> =
-                addrs.iter().filter_map(|a| a.parse().ok()).collect();
+        let marked = |addrs: &[std::net::SocketAddr]| -> Vec<bool> {
             listeners
                 .iter()
                 .map(|l| l.local_addr().is_ok_and(|a| addrs.contains(&a)))

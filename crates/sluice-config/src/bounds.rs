@@ -1,0 +1,14 @@
+//! Numeric bounds of settings, as data: (min, max). The parser checks them and the
+//! docs quote them, so the two cannot drift apart.
+
+pub const WORKERS: (u64, u64) = (0, 256);
+pub const BUFFER_SIZE: (u64, u64) = (512, 16 << 20);
+pub const KEEPALIVE_REQUESTS: (u64, u64) = (1, 1 << 32);
+pub const MAX_REQUEST_LINE: (u64, u64) = (256, 1 << 20);
+pub const MAX_HEAD: (u64, u64) = (1024, 1 << 20);
+pub const MAX_HEADERS: (u64, u64) = (8, 128);
+pub const MAX_RANGES: (u64, u64) = (1, 1024);
+pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
+pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
+pub const DISK_THREADS: (u64, u64) = (0, 256);
+pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);

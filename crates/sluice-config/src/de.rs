@@ -1,0 +1,95 @@
+//! Reading values: durations (`"15s"`, `"500ms"`, bare seconds), listen addresses
+//! (one or a list, each parsed to a socket address here, once), and numbers checked
+//! against their [`crate::bounds`] as they are read, so a bad value is reported at
+//! its own line by the TOML parser.
+
+use crate::bounds;
+use serde::{Deserialize, Deserializer};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Parse `"15s"`, `"500ms"`, `"2m"`, `"1h"` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like \"15s\" or \"500ms\""))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    if !(0.0..=86400.0 * 365.0).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Secs(u64),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Text(s) => parse_duration(&s).map_err(serde::de::Error::custom),
+        Raw::Secs(n) => Ok(Duration::from_secs(n)),
+    }
+}
+
+/// Parse a listen address: `ADDR:PORT`, IPv6 in brackets.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"))
+}
+
+/// One address or a list of them, each parsed here.
+pub(crate) fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let list = match Raw::deserialize(d)? {
+        Raw::One(s) => vec![s],
+        Raw::Many(v) => v,
+    };
+    list.iter()
+        .map(|s| parse_listen(s).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+macro_rules! bounded {
+    ($name:ident, $ty:ty, $b:expr) => {
+        pub(crate) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            let v = u64::deserialize(d)?;
+            let (lo, hi) = $b;
+            if v < lo || v > hi {
+                return Err(serde::de::Error::custom(format!(
+                    "{v} is out of range ({lo}..={hi})"
+                )));
+            }
+            Ok(v as $ty)
+        }
+    };
+}
+bounded!(workers, usize, bounds::WORKERS);
+bounded!(buffer_size, usize, bounds::BUFFER_SIZE);
+bounded!(disk_threads, usize, bounds::DISK_THREADS);
+bounded!(keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);
+bounded!(max_request_line, usize, bounds::MAX_REQUEST_LINE);
+bounded!(max_head, usize, bounds::MAX_HEAD);
+bounded!(max_headers, usize, bounds::MAX_HEADERS);
+bounded!(max_ranges, usize, bounds::MAX_RANGES);
+bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
+bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
+bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);

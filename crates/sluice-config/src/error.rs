@@ -1,0 +1,90 @@
+//! A config error ([`ConfigError`]: `file:line: key: what`), and where keys are in
+//! the file ([`Source`]), so checks made after parsing can still name a line.
+
+use std::fmt;
+
+/// A configuration error, already phrased for the operator (`file: line N: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for ConfigError {}
+
+/// Where each key of a config file is: `server.listen`, `site[2].names`,
+/// `tls.sni[1]` (arrays of tables counted from 1, as messages count them) → line.
+/// Read once from the text at parse time; a config built in code has none, and its
+/// messages name the origin and the key only.
+#[derive(Clone, Debug, Default)]
+pub struct Source {
+    pub origin: String,
+    keys: Vec<(String, usize)>,
+}
+
+impl Source {
+    pub fn index(origin: &str, text: &str) -> Source {
+        let mut keys = Vec::new();
+        let mut prefix = String::new();
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let l = raw.trim();
+            let line = i + 1;
+            if let Some(name) = l.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+                let name = name.trim().to_string();
+                let k = match counts.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, c)) => {
+                        *c += 1;
+                        *c
+                    }
+                    None => {
+                        counts.push((name.clone(), 1));
+                        1
+                    }
+                };
+                prefix = format!("{name}[{k}]");
+                keys.push((prefix.clone(), line));
+            } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.split(']').next()) {
+                prefix = name.trim().to_string();
+                keys.push((prefix.clone(), line));
+            } else if let Some((k, _)) = l.split_once('=') {
+                let k = k.trim().trim_matches('"');
+                if !k.is_empty() && !k.starts_with('#') {
+                    let full = if prefix.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    keys.push((full, line));
+                }
+            }
+        }
+        Source {
+            origin: origin.to_string(),
+            keys,
+        }
+    }
+
+    /// The line of `key`, or of the nearest enclosing table that is in the file.
+    pub fn line(&self, key: &str) -> Option<usize> {
+        let mut k = key;
+        loop {
+            if let Some((_, l)) = self.keys.iter().find(|(n, _)| n == k) {
+                return Some(*l);
+            }
+            k = &k[..k.rfind('.')?];
+        }
+    }
+
+    /// `origin:line: key: msg` (without the line when the file does not have the key).
+    pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
+        let at = match (self.origin.as_str(), self.line(key)) {
+            ("", _) => String::new(),
+            (o, Some(l)) => format!("{o}:{l}: "),
+            (o, None) => format!("{o}: "),
+        };
+        ConfigError(format!("{at}{key}: {msg}"))
+    }
+}

@@ -1,0 +1,376 @@
+//! The file's shape: every section and key, its type and default, as serde reads
+//! them (unknown keys are refused here). Bounded numbers and durations are checked
+//! while they are read (`de`); what needs several keys at once is `validate`'s.
+
+use crate::error::Source;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How file bodies are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// `sendfile(2)`: zero-copy from the page cache to the socket.
+    Sendfile,
+    /// `mmap` a window of the file and `write` from it.
+    Mmap,
+    /// `pread` into a `buffer_size` buffer and `write` it.
+    Read,
+}
+
+/// Which symlinks are followed when opening a path under the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SymlinkPolicy {
+    /// Follow symlinks whose target stays inside the root (default).
+    InsideRoot,
+    /// Never follow a symlink.
+    Never,
+    /// Follow every symlink, even out of the root (for trees the operator trusts).
+    Any,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// `"ADDR:PORT"` or a list of them.
+    #[serde(deserialize_with = "crate::de::listen")]
+    pub listen: Vec<SocketAddr>,
+    pub root: PathBuf,
+    #[serde(deserialize_with = "crate::de::workers")]
+    pub workers: usize,
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub shutdown_grace: Duration,
+    /// Started as root, serve as this user (default: `nobody`).
+    pub user: Option<String>,
+    /// Started as root with no `user`, keep serving as root (not recommended).
+    pub allow_root: bool,
+    /// Listen addresses (each also in `listen`) whose connections begin with a
+    /// PROXY protocol header (v1 or v2) from a load balancer.
+    #[serde(deserialize_with = "crate::de::listen")]
+    pub proxy_protocol: Vec<SocketAddr>,
+    /// Who may send PROXY headers (`ADDR/LEN`); other sources on those listeners
+    /// are closed at once.
+    pub proxy_trusted: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    #[serde(deserialize_with = "crate::de::keepalive_requests")]
+    pub keepalive_requests: u64,
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub keepalive_timeout: Duration,
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub header_timeout: Duration,
+    /// A response that makes no progress for this long is abandoned.
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub send_timeout: Duration,
+    #[serde(deserialize_with = "crate::de::max_request_line")]
+    pub max_request_line: usize,
+    #[serde(deserialize_with = "crate::de::max_head")]
+    pub max_head: usize,
+    #[serde(deserialize_with = "crate::de::max_headers")]
+    pub max_headers: usize,
+    #[serde(deserialize_with = "crate::de::max_ranges")]
+    pub max_ranges: usize,
+    /// Request bodies up to this size are read and thrown away (keep-alive kept);
+    /// larger ones, and chunked bodies, close the connection after the answer.
+    #[serde(deserialize_with = "crate::de::max_body_discard")]
+    pub max_body_discard: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesSection {
+    pub io: IoMode,
+    #[serde(deserialize_with = "crate::de::buffer_size")]
+    pub buffer_size: usize,
+    pub symlinks: SymlinkPolicy,
+    pub hidden: bool,
+    pub listing: bool,
+    pub index: Vec<String>,
+    /// How long a cached open file / stat result is trusted.
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub cache_validity: Duration,
+    #[serde(deserialize_with = "crate::de::cache_entries")]
+    pub cache_entries: usize,
+    /// Files up to this size are kept in memory and sent with one `writev`.
+    #[serde(deserialize_with = "crate::de::small_file_max")]
+    pub small_file_max: usize,
+    /// Serve `foo.br` / `foo.zst` / `foo.gz` in place of `foo` to clients that
+    /// accept that coding.
+    pub precompressed: bool,
+    /// gzip directory listings for clients that accept it.
+    pub compress_listings: bool,
+    /// Threads that read file ranges not in the page cache, so a worker never
+    /// waits on the disk (0: workers read cold ranges themselves). Set at start.
+    #[serde(deserialize_with = "crate::de::disk_threads")]
+    pub disk_threads: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// `"off"` or a file path for the combined-format access log.
+    pub access: String,
+    /// tracing filter for stderr, e.g. `"info"` or `"sluice_server=debug"`.
+    pub level: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RulesSection {
+    /// Rules files (native or Apache syntax), relative to the config file.
+    pub files: Vec<PathBuf>,
+    /// Skip unsupported directives with a warning instead of refusing the file.
+    pub lenient: bool,
+    /// Most connections held by `tarpit` and `oversize` answers in the whole
+    /// server; past it those answers become `drop`.
+    pub tarpit_max: usize,
+}
+
+impl Default for RulesSection {
+    fn default() -> Self {
+        RulesSection {
+            files: Vec::new(),
+            lenient: false,
+            tarpit_max: 10_000,
+        }
+    }
+}
+
+/// Connection conditioning (docs/CONDITIONING.md; seed 004).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConditionSection {
+    /// Most connections the server holds (0 = from the descriptor limit). At the
+    /// limit the oldest idle connection of the heaviest address range is closed to
+    /// make room, then the oldest incomplete one; only if every connection is busy
+    /// is a newcomer refused.
+    pub max_connections: usize,
+    /// Most connections still sending their first request head, as a fraction of
+    /// max_connections; past it the oldest incomplete connection of the heaviest
+    /// range is closed. 1.0 (the default) sets no separate cap: as in the paper,
+    /// incomplete connections are closed only when the server runs out of room (a
+    /// lower cap also cuts legitimate bursts of new connections: measured, 10,800
+    /// downloads starting at once lost 3% to a 0.5 cap).
+    pub max_incomplete: f64,
+    /// Per-range caps as fractions of max_connections (paper: 0.25, 0.15, 0.10) for
+    /// /8, /16, /24 (IPv6 /32, /48, /64); a connection over its range's cap is
+    /// answered 503 with Retry-After. 1.0 turns a level off.
+    pub cap_8: f64,
+    pub cap_16: f64,
+    pub cap_24: f64,
+    /// A response whose client reads less than this many bytes/s over a whole
+    /// `send_rate_window` is closed (0 = off).
+    pub min_send_rate: u64,
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub send_rate_window: Duration,
+    /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
+    /// clients are the machine itself (local proxies, monitoring, benchmarks).
+    pub cap_exempt: Vec<String>,
+    /// Let the kernel hold a new connection that has sent nothing (TCP_DEFER_ACCEPT)
+    /// for this long before sluice accepts it ("0" = off). Silent connections then
+    /// cost no descriptor; one that stays silent is handed over after it and closed
+    /// after `http.header_timeout` more.
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub defer_accept: Duration,
+}
+
+impl Default for ConditionSection {
+    fn default() -> Self {
+        ConditionSection {
+            max_connections: 0,
+            max_incomplete: 1.0,
+            cap_8: 0.25,
+            cap_16: 0.15,
+            cap_24: 0.10,
+            min_send_rate: 1024,
+            send_rate_window: Duration::from_secs(30),
+            cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            defer_accept: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The status page (docs/STATUS.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusSection {
+    pub enabled: bool,
+    /// The page's path on every site; `PATH?format=json`, `PATH?auto` and
+    /// `PATH/metrics` are its other forms. A file at this path wins.
+    pub path: String,
+    /// Who may see it (`ADDR/LEN`); everyone else gets 403.
+    pub allow: Vec<String>,
+}
+
+impl Default for StatusSection {
+    fn default() -> Self {
+        StatusSection {
+            enabled: true,
+            path: "/server-status".into(),
+            allow: vec!["127.0.0.0/8".into(), "::1/128".into()],
+        }
+    }
+}
+
+/// HTTPS (docs/OPERATIONS.md "HTTPS"): listeners beside `server.listen`, the
+/// default certificate, and per-name certificates picked by SNI.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// `"ADDR:PORT"` or a list of them; none = no HTTPS.
+    #[serde(deserialize_with = "crate::de::listen")]
+    pub listen: Vec<SocketAddr>,
+    /// PEM certificate chain (leaf first) and PEM private key of the default
+    /// certificate: for clients that send no SNI or a name no `[[tls.sni]]` has.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Kernel TLS: `"auto"` (use it when a runtime probe finds it) or `"off"`.
+    pub ktls: KtlsMode,
+    /// Session resumption with tickets (TLS 1.2 and 1.3); on by default.
+    pub tickets: bool,
+    /// Certificates for other names (SNI).
+    pub sni: Vec<SniCert>,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            listen: Vec::new(),
+            cert: None,
+            key: None,
+            ktls: KtlsMode::Auto,
+            tickets: true,
+            sni: Vec::new(),
+        }
+    }
+}
+
+/// One `[[tls.sni]]` entry: a certificate for some host names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SniCert {
+    /// `"mirror.example.org"` or `"*.example.org"` (one label, as certificates do).
+    pub names: Vec<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KtlsMode {
+    #[default]
+    Auto,
+    Off,
+}
+
+/// The whole validated configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerSection,
+    pub http: HttpSection,
+    pub files: FilesSection,
+    pub log: LogSection,
+    pub rules: RulesSection,
+    pub condition: ConditionSection,
+    pub status: StatusSection,
+    pub tls: TlsSection,
+    /// Virtual hosts (`crate::sites`); none = one site, the top level.
+    pub site: Vec<SiteSection>,
+    /// Where each key is in the file, for messages (not a key itself).
+    #[serde(skip)]
+    pub source: Source,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            root: PathBuf::from("."),
+            workers: 0,
+            shutdown_grace: Duration::from_secs(10),
+            user: None,
+            allow_root: false,
+            proxy_protocol: Vec::new(),
+            proxy_trusted: vec!["127.0.0.0/8".into(), "::1/128".into()],
+        }
+    }
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            keepalive_requests: 10_000,
+            keepalive_timeout: Duration::from_secs(15),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+            max_request_line: 8 * 1024,
+            max_head: 16 * 1024,
+            max_headers: 64,
+            max_ranges: 16,
+            max_body_discard: 64 * 1024,
+        }
+    }
+}
+
+impl Default for FilesSection {
+    fn default() -> Self {
+        FilesSection {
+            io: IoMode::Sendfile,
+            // Seed 003's sweep found the best read buffer near 30 KB; docs/BENCHMARKS.md
+            // has this machine's figures.
+            buffer_size: 32 * 1024,
+            symlinks: SymlinkPolicy::InsideRoot,
+            hidden: false,
+            listing: true,
+            index: vec!["index.html".into()],
+            cache_validity: Duration::from_secs(1),
+            cache_entries: 16_384,
+            small_file_max: 16 * 1024,
+            precompressed: true,
+            compress_listings: true,
+            disk_threads: 8,
+        }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            access: "off".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// One `[[site]]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SiteSection {
+    /// Host names: `"mirror.example.org"` or `"*.example.org"`.
+    pub names: Vec<String>,
+    /// This site answers unknown or missing hosts (at most one site may say so).
+    pub default: bool,
+    pub root: PathBuf,
+    /// Rules files for this site only (relative to the config file).
+    pub rules: Vec<PathBuf>,
+    pub lenient: bool,
+    /// Override `[files] listing` / `hidden` for this site.
+    pub listing: Option<bool>,
+    pub hidden: Option<bool>,
+    /// This site's own access log (default: the main `[log] access`).
+    pub access_log: Option<String>,
+}
+
+impl TlsSection {
+    /// Is HTTPS configured at all?
+    pub fn enabled(&self) -> bool {
+        !self.listen.is_empty()
+    }
+}

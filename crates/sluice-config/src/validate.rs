@@ -1,0 +1,100 @@
+//! The checks that need more than one key (a proxy listener must be a listener,
+//! TLS needs a certificate and a key, fractions in (0, 1], the status path's shape,
+//! the sites), run once after parsing and again after command-line overrides
+//! ([`Config::check`]). Every message names the file, the line of the key (when the
+//! file has it) and the key: `sluice.toml:12: condition.cap_8: 2 is not a fraction`.
+
+use crate::error::ConfigError;
+use crate::sections::Config;
+use crate::sites;
+use std::time::Duration;
+
+impl Config {
+    /// Check what no single key's reader can: everything a server needs before it
+    /// binds or compiles anything.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let src = &self.source;
+        if self.server.listen.is_empty() {
+            return Err(src.error("server.listen", "at least one address is needed"));
+        }
+        for p in &self.server.proxy_protocol {
+            if !self.server.listen.contains(p) {
+                return Err(src.error(
+                    "server.proxy_protocol",
+                    format!("{p} is not one of server.listen"),
+                ));
+            }
+        }
+        self.check_tls()?;
+        let c = &self.condition;
+        for (k, v) in [
+            ("condition.max_incomplete", c.max_incomplete),
+            ("condition.cap_8", c.cap_8),
+            ("condition.cap_16", c.cap_16),
+            ("condition.cap_24", c.cap_24),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(src.error(k, format!("{v} is not a fraction in (0, 1]")));
+            }
+        }
+        if c.send_rate_window < Duration::from_secs(1) {
+            return Err(src.error("condition.send_rate_window", "at least 1s"));
+        }
+        sites::resolve(self)?;
+        let p = &self.status.path;
+        if !p.starts_with('/')
+            || p.len() < 2
+            || p.ends_with('/')
+            || p.contains(['?', '#', '%', ' '])
+        {
+            return Err(src.error(
+                "status.path",
+                format!("{p:?}: a plain absolute path like \"/server-status\""),
+            ));
+        }
+        if self.log.access != "off" && self.log.access.is_empty() {
+            return Err(src.error("log.access", "empty path (use \"off\")"));
+        }
+        Ok(())
+    }
+
+    /// The `[tls]` section's shape only: addresses differ from the HTTP ones, a
+    /// listener has a default certificate, names look like host names. Whether the
+    /// files hold a usable certificate and key is `sluice-tls`'s check.
+    fn check_tls(&self) -> Result<(), ConfigError> {
+        let (t, src) = (&self.tls, &self.source);
+        for l in &t.listen {
+            if self.server.listen.contains(l) {
+                return Err(src.error(
+                    "tls.listen",
+                    format!(
+                        "{l} is also in server.listen (one address is HTTP or HTTPS, not both)"
+                    ),
+                ));
+            }
+        }
+        if t.enabled() && (t.cert.is_none() || t.key.is_none()) {
+            return Err(src.error("tls", "cert and key are needed with tls.listen"));
+        }
+        if t.cert.is_some() != t.key.is_some() {
+            return Err(src.error("tls", "cert and key go together"));
+        }
+        for (i, s) in t.sni.iter().enumerate() {
+            let key = format!("tls.sni[{}].names", i + 1);
+            if s.names.is_empty() {
+                return Err(src.error(&key, "names = [...] is needed"));
+            }
+            for n in &s.names {
+                let bare = n.strip_prefix("*.").unwrap_or(n);
+                let ok = !bare.is_empty()
+                    && bare.split('.').all(|l| {
+                        !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    });
+                if !ok {
+                    return Err(src.error(&key, format!("{n:?} is not a host name (or *.domain)")));
+                }
+            }
+        }
+        Ok(())
+    }
+}

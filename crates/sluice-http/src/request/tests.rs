@@ -1,0 +1,233 @@
+//! The parser's cases: limits, smuggling shapes, targets, versions, hosts, and
+//! heads split at every byte.
+
+use super::*;
+
+fn parse(s: &str) -> Result<Parsed<'_>, ParseError> {
+    parse_head(s.as_bytes(), &Limits::default())
+}
+
+fn complete(s: &str) -> RequestHead<'_> {
+    match parse(s) {
+        Ok(Parsed::Complete(h)) => h,
+        other => panic!("expected complete, got {other:?}"),
+    }
+}
+
+#[test]
+fn simple_get() {
+    let h = complete("GET /a/b?x=1 HTTP/1.1\r\nHost: example.org:8080\r\n\r\n");
+    assert_eq!(h.method(), Method::Get);
+    assert_eq!(h.path, "/a/b");
+    assert_eq!(h.query, Some("x=1"));
+    assert_eq!(h.host, Some("example.org"));
+    assert!(h.keep_alive);
+    assert_eq!(h.framing(), BodyFraming::None);
+}
+
+#[test]
+fn http10_keepalive_rules() {
+    assert!(!complete("GET / HTTP/1.0\r\n\r\n").keep_alive);
+    assert!(complete("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
+    assert!(!complete("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").keep_alive);
+}
+
+#[test]
+fn absolute_form_wins_over_host() {
+    let h = complete("GET http://Mirror.example/pub/x.iso?y HTTP/1.1\r\nHost: other\r\n\r\n");
+    assert_eq!(h.host, Some("Mirror.example"));
+    assert_eq!(h.path, "/pub/x.iso");
+    assert_eq!(h.query, Some("y"));
+    let h = complete("GET http://h HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(h.path, "/");
+}
+
+#[test]
+fn byte_by_byte_is_partial_until_the_end() {
+    let req = b"GET /x HTTP/1.1\r\nHost: a\r\nRange: bytes=0-1\r\n\r\n";
+    for i in 0..req.len() {
+        match parse_head(&req[..i], &Limits::default()) {
+            Ok(Parsed::Partial) => {}
+            other => panic!("prefix {i}: {other:?}"),
+        }
+    }
+    match parse_head(req, &Limits::default()).unwrap() {
+        Parsed::Complete(h) => {
+            assert_eq!(h.range, Some("bytes=0-1"));
+            assert_eq!(h.head_len, req.len());
+        }
+        Parsed::Partial => panic!(),
+    }
+}
+
+#[test]
+fn pipelined_heads_parse_one_at_a_time() {
+    let two = b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n";
+    let Parsed::Complete(h1) = parse_head(two, &Limits::default()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h1.path, "/1");
+    let rest = &two[h1.head_len..];
+    let Parsed::Complete(h2) = parse_head(rest, &Limits::default()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h2.path, "/2");
+    assert_eq!(h2.head_len, rest.len());
+}
+
+#[test]
+fn smuggling_shapes_are_refused() {
+    let cases = [
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n\r\n", 501),
+        ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+        ("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+        ("GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nBad Name: x\r\nHost: a\r\n\r\n", 400),
+    ];
+    for (req, status) in cases {
+        match parse(req) {
+            Err(e) => assert_eq!(e.status(), status, "{req:?}: {e:?}"),
+            Ok(p) => panic!("accepted {req:?}: {p:?}"),
+        }
+    }
+}
+
+#[test]
+fn hosts_and_targets() {
+    for host in ["a@b", "<script>", "x:80:80", "[::1", "a b", "h:8o", "[zz]"] {
+        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert_eq!(parse(&req).unwrap_err(), ParseError::BadHost, "{host}");
+    }
+    for host in [
+        "a",
+        "a.b:80",
+        "[::1]",
+        "[::1]:8080",
+        "127.0.0.1:1",
+        "xn--d1a.example",
+        "",
+    ] {
+        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert!(matches!(parse(&req), Ok(Parsed::Complete(_))), "{host}");
+    }
+    assert_eq!(
+        parse("GET http://a@evil/ HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_err(),
+        ParseError::BadHost
+    );
+    for t in [
+        "/a#b", "/\"", "/<x>", "/{", "/}", "/|", "/^", "/`", "/a\\b", "/\x7f",
+    ] {
+        let req = format!("GET {t} HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(parse(&req).unwrap_err(), ParseError::Malformed, "{t:?}");
+    }
+    let h = complete("GET /caf\u{e9}?x=%22 HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(h.path, "/caf\u{e9}");
+}
+
+#[test]
+fn junk_is_refused_before_a_newline() {
+    for junk in [
+        &b"\x00\x00\x00"[..],
+        b"\x16\x03\x01\x02",
+        b"GE\xff",
+        b"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ] {
+        assert_eq!(
+            parse_head(junk, &Limits::default()).unwrap_err(),
+            ParseError::Malformed,
+            "{junk:?}"
+        );
+    }
+    assert!(matches!(
+        parse_head(b"GET /partial", &Limits::default()),
+        Ok(Parsed::Partial)
+    ));
+}
+
+#[test]
+fn minor_versions_above_one_are_one_one() {
+    let h = complete("GET / HTTP/1.7\r\nHost: a\r\n\r\n");
+    assert_eq!(h.minor, 7);
+    assert!(h.keep_alive);
+    assert_eq!(
+        parse("GET / HTTP/1.2\r\n\r\n").unwrap_err(),
+        ParseError::MissingHost
+    );
+    for v in ["HTTP/2.0", "HTTP/0.9", "HTTP/3.1"] {
+        let req = format!("GET / {v}\r\nHost: a\r\n\r\n");
+        assert_eq!(parse(&req).unwrap_err().status(), 505, "{v}");
+    }
+    for v in ["HTTP/1.10", "HTTP/1", "http/1.1", "HTTP/1.x"] {
+        let req = format!("GET / {v}\r\nHost: a\r\n\r\n");
+        assert_eq!(parse(&req).unwrap_err().status(), 400, "{v}");
+    }
+}
+
+#[test]
+fn obs_text_in_user_agent_is_kept() {
+    let req = b"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: caf\xe9 \r\nReferer: \xff\r\nIf-Match: \"e\"\r\nIf-Unmodified-Since: x\r\n\r\n";
+    let Parsed::Complete(h) = parse_head(req, &Limits::default()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.user_agent, Some(&b"caf\xe9"[..]));
+    assert_eq!(h.referer, Some(&b"\xff"[..]));
+    assert_eq!(h.if_match, Some("\"e\""));
+    assert_eq!(h.if_unmodified_since, Some("x"));
+}
+
+#[test]
+fn framing_is_reported() {
+    let h = complete("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n");
+    assert_eq!(h.framing(), BodyFraming::Length(12));
+    let h = complete("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+    assert_eq!(h.framing(), BodyFraming::Chunked);
+}
+
+#[test]
+fn limits() {
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
+    assert_eq!(parse(&long).unwrap_err().status(), 414);
+    let no_newline_yet = format!("GET /{}", "a".repeat(9000));
+    assert_eq!(parse(&no_newline_yet).unwrap_err().status(), 414);
+    let many: String = (0..100).map(|i| format!("X-{i}: v\r\n")).collect();
+    let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+    assert_eq!(parse(&req).unwrap_err().status(), 431);
+    let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "v".repeat(17000));
+    assert_eq!(parse(&big).unwrap_err().status(), 431);
+}
+
+proptest::proptest! {
+    #[test]
+    fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+        let _ = parse_head(&bytes, &Limits::default());
+    }
+
+    #[test]
+    fn split_point_does_not_change_result(split in 0usize..60) {
+        let req = b"GET /p?q HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"x\"\r\n\r\n";
+        let split = split.min(req.len());
+        // Every strict prefix is partial; feeding the rest completes the same head.
+        let r = parse_head(&req[..split], &Limits::default()).unwrap();
+        proptest::prop_assert!(matches!(r, Parsed::Partial) || split == req.len());
+        let mut buf = req[..split].to_vec();
+        buf.extend_from_slice(&req[split..]);
+        let Parsed::Complete(h) = parse_head(&buf, &Limits::default()).unwrap() else {
+            panic!("whole request is partial");
+        };
+        proptest::prop_assert_eq!(
+            (h.path, h.query, h.host, h.if_none_match, h.head_len),
+            ("/p", Some("q"), Some("h"), Some("\"x\""), req.len())
+        );
+    }
+}
