@@ -10,8 +10,9 @@
 
 use crate::loader::{Ctx, LoadError};
 use crate::model::*;
+use crate::pattern::RegexPattern;
+use crate::request::MapDef;
 use crate::template::Template;
-use crate::MapDef;
 use rustc_hash::FxHashMap;
 use std::path::Path;
 

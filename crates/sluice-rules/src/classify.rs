@@ -9,9 +9,9 @@
 //! by the rules whose other conditions it meets. Rules without these options pay
 //! one `Option` test.
 
-use crate::model::RegexPattern;
+use crate::pattern::RegexPattern;
 use crate::rates::RateTable;
-use crate::Request;
+use crate::request::Request;
 use sluice_condition::addr::{addr_bits, prefix_mask};
 use sluice_condition::Cidr;
 use std::sync::Arc;

@@ -15,8 +15,8 @@
 //! is in the UA index, and one hash lookup per distinct prefix length when any rule
 //! is in the address index.
 
-use crate::compiled::Strategy;
 use crate::model::Rule;
+use crate::strategy::Strategy;
 use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
@@ -47,8 +47,11 @@ impl ClassIndex {
             let ua_lits =
                 c.ua.as_mut()
                     .and_then(|re| match re.hint.take().map(|b| *b) {
-                        Some(Strategy::Exact(s, _)) if !s.is_empty() => Some(vec![s.into_bytes()]),
-                        Some(Strategy::Anchored(v, _)) | Some(Strategy::Literals(v, _))
+                        Some(Strategy::Exact { path, .. }) if !path.is_empty() => {
+                            Some(vec![path.into_bytes()])
+                        }
+                        Some(Strategy::Anchored { literals: v, .. })
+                        | Some(Strategy::Literals { literals: v, .. })
                             if v.iter().all(|l| !l.is_empty()) =>
                         {
                             Some(v)

@@ -18,9 +18,8 @@
 //! literal-indexed rules.
 
 use crate::model::{Pattern, Rule};
+use crate::strategy::Strategy;
 use aho_corasick::{AhoCorasick, Anchored, Input, MatchKind, StartKind};
-use regex_syntax::hir::literal::{ExtractKind, Extractor};
-use regex_syntax::hir::{Hir, HirKind, Look};
 use rustc_hash::FxHashMap;
 
 /// Rule indices sharing one key. Most keys name one rule; store it inline.
@@ -165,38 +164,55 @@ pub struct Counts {
     pub always: usize,
 }
 
+/// One structure per case mode: rules without NC are keyed as written, NC rules
+/// lowercased (and literal automata built ASCII-case-insensitive).
 #[derive(Default)]
-pub struct Index {
-    exact: KeyMap,
-    exact_ci: KeyMap,
-    prefix: KeyMap,
-    prefix_ci: KeyMap,
-    lit: LiteralIndex,
-    lit_ci: LiteralIndex,
-    anchored: LiteralIndex,
-    anchored_ci: LiteralIndex,
-    always: Vec<u32>,
-    pub counts: Counts,
+struct CaseSplit<T> {
+    exact: T,
+    nocase: T,
 }
 
-/// How the index selects one regex rule (worked out at parse time).
-#[derive(Debug)]
-pub enum Strategy {
-    Exact(String, bool),
-    /// One of these literals starts every path the regex matches.
-    Anchored(Vec<Vec<u8>>, bool),
-    /// One of these literals occurs in every path the regex matches.
-    Literals(Vec<Vec<u8>>, bool),
-    Always,
+impl<T> CaseSplit<T> {
+    fn pick(&mut self, nocase: bool) -> &mut T {
+        if nocase {
+            &mut self.nocase
+        } else {
+            &mut self.exact
+        }
+    }
+    fn map<U>(self, f: impl Fn(T, bool) -> U) -> CaseSplit<U> {
+        CaseSplit {
+            exact: f(self.exact, false),
+            nocase: f(self.nocase, true),
+        }
+    }
+}
+
+/// Insert `k` (lowercased for NC rules) into the map of its case mode.
+fn add_key(maps: &mut CaseSplit<KeyMap>, k: &str, nocase: bool, id: u32) {
+    if nocase {
+        add(maps.pick(true), &k.to_ascii_lowercase(), id)
+    } else {
+        add(maps.pick(false), k, id)
+    }
+}
+
+#[derive(Default)]
+pub struct Index {
+    exact: CaseSplit<KeyMap>,
+    prefix: CaseSplit<KeyMap>,
+    anchored: CaseSplit<LiteralIndex>,
+    literals: CaseSplit<LiteralIndex>,
+    always: Vec<u32>,
+    pub counts: Counts,
 }
 
 impl Index {
     pub fn build(rules: &mut [Rule]) -> Index {
         let mut ix = Index::default();
-        let mut lits: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
-        let mut lits_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
-        let mut anch: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
-        let mut anch_ci: FxHashMap<Vec<u8>, Ids> = FxHashMap::default();
+        type Lits = FxHashMap<Vec<u8>, Ids>;
+        let mut anchored: CaseSplit<Lits> = CaseSplit::default();
+        let mut literals: CaseSplit<Lits> = CaseSplit::default();
         for (i, r) in rules.iter_mut().enumerate() {
             let id = i as u32;
             if r.classify.as_ref().is_some_and(|c| c.indexed) {
@@ -206,37 +222,31 @@ impl Index {
             match &mut r.pattern {
                 Pattern::Exact(p) => {
                     ix.counts.exact += 1;
-                    if nocase {
-                        add(&mut ix.exact_ci, &p.to_ascii_lowercase(), id)
-                    } else {
-                        add(&mut ix.exact, p, id)
-                    }
+                    add_key(&mut ix.exact, p, nocase, id);
                 }
                 Pattern::Prefix(p) => {
                     ix.counts.prefix += 1;
-                    if nocase {
-                        add(&mut ix.prefix_ci, &p.to_ascii_lowercase(), id)
-                    } else {
-                        add(&mut ix.prefix, p, id)
-                    }
+                    add_key(&mut ix.prefix, p, nocase, id);
                 }
                 Pattern::Regex(re) => {
                     match re.hint.take().map(|b| *b).unwrap_or(Strategy::Always) {
-                        Strategy::Exact(p, ci) => {
+                        Strategy::Exact { path, nocase } => {
                             ix.counts.exact += 1;
-                            if ci {
-                                add(&mut ix.exact_ci, &p.to_ascii_lowercase(), id)
-                            } else {
-                                add(&mut ix.exact, &p, id)
-                            }
+                            add_key(&mut ix.exact, &path, nocase, id);
                         }
-                        Strategy::Anchored(ls, ci) => {
+                        Strategy::Anchored {
+                            literals: ls,
+                            nocase,
+                        } => {
                             ix.counts.literal += 1;
-                            add_literals(if ci { &mut anch_ci } else { &mut anch }, ls, ci, id);
+                            add_literals(anchored.pick(nocase), ls, nocase, id);
                         }
-                        Strategy::Literals(ls, ci) => {
+                        Strategy::Literals {
+                            literals: ls,
+                            nocase,
+                        } => {
                             ix.counts.literal += 1;
-                            add_literals(if ci { &mut lits_ci } else { &mut lits }, ls, ci, id);
+                            add_literals(literals.pick(nocase), ls, nocase, id);
                         }
                         Strategy::Always => {
                             ix.counts.always += 1;
@@ -246,39 +256,43 @@ impl Index {
                 }
             }
         }
-        ix.lit = LiteralIndex::build(lits, false, false);
-        ix.lit_ci = LiteralIndex::build(lits_ci, true, false);
-        ix.anchored = LiteralIndex::build(anch, false, true);
-        ix.anchored_ci = LiteralIndex::build(anch_ci, true, true);
-        ix.exact.shrink_to_fit();
-        ix.prefix.shrink_to_fit();
+        ix.anchored = anchored.map(|l, ci| LiteralIndex::build(l, ci, true));
+        ix.literals = literals.map(|l, ci| LiteralIndex::build(l, ci, false));
+        for m in [
+            &mut ix.exact.exact,
+            &mut ix.exact.nocase,
+            &mut ix.prefix.exact,
+            &mut ix.prefix.nocase,
+        ] {
+            m.shrink_to_fit();
+        }
         ix
     }
 
     /// Candidate rule indices for `path`, ascending and without duplicates.
     pub fn candidates(&self, path: &str, out: &mut Vec<u32>) {
-        if let Some(ids) = self.exact.get(&key(path)) {
+        if let Some(ids) = self.exact.exact.get(&key(path)) {
             ids.extend_into(out);
         }
-        let lower = (!self.exact_ci.is_empty() || !self.prefix_ci.is_empty())
+        let lower = (!self.exact.nocase.is_empty() || !self.prefix.nocase.is_empty())
             .then(|| path.to_ascii_lowercase());
         if let Some(l) = &lower {
-            if let Some(ids) = self.exact_ci.get(&key(l)) {
+            if let Some(ids) = self.exact.nocase.get(&key(l)) {
                 ids.extend_into(out);
             }
         }
-        if !self.prefix.is_empty() {
-            probe_prefixes(&self.prefix, path, out);
+        if !self.prefix.exact.is_empty() {
+            probe_prefixes(&self.prefix.exact, path, out);
         }
         if let Some(l) = &lower {
-            if !self.prefix_ci.is_empty() {
-                probe_prefixes(&self.prefix_ci, l, out);
+            if !self.prefix.nocase.is_empty() {
+                probe_prefixes(&self.prefix.nocase, l, out);
             }
         }
-        self.anchored.candidates(path, out);
-        self.anchored_ci.candidates(path, out);
-        self.lit.candidates(path, out);
-        self.lit_ci.candidates(path, out);
+        for ix in [&self.anchored, &self.literals] {
+            ix.exact.candidates(path, out);
+            ix.nocase.candidates(path, out);
+        }
         out.extend_from_slice(&self.always);
         if out.len() > 1 {
             out.sort_unstable();
@@ -306,118 +320,5 @@ fn probe_prefixes(map: &KeyMap, path: &str, out: &mut Vec<u32>) {
                 }
             }
         }
-    }
-}
-
-/// Literal sets larger than this are not worth indexing.
-const MAX_LITERALS: usize = 32;
-
-/// Pick the strategy for a regex from its (case-sensitive) parse. Case-insensitive
-/// rules (NC) are indexed with an ASCII-case-insensitive automaton; matching is
-/// ASCII-only too (like Apache's PCRE), so a match always contains the literal.
-pub fn classify(hir: &Hir, strip_slash: bool, ci: bool) -> Strategy {
-    if let Some(lit) = anchored_literal(hir) {
-        let path = if strip_slash { format!("/{lit}") } else { lit };
-        return Strategy::Exact(path, ci);
-    }
-    let usable = |kind: ExtractKind| -> Option<(usize, Vec<Vec<u8>>)> {
-        let mut ex = Extractor::new();
-        ex.kind(kind);
-        let seq = ex.extract(hir);
-        let lits = seq.literals()?;
-        if lits.is_empty()
-            || lits.len() > MAX_LITERALS
-            || lits.iter().any(|l| l.as_bytes().is_empty())
-        {
-            return None;
-        }
-        let min = lits.iter().map(|l| l.as_bytes().len()).min().unwrap_or(0);
-        Some((min, lits.iter().map(|l| l.as_bytes().to_vec()).collect()))
-    };
-    let prefix = usable(ExtractKind::Prefix);
-    // `^`-anchored with a literal prefix (most redirect rules): the most selective
-    // key there is, and the cheapest to search.
-    if hir.properties().look_set_prefix().contains(Look::Start) {
-        if let Some((_, ls)) = &prefix {
-            let ls = if strip_slash {
-                ls.iter().map(|l| [b"/".as_slice(), l].concat()).collect()
-            } else {
-                ls.clone()
-            };
-            return Strategy::Anchored(ls, ci);
-        }
-    }
-    // Otherwise the longer of the prefix and suffix literal sets, searched anywhere.
-    let best = [prefix, usable(ExtractKind::Suffix)]
-        .into_iter()
-        .flatten()
-        .max_by_key(|(min, _)| *min);
-    match best {
-        // One-byte literals (like "/") would make every path a candidate.
-        Some((min, ls)) if min >= 2 => Strategy::Literals(ls, ci),
-        _ => Strategy::Always,
-    }
-}
-
-/// `^literal$` (no groups, no classes) → the literal.
-fn anchored_literal(hir: &Hir) -> Option<String> {
-    let HirKind::Concat(parts) = hir.kind() else {
-        return None;
-    };
-    if parts.len() != 3 {
-        return None;
-    }
-    let start = matches!(parts[0].kind(), HirKind::Look(Look::Start));
-    let end = matches!(parts[2].kind(), HirKind::Look(Look::End));
-    match parts[1].kind() {
-        HirKind::Literal(l) if start && end => String::from_utf8(l.0.to_vec()).ok(),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn classify(src: &str, strip_slash: bool) -> Strategy {
-        let (s, ci) = match src.strip_prefix("(?i)") {
-            Some(s) => (s, true),
-            None => (src, false),
-        };
-        let hir = regex_syntax::ParserBuilder::new()
-            .unicode(false)
-            .utf8(false)
-            .build()
-            .parse(s)
-            .unwrap();
-        super::classify(&hir, strip_slash, ci)
-    }
-
-    #[test]
-    fn strategies() {
-        assert!(
-            matches!(classify(r"^/a/b\.html$", false), Strategy::Exact(p, false) if p == "/a/b.html")
-        );
-        assert!(matches!(classify(r"(?i)^/A$", false), Strategy::Exact(p, true) if p == "/A"));
-        assert!(
-            matches!(classify(r"^old\.html$", true), Strategy::Exact(p, false) if p == "/old.html")
-        );
-        assert!(
-            matches!(classify(r"^/docs/(.*)$", false), Strategy::Anchored(l, false) if l == vec![b"/docs/".to_vec()])
-        );
-        assert!(matches!(classify(r"\.php$", false), Strategy::Literals(..)));
-        assert!(matches!(
-            classify(r"^/(.*)$", false),
-            Strategy::Anchored(..)
-        ));
-        assert!(
-            matches!(classify(r"^docs/(.*)$", true), Strategy::Anchored(l, false) if l == vec![b"/docs/".to_vec()])
-        );
-        assert!(matches!(
-            classify(r"/docs/(.*)$", false),
-            Strategy::Literals(..)
-        ));
-        assert!(matches!(classify(r"^(.*)$", false), Strategy::Always));
-        assert!(matches!(classify(r".*", false), Strategy::Always));
     }
 }

@@ -21,83 +21,18 @@ pub mod compiled;
 pub mod loader;
 pub mod model;
 pub mod native;
+pub mod outcome;
+pub mod pattern;
 pub mod rates;
+pub mod request;
+pub mod strategy;
 pub mod template;
 
 pub use loader::{Format, LoadError};
 use model::{Miss, Pattern, Rule};
-use rustc_hash::FxHashMap;
-use std::net::IpAddr;
+pub use outcome::Outcome;
+pub use request::{MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
-
-/// What the rules can see of a request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Request<'a> {
-    /// The path as sent (percent-encoded), starting with `/`.
-    pub path: &'a str,
-    pub query: Option<&'a str>,
-    pub host: Option<&'a str>,
-    pub user_agent: Option<&'a str>,
-    pub remote_addr: Option<IpAddr>,
-    /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
-    pub root: Option<&'a Path>,
-    /// The method as sent (`method=`).
-    pub method: &'a str,
-    /// The raw header lines (`Name: value\r\n`...), for `header=`; scanned only
-    /// by rules that ask.
-    pub headers: &'a [u8],
-}
-
-impl<'a> Request<'a> {
-    /// The first header called `name` (ASCII case-insensitive), trimmed.
-    pub fn header(&self, name: &str) -> Option<&'a str> {
-        for line in self.headers.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                continue;
-            };
-            if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
-                return std::str::from_utf8(&line[colon + 1..]).ok().map(str::trim);
-            }
-        }
-        None
-    }
-}
-
-/// What the rules decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// No rule applies (or a `-` rule matched): serve the request as it is.
-    Pass,
-    Redirect {
-        status: u16,
-        location: String,
-    },
-    /// Serve this path (and query) instead.
-    Rewrite {
-        path: String,
-        query: Option<String>,
-    },
-    Forbidden,
-    Gone,
-    /// An errant-client rule decided (`classify`): its answer (`None`: serve the
-    /// request normally, e.g. `pass date=...`) and a fixed `Date` header, if set.
-    Answer {
-        errant: Option<classify::Errant>,
-        date: Option<std::sync::Arc<str>>,
-    },
-}
-
-/// A `RewriteMap`.
-#[derive(Debug)]
-pub enum MapDef {
-    Txt(FxHashMap<String, String>),
-    Rnd(FxHashMap<String, Vec<String>>),
-    ToLower,
-    ToUpper,
-}
-
-pub type Maps = FxHashMap<String, MapDef>;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions {

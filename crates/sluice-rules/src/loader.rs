@@ -2,7 +2,7 @@
 //! and the collection of parsed rules in load order.
 
 use crate::model::*;
-use crate::Maps;
+use crate::request::Maps;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;

@@ -3,10 +3,11 @@
 //! reference and the compiled index) call this same function, so they can only
 //! differ in *which* rules they try, which is what the equivalence tests check.
 
+use crate::outcome::Outcome;
+use crate::pattern::RegexPattern;
+use crate::request::{Maps, Request};
 use crate::template::{Expand, Template};
-use crate::{Maps, Outcome, Request};
-use regex::bytes::{Captures, Regex};
-use std::sync::OnceLock;
+use regex::bytes::Captures;
 
 /// Where a rule came from, for errors and `explain`.
 #[derive(Clone, Debug)]
@@ -24,131 +25,6 @@ pub enum Pattern {
     /// Apache `Redirect` semantics: the path is this or continues with `/` after it.
     Prefix(String),
     Regex(Box<RegexPattern>),
-}
-
-/// A regex, parsed at load time (so syntax errors are reported with file and line)
-/// and compiled on first use (so a million rules load in seconds, not minutes).
-#[derive(Debug)]
-pub struct RegexPattern {
-    pub source: String,
-    /// Per-directory style (`^old/...`, no leading slash): matched against the path
-    /// without its leading `/`, as Apache does in `.htaccess` files.
-    pub strip_slash: bool,
-    compiled: OnceLock<Option<Regex>>,
-    /// How the index should select this rule, worked out from the one parse that
-    /// validated it; taken (and freed) when the index is built.
-    pub(crate) hint: Option<Box<crate::compiled::Strategy>>,
-}
-
-impl RegexPattern {
-    pub fn new(source: String, nocase: bool, strip_slash: bool) -> Result<Box<Self>, String> {
-        // Parse the case-sensitive form once: it validates the syntax ((?i) cannot
-        // make a valid pattern invalid) and gives the literals the index needs.
-        let hir = regex_syntax::ParserBuilder::new()
-            .unicode(false)
-            .utf8(false)
-            .build()
-            .parse(&source)
-            .map_err(|e| format!("bad regex {source:?}: {}", first_line(&e.to_string())))?;
-        let hint = Some(Box::new(crate::compiled::classify(
-            &hir,
-            strip_slash,
-            nocase,
-        )));
-        Ok(Box::new(RegexPattern {
-            source: wrap(&source, nocase),
-            strip_slash,
-            compiled: OnceLock::new(),
-            hint,
-        }))
-    }
-
-    /// The pattern as compiled (with the case flag folded in).
-    pub fn full_source(&self) -> &str {
-        &self.source
-    }
-
-    pub fn regex(&self) -> Option<&Regex> {
-        self.compiled
-            .get_or_init(|| {
-                // Byte-oriented and ASCII-only classes, like Apache's PCRE (non-UTF mode).
-                regex::bytes::RegexBuilder::new(&self.source)
-                    .unicode(false)
-                    .size_limit(1 << 20)
-                    .build()
-                    .ok()
-            })
-            .as_ref()
-    }
-}
-
-fn first_line(s: &str) -> String {
-    s.lines()
-        .rfind(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
-pub fn wrap(source: &str, nocase: bool) -> String {
-    if nocase {
-        format!("(?i){source}")
-    } else {
-        source.to_string()
-    }
-}
-
-/// A variable a condition or a template can read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Var {
-    HttpHost,
-    UserAgent,
-    RemoteAddr,
-    QueryString,
-    RequestUri,
-    RequestFilename,
-    DocumentRoot,
-}
-
-impl Var {
-    pub fn from_name(n: &str) -> Option<Var> {
-        Some(match n {
-            "HTTP_HOST" => Var::HttpHost,
-            "HTTP_USER_AGENT" => Var::UserAgent,
-            "REMOTE_ADDR" => Var::RemoteAddr,
-            "QUERY_STRING" => Var::QueryString,
-            "REQUEST_URI" => Var::RequestUri,
-            "REQUEST_FILENAME" => Var::RequestFilename,
-            "DOCUMENT_ROOT" => Var::DocumentRoot,
-            _ => return None,
-        })
-    }
-
-    pub fn read(self, req: &Request, out: &mut String) {
-        match self {
-            Var::HttpHost => out.push_str(req.host.unwrap_or("")),
-            Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
-            Var::RemoteAddr => {
-                if let Some(a) = req.remote_addr {
-                    use std::fmt::Write;
-                    let _ = write!(out, "{a}");
-                }
-            }
-            Var::QueryString => out.push_str(req.query.unwrap_or("")),
-            Var::RequestUri => out.push_str(req.path),
-            Var::RequestFilename => {
-                if let Some(r) = req.root {
-                    out.push_str(&r.to_string_lossy());
-                }
-                out.push_str(req.path);
-            }
-            Var::DocumentRoot => {
-                if let Some(r) = req.root {
-                    out.push_str(&r.to_string_lossy());
-                }
-            }
-        }
-    }
 }
 
 #[derive(Debug)]

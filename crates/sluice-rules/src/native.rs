@@ -24,6 +24,7 @@
 use crate::classify::{parse_ms, parse_window, Classify, Errant, RateCond, Scope};
 use crate::loader::{Ctx, LoadError};
 use crate::model::*;
+use crate::pattern::RegexPattern;
 use crate::template::Template;
 use std::path::Path;
 use std::sync::Arc;

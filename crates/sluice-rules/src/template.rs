@@ -3,8 +3,7 @@
 //!
 //! Parsed once at load time into parts; expansion is a single pass that appends.
 
-use crate::model::Var;
-use crate::{MapDef, Maps, Request};
+use crate::request::{MapDef, Maps, Request, Var};
 use rand::seq::SliceRandom;
 use regex::bytes::Captures;
 

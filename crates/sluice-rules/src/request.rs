@@ -1,0 +1,105 @@
+//! What the rules read: the request ([`Request`]), the variables conditions and
+//! templates name ([`Var`]), and `RewriteMap`s ([`MapDef`]). The bottom of the crate:
+//! plain data, depending on nothing else here.
+
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// What the rules can see of a request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request<'a> {
+    /// The path as sent (percent-encoded), starting with `/`.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub host: Option<&'a str>,
+    pub user_agent: Option<&'a str>,
+    pub remote_addr: Option<IpAddr>,
+    /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
+    pub root: Option<&'a Path>,
+    /// The method as sent (`method=`).
+    pub method: &'a str,
+    /// The raw header lines (`Name: value\r\n`...), for `header=`; scanned only
+    /// by rules that ask.
+    pub headers: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// The first header called `name` (ASCII case-insensitive), trimmed.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        for line in self.headers.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+                return std::str::from_utf8(&line[colon + 1..]).ok().map(str::trim);
+            }
+        }
+        None
+    }
+}
+
+/// A `RewriteMap`.
+#[derive(Debug)]
+pub enum MapDef {
+    Txt(FxHashMap<String, String>),
+    Rnd(FxHashMap<String, Vec<String>>),
+    ToLower,
+    ToUpper,
+}
+
+pub type Maps = FxHashMap<String, MapDef>;
+
+/// A variable a condition or a template can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Var {
+    HttpHost,
+    UserAgent,
+    RemoteAddr,
+    QueryString,
+    RequestUri,
+    RequestFilename,
+    DocumentRoot,
+}
+
+impl Var {
+    pub fn from_name(n: &str) -> Option<Var> {
+        Some(match n {
+            "HTTP_HOST" => Var::HttpHost,
+            "HTTP_USER_AGENT" => Var::UserAgent,
+            "REMOTE_ADDR" => Var::RemoteAddr,
+            "QUERY_STRING" => Var::QueryString,
+            "REQUEST_URI" => Var::RequestUri,
+            "REQUEST_FILENAME" => Var::RequestFilename,
+            "DOCUMENT_ROOT" => Var::DocumentRoot,
+            _ => return None,
+        })
+    }
+
+    pub fn read(self, req: &Request, out: &mut String) {
+        match self {
+            Var::HttpHost => out.push_str(req.host.unwrap_or("")),
+            Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
+            Var::RemoteAddr => {
+                if let Some(a) = req.remote_addr {
+                    use std::fmt::Write;
+                    let _ = write!(out, "{a}");
+                }
+            }
+            Var::QueryString => out.push_str(req.query.unwrap_or("")),
+            Var::RequestUri => out.push_str(req.path),
+            Var::RequestFilename => {
+                if let Some(r) = req.root {
+                    out.push_str(&r.to_string_lossy());
+                }
+                out.push_str(req.path);
+            }
+            Var::DocumentRoot => {
+                if let Some(r) = req.root {
+                    out.push_str(&r.to_string_lossy());
+                }
+            }
+        }
+    }
+}
