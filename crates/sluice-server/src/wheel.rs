@@ -6,7 +6,8 @@
 //! entry: moving its deadline later is a field store, not a wheel operation; when its
 //! entry comes due and the deadline has moved, the worker re-inserts it. So a
 //! keep-alive connection that serves a thousand requests touches the wheel a handful
-//! of times, and an idle one costs one 16-byte entry.
+//! of times, and an idle one costs one 8-byte entry (a [`Key`]; checked by the
+//! worker's record-size test).
 //!
 //! Insert and expiry are O(1) per entry. Time is passed in, never read here, so tests
 //! drive it without sleeping.

@@ -1,0 +1,135 @@
+//! What each fuzz target asserts, one function per target, shared by the fuzz targets
+//! (`fuzz_targets/*.rs`) and by `cargo test` (`crates/sluice/tests/fuzz_regressions.rs`),
+//! which replays every input kept under `fuzz/regressions/TARGET/`. An input that
+//! once failed goes there, named after what it guards, so it can never fail again.
+#![allow(dead_code)]
+
+use sluice_http::proxy::{parse, Proxied, V2_MAX};
+use sluice_http::range::{evaluate, RangeResult};
+use sluice_http::{Limits, Parsed};
+use sluice_rules::{Format, LoadOptions, Request, RuleSet};
+use sluicecc::proto::{decode, HEADER_LEN, MAX_REQUEST};
+
+/// Any bytes as a handoff message from a front process (`sluice serve --from`
+/// decodes these): never a panic; a message accepted is exactly a header and the
+/// request length it declares, within the protocol's bound.
+pub fn handoff(data: &[u8]) {
+    if decode(data).is_ok() {
+        assert!(data.len() >= HEADER_LEN && data.len() - HEADER_LEN <= MAX_REQUEST);
+        let declared = u32::from_le_bytes(data[4..8].try_into().unwrap()) as usize;
+        assert_eq!(declared, data.len() - HEADER_LEN);
+    }
+}
+
+/// The request-head parser must never panic, and a complete head must fit the input.
+pub fn parse_head(data: &[u8]) {
+    if let Ok(Parsed::Complete(h)) = sluice_http::parse_head(data, &Limits::default()) {
+        assert!(h.head_len <= data.len());
+        assert!(h.path.starts_with('/') || h.path == "*");
+    }
+}
+
+/// Path normalization never yields a climbing path; Range evaluation never yields a
+/// range outside the representation, nor parts that overlap or add up to more than
+/// the file; a generated `Location` is never a network-path reference and never holds
+/// a byte a header may not.
+pub fn path_range(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(n) = sluice_static::path::normalize(s, true) {
+        assert!(!n.rel.starts_with('/'));
+        assert!(!n.rel.split('/').any(|x| x == ".." || x == "."));
+    }
+    let len = data.len() as u64 * 977;
+    if let RangeResult::Partial(rs) = evaluate(s, len, 16) {
+        let mut total = 0u64;
+        for (i, r) in rs.iter().enumerate() {
+            assert!(r.start <= r.end && r.end < len);
+            if i > 0 {
+                assert!(r.start > rs[i - 1].end, "parts overlap: {rs:?}");
+            }
+            total += r.len();
+        }
+        assert!(total <= len, "ranges amplify: {rs:?}");
+    }
+    let loc = sluice_http::response::safe_location(s);
+    assert!(!loc.starts_with("//") && !loc.starts_with("/\\"), "{loc}");
+    assert!(loc.bytes().all(|b| b > b' ' && b < 0x7f), "{loc:?}");
+}
+
+/// Any bytes at the start of a PROXY-protocol connection: the parser never panics,
+/// never claims more bytes than it was given, and a complete header's length fits
+/// the format's bounds.
+pub fn proxy_header(data: &[u8]) {
+    if let Ok(Proxied::Done { len, .. }) = parse(data) {
+        assert!(len <= data.len() && len <= V2_MAX);
+    }
+    // Fed a byte at a time, the answer for the whole never changes once complete.
+    if let Ok(Proxied::Done { len, source }) = parse(data) {
+        assert_eq!(parse(&data[..len]), Ok(Proxied::Done { len, source }));
+    }
+}
+
+/// Any Apache-syntax text either loads or gives an error; a loaded set answers the
+/// same through the compiled index as through the linear reference.
+pub fn rules_apache(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (rules, path) = s.split_once('\u{1}').unwrap_or((s, "/a/b.html"));
+    if !path.starts_with('/') {
+        return;
+    }
+    if let Ok(set) = RuleSet::from_str(
+        rules,
+        "fuzz.conf",
+        Format::Apache,
+        &LoadOptions { lenient: true },
+    ) {
+        let req = Request {
+            path,
+            ..Default::default()
+        };
+        assert_eq!(set.lookup(&req), set.lookup_linear(&req));
+    }
+}
+
+/// Any native-syntax text (with the errant-client options) either loads or gives an
+/// error naming the line; a loaded set answers the same through the compiled indexes
+/// (path, user agent, address) as through the linear reference. No `substitute`
+/// file can be read: it names nothing that exists, so such lines fail to load.
+pub fn rules_native(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut parts = s.split('\u{1}');
+    let rules = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("/a/b.html");
+    let ua = parts.next().unwrap_or("Wget/1.21");
+    if !path.starts_with('/') || rules.contains("substitute") {
+        return;
+    }
+    if let Ok(set) = RuleSet::from_str(rules, "fuzz.rules", Format::Native, &LoadOptions::default())
+    {
+        // Rate conditions count each lookup, so compare on a set without them.
+        if rules.contains("rate") || rules.contains("repeat=") {
+            let _ = set.lookup(&Request {
+                path,
+                user_agent: Some(ua),
+                ..Default::default()
+            });
+            return;
+        }
+        for addr in ["10.1.2.3", "2001:db8::1", "192.0.2.9"] {
+            let req = Request {
+                path,
+                user_agent: Some(ua),
+                remote_addr: addr.parse().ok(),
+                method: "GET",
+                ..Default::default()
+            };
+            assert_eq!(set.lookup(&req), set.lookup_linear(&req));
+        }
+    }
+}
