@@ -2,7 +2,7 @@
 //! server in one of the paper's attack shapes until a deadline, re-opening every
 //! connection the server closes, so the pressure stays constant.
 //!
-//! Owns the attack connections only; the experiments (`experiments.rs`) measure a
+//! Owns the attack connections only; the experiments (`experiments/`) measure a
 //! legitimate client beside them. One process holds at most [`PER_PROCESS`]
 //! connections (its descriptor limit); past that the experiments start more
 //! processes (`sluice bench attack ...`). Loopback only by design of the callers;

@@ -11,7 +11,7 @@
 //! Owns: the wire protocol ([`proto`]), the safe Rust API below, and the C library
 //! (`capi`, `include/sluicecc.h`, built as `libsluicecc.so` and `libsluicecc.a`).
 //! Must not: condition anything itself. The policies run in the front process
-//! (`sluice-server/src/front.rs`), with the same code as `sluice serve`.
+//! (`sluice-server/src/front/`), with the same code as `sluice serve`.
 //!
 //! Cost per request for a backend: one 12-byte `send` (the ask) and one `recvmsg`
 //! (descriptor and request together), one 12-byte `send` when done, and a `close`.

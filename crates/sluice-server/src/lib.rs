@@ -2,7 +2,7 @@
 //! timers, sending, the access log, signals and reload.
 //!
 //! Owns everything between the socket and the handlers. The flow of one request is
-//! drawn in `docs/ARCHITECTURE.md`; in code it is `worker.rs` (accept, read, parse,
+//! drawn in `docs/ARCHITECTURE.md`; in code it is `worker/` (accept, read, parse,
 //! send) calling `phases::respond` (methods → rules → static files).
 //!
 //! Shared state is deliberately small ([`Shared`]): a stop flag, a generation counter

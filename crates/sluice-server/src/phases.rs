@@ -3,7 +3,7 @@
 //!
 //! A phase either answers (returns a [`Response`]) or lets the request through to
 //! the next, possibly changed (a rewrite changes the path). Connection-level
-//! conditioning happens before this, in the worker (`worker.rs`); sending happens
+//! conditioning happens before this, in the worker (`worker/`); sending happens
 //! after, in `send.rs`.
 
 use crate::shared::Shared;

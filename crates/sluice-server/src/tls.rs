@@ -6,7 +6,7 @@
 //! the [`TlsWire`] a response is flushed through, and the few one-shot writes the
 //! worker makes outside a response (a 408, an errant client's drip, close_notify).
 //! Must not: decide anything about the connection. Deadlines, conditioning classes
-//! and closing stay in `worker.rs`; a handshake in progress is simply a connection
+//! and closing stay in `worker/`; a handshake in progress is simply a connection
 //! in its first `Head` phase, so it has the head's total deadline and counts as
 //! incomplete in the address tree like any connection that has not yet sent a
 //! request.
