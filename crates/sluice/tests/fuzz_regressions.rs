@@ -8,8 +8,11 @@ mod checks;
 
 use std::path::Path;
 
+/// A target's check: panics on an input that breaks what the target asserts.
+type Check = fn(&[u8]);
+
 /// Every fuzz target, by the name of its directory under `fuzz/regressions/`.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+const TARGETS: &[(&str, Check)] = &[
     ("handoff", checks::handoff),
     ("parse_head", checks::parse_head),
     ("path_range", checks::path_range),
