@@ -240,12 +240,17 @@ pub fn finish(o: &ExpOptions, r: &Report) -> Result<String, String> {
 }
 
 impl ExpOptions {
+    /// The servers a chart compares: `sluice vs nginx`.
+    pub fn targets_label(&self) -> String {
+        let names: Vec<&str> = self.targets.iter().map(|t| t.name.as_str()).collect();
+        names.join(" vs ")
+    }
+
     /// What a chart's title says was run: the targets, connections and time per point.
     pub fn run_label(&self) -> String {
-        let names: Vec<&str> = self.targets.iter().map(|t| t.name.as_str()).collect();
         format!(
             "{}; {} connections, {} s per point",
-            names.join(" vs "),
+            self.targets_label(),
             self.connections,
             self.duration.as_secs_f64()
         )

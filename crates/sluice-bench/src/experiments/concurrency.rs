@@ -159,11 +159,7 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
     let x = Axis::log("concurrent downloads", Unit::Count);
     let label = format!(
         "{}; {} downloads at {}/s each",
-        o.targets
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" vs "),
+        o.targets_label(),
         crate::plot::human(o.download_size as f64, Unit::Bytes),
         crate::plot::human(o.download_rate as f64, Unit::Bytes),
     );
