@@ -1,0 +1,61 @@
+//! Apache syntax: `Redirect`, `RedirectPermanent`, `RedirectTemp`, `RedirectMatch`,
+//! `RewriteEngine`, `RewriteCond`, `RewriteRule`, `RewriteMap` (`txt:`, `rnd:`,
+//! `int:tolower|toupper`), and `<IfModule>` wrappers (their content is used).
+//!
+//! Semantics follow Apache 2.4 where sluice can honour them, and are refused with a
+//! file:line error where it cannot (an unsupported flag silently ignored would change
+//! what a redirect does). Deliberate differences, documented in docs/RULES.md:
+//! every rule is terminal (as with `[L]`), mod_rewrite rules rank before mod_alias
+//! rules as in Apache's hook order, and `%{REQUEST_FILENAME}` is root + path.
+//!
+//! One file per directive family, below this dispatcher: `lex` (lines, tokens, flag
+//! lists), `rewrite` (RewriteEngine/Cond/Rule and the state between them), `alias`
+//! (the four Redirect directives), `map` (RewriteMap). This file only splits a line
+//! into directive and arguments and hands it to its family.
+
+mod alias;
+mod lex;
+mod map;
+mod rewrite;
+
+pub use lex::tokenize;
+
+use crate::loader::{Ctx, LoadError};
+use std::path::Path;
+
+/// Parses one Apache rules file into `ctx`.
+pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
+    let mut rewrite = rewrite::Rewrite::default();
+    for (lineno, line) in lex::logical_lines(text) {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let toks = lex::tokenize(t).map_err(|m| LoadError::at(file, lineno, m))?;
+        let Some((d, args)) = toks.split_first() else {
+            continue;
+        };
+        let at = lex::Line {
+            file,
+            lineno,
+            directive: d,
+            args,
+        };
+        let dl = d.to_ascii_lowercase();
+        if dl.starts_with("<ifmodule") || dl == "</ifmodule>" {
+            continue;
+        }
+        match dl.as_str() {
+            "rewriteengine" => rewrite.engine(&at)?,
+            "rewritemap" => map::directive(&at, ctx)?,
+            "rewritecond" => rewrite.cond(&at, ctx)?,
+            "rewriterule" => rewrite.rule(&at, ctx)?,
+            "redirect" | "redirectpermanent" | "redirecttemp" | "redirectmatch" => {
+                alias::directive(&at, ctx)?
+            }
+            _ => ctx.unsupported(file, lineno, format!("directive {d}"))?,
+        }
+    }
+    rewrite.finish(file, ctx);
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! mod_rewrite: `RewriteEngine`, `RewriteCond` and `RewriteRule`.
+//!
+//! Owns the state that runs across lines: whether the engine is on, the conditions
+//! waiting for their rule, and whether one of them was skipped (lenient mode), in
+//! which case the rule is skipped with it, or it would apply unconditionally. Every
+//! rule it pushes is `Class::Rewrite` and terminal (as with `[L]`). A flag or test
+//! sluice cannot honour is refused (strict) or skips its rule with a warning
+//! (lenient); it is never silently ignored. Cost: load time only.
+
+use super::alias::redirect_status;
+use super::lex::flag_list;
+use super::lex::Line;
+use crate::loader::{Ctx, LoadError};
+use crate::model::*;
+use crate::pattern::RegexPattern;
+use crate::template::Template;
+
+/// mod_rewrite's state between lines of one file.
+#[derive(Default)]
+pub(super) struct Rewrite {
+    engine_on: bool,
+    warned_engine_off: bool,
+    /// `RewriteCond`s read since the last `RewriteRule`.
+    conds: Vec<Cond>,
+    /// One of `conds` was skipped: the rule that follows must be skipped too.
+    poisoned: bool,
+}
+
+/// A `RewriteRule`'s `[flags]`, read.
+#[derive(Default)]
+struct RuleFlags {
+    flags: Flags,
+    redirect: Option<u16>,
+    forbidden: bool,
+    gone: bool,
+}
+
+impl Rewrite {
+    /// `RewriteEngine on|off`.
+    pub(super) fn engine(&mut self, at: &Line) -> Result<(), LoadError> {
+        self.engine_on = match at.args.first().map(|s| s.to_ascii_lowercase()).as_deref() {
+            Some("on") => true,
+            Some("off") => false,
+            _ => return Err(at.err("RewriteEngine takes on or off")),
+        };
+        Ok(())
+    }
+
+    /// `RewriteCond TEST-STRING PATTERN [flags]`: kept until the next rule.
+    pub(super) fn cond(&mut self, at: &Line, ctx: &mut Ctx) -> Result<(), LoadError> {
+        let args = at.args;
+        if args.len() < 2 || args.len() > 3 {
+            return Err(at.err("RewriteCond needs a test string, a pattern and optional [flags]"));
+        }
+        let mut nocase = false;
+        let mut or_next = false;
+        if let Some(f) = args.get(2) {
+            for flag in flag_list(f).map_err(|m| at.err(m))? {
+                match flag.to_ascii_lowercase().as_str() {
+                    "nc" | "nocase" => nocase = true,
+                    "or" | "ornext" => or_next = true,
+                    other => return self.skip_cond(at, ctx, format!("RewriteCond flag [{other}]")),
+                }
+            }
+        }
+        let subject =
+            Template::parse(&args[0], &|m| ctx.maps.contains_key(m)).map_err(|m| at.err(m))?;
+        let (negate, pat) = match args[1].strip_prefix('!') {
+            Some(p) => (true, p),
+            None => (false, args[1].as_str()),
+        };
+        let test = match pat {
+            "-f" | "-F" => CondTest::IsFile,
+            "-d" => CondTest::IsDir,
+            p if p.starts_with('=') => CondTest::Equals(p[1..].to_string()),
+            p if p.starts_with('-') && p.len() == 2 => {
+                return self.skip_cond(at, ctx, format!("RewriteCond test {p}"))
+            }
+            p => CondTest::Regex({
+                // A condition is never indexed: drop the hint.
+                let mut r =
+                    RegexPattern::new(p.to_string(), nocase, false).map_err(|m| at.err(m))?;
+                r.hint = None;
+                r
+            }),
+        };
+        self.conds.push(Cond {
+            subject,
+            test,
+            negate,
+            nocase,
+            or_next,
+        });
+        Ok(())
+    }
+
+    /// A condition sluice cannot honour: refused (strict), or skipped and its rule
+    /// with it (lenient).
+    fn skip_cond(&mut self, at: &Line, ctx: &mut Ctx, what: String) -> Result<(), LoadError> {
+        ctx.unsupported(at.file, at.lineno, what)?;
+        self.poisoned = true;
+        Ok(())
+    }
+
+    /// A rule sluice cannot honour: refused (strict), or skipped with its conditions
+    /// (lenient).
+    fn skip_rule(&mut self, at: &Line, ctx: &mut Ctx, what: String) -> Result<(), LoadError> {
+        ctx.unsupported(at.file, at.lineno, what)?;
+        self.conds.clear();
+        self.poisoned = false;
+        Ok(())
+    }
+
+    /// `RewriteRule PATTERN SUBSTITUTION [flags]`: takes the pending conditions.
+    pub(super) fn rule(&mut self, at: &Line, ctx: &mut Ctx) -> Result<(), LoadError> {
+        let args = at.args;
+        if args.len() < 2 || args.len() > 3 {
+            return Err(at.err("RewriteRule needs a pattern, a substitution and optional [flags]"));
+        }
+        let rf = match args.get(2) {
+            Some(f) => match rule_flags(at, f)? {
+                Ok(rf) => rf,
+                Err(unsupported) => {
+                    return self.skip_rule(at, ctx, format!("RewriteRule flag [{unsupported}]"))
+                }
+            },
+            None => RuleFlags::default(),
+        };
+        if args[0].starts_with('!') {
+            return self.skip_rule(at, ctx, "negated RewriteRule pattern".into());
+        }
+        let flags = rf.flags;
+        let strip = args[0].len() > 1
+            && args[0].starts_with('^')
+            && args[0].as_bytes()[1].is_ascii_alphanumeric();
+        let re = RegexPattern::new(args[0].clone(), flags.nocase, strip).map_err(|m| at.err(m))?;
+        let target =
+            Template::parse(&args[1], &|m| ctx.maps.contains_key(m)).map_err(|m| at.err(m))?;
+        let action = if rf.forbidden {
+            Action::Forbidden
+        } else if rf.gone {
+            Action::Gone
+        } else if args[1] == "-" {
+            Action::Pass
+        } else if let Some(status) = rf.redirect {
+            Action::Redirect { status, target }
+        } else {
+            Action::Rewrite { target }
+        };
+        let rule_conds = std::mem::take(&mut self.conds);
+        if std::mem::take(&mut self.poisoned) {
+            ctx.warn(
+                at.file,
+                at.lineno,
+                "RewriteRule skipped: one of its conditions was skipped",
+            );
+            return Ok(());
+        }
+        if !self.engine_on {
+            if !self.warned_engine_off {
+                ctx.warn(at.file, at.lineno, "RewriteRule ignored: RewriteEngine is off here (Apache ignores it too; add \"RewriteEngine On\")");
+                self.warned_engine_off = true;
+            }
+            return Ok(());
+        }
+        ctx.push(
+            at.file,
+            at.lineno,
+            Class::Rewrite,
+            Pattern::Regex(re),
+            None,
+            rule_conds,
+            action,
+            flags,
+        );
+        Ok(())
+    }
+
+    /// The end of the file: conditions with no rule after them.
+    pub(super) fn finish(self, at: &std::path::Path, ctx: &mut Ctx) {
+        if !self.conds.is_empty() {
+            ctx.warn(
+                at,
+                0,
+                "RewriteCond at the end of the file has no RewriteRule; ignored",
+            );
+        }
+    }
+}
+
+/// Reads `[R=301,NC,...]`. The inner `Err` names a flag sluice does not support;
+/// the outer one is a malformed list or status.
+fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError> {
+    let mut rf = RuleFlags::default();
+    for flag in flag_list(f).map_err(|m| at.err(m))? {
+        let (name, val) = match flag.split_once('=') {
+            Some((n, v)) => (n.to_ascii_lowercase(), Some(v)),
+            None => (flag.to_ascii_lowercase(), None),
+        };
+        match name.as_str() {
+            "l" | "last" | "end" => {}
+            "nc" | "nocase" => rf.flags.nocase = true,
+            "qsa" | "qsappend" => rf.flags.qsa = true,
+            "ne" | "noescape" => rf.flags.noescape = true,
+            "f" | "forbidden" => rf.forbidden = true,
+            "g" | "gone" => rf.gone = true,
+            "r" | "redirect" => {
+                rf.redirect = Some(match val {
+                    None => 302,
+                    Some(v) => redirect_status(v).ok_or_else(|| {
+                        at.err(format!(
+                            "[R={v}]: not a redirect status (301, 302, 303, 307, 308)"
+                        ))
+                    })?,
+                })
+            }
+            other => return Ok(Err(other.to_string())),
+        }
+    }
+    Ok(Ok(rf))
+}
