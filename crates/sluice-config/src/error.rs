@@ -78,6 +78,16 @@ impl Source {
         }
     }
 
+    /// The key set on `line` (`key = value`), if one is; for errors that know only
+    /// a position (the TOML parser's).
+    pub fn key_at(&self, line: usize) -> Option<&str> {
+        self.keys
+            .iter()
+            .rev()
+            .find(|(k, l)| *l == line && !k.ends_with(']'))
+            .map(|(k, _)| k.as_str())
+    }
+
     /// `origin:line: key: msg` (without the line when the file does not have the key).
     pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
         let at = match (self.origin.as_str(), self.line(key)) {

@@ -1,6 +1,6 @@
 //! `sluice bench` against `sluice serve`, through the command line.
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::process::{Command, Output};
 
 /// Run `sluice` with these arguments and wait for it.

@@ -3,34 +3,13 @@
 //! address range, never a recent client from a light range; per-range caps answer
 //! 503; readers below the minimum rate are cut. Attackers connect from 127.66.0.x,
 //! the legitimate client from 127.0.0.1.
-mod common;
-use common::*;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
 
-/// Connect to `to` from the source address `from`.
-fn connect_from(from: &str, to: &str) -> std::io::Result<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    let to: SocketAddr = to.parse().unwrap();
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    let src: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&src.into())?;
-    s.connect(&to.into())?;
-    let s: TcpStream = s.into();
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    Ok(s)
-}
+use sluice_testkit::*;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
 
 fn closes(srv: &Server) -> String {
     srv.stderr()
-}
-
-/// One request on a keep-alive connection; the connection stays open.
-fn request(s: &mut TcpStream, path: &str) -> Option<u16> {
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
-        .ok()?;
-    read_response(s, false).map(|r| r.status)
 }
 
 #[test]
@@ -39,19 +18,19 @@ fn held_keepalives_never_cost_a_recent_client_its_connection() {
     let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
     // The legitimate client's keep-alive connection, in use.
     let mut legit = connect_from("127.0.0.1", &srv.addr).unwrap();
-    assert_eq!(request(&mut legit, "/hello.txt"), Some(200));
+    assert_eq!(keepalive_get(&mut legit, "/hello.txt"), Some(200));
     // 80 connections from another range, each makes one request and holds on.
     let mut held = Vec::new();
     for i in 0..80 {
         let Ok(mut s) = connect_from(&format!("127.66.0.{}", 1 + i % 4), &srv.addr) else {
             continue;
         };
-        let _ = request(&mut s, "/hello.txt");
+        let _ = keepalive_get(&mut s, "/hello.txt");
         held.push(s);
         if i % 10 == 0 {
             // The legitimate client keeps using its connection now and then.
             assert_eq!(
-                request(&mut legit, "/hello.txt"),
+                keepalive_get(&mut legit, "/hello.txt"),
                 Some(200),
                 "after {i} held"
             );
@@ -60,9 +39,9 @@ fn held_keepalives_never_cost_a_recent_client_its_connection() {
     // New legitimate connections are served too.
     for _ in 0..20 {
         let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
-        assert_eq!(request(&mut s, "/hello.txt"), Some(200));
+        assert_eq!(keepalive_get(&mut s, "/hello.txt"), Some(200));
     }
-    assert_eq!(request(&mut legit, "/hello.txt"), Some(200));
+    assert_eq!(keepalive_get(&mut legit, "/hello.txt"), Some(200));
     // The limit was reached and the held range gave way: its oldest connections were
     // closed, or its newcomers refused (the same /24 as the heaviest range).
     let open = held
@@ -100,7 +79,11 @@ fn silent_connections_from_one_range_do_not_lock_out_others() {
     std::thread::sleep(Duration::from_millis(200));
     for i in 0..20 {
         let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
-        assert_eq!(request(&mut s, "/hello.txt"), Some(200), "request {i}");
+        assert_eq!(
+            keepalive_get(&mut s, "/hello.txt"),
+            Some(200),
+            "request {i}"
+        );
     }
     drop(silent);
 }
@@ -123,7 +106,7 @@ fn deferred_accept_keeps_silent_connections_out_of_the_server() {
     assert_eq!(j["closes_by_reason"]["evicted_incomplete"], 0, "{j}");
     // A silent connection that finally speaks is served.
     let mut late = silent.pop().unwrap();
-    assert_eq!(request(&mut late, "/hello.txt"), Some(200));
+    assert_eq!(keepalive_get(&mut late, "/hello.txt"), Some(200));
     drop(silent);
 }
 
@@ -138,7 +121,7 @@ fn a_range_over_its_cap_gets_503_and_others_do_not() {
     let mut held = Vec::new();
     for _ in 0..4 {
         let mut s = connect_from("127.77.0.1", &srv.addr).unwrap();
-        assert_eq!(request(&mut s, "/hello.txt"), Some(200));
+        assert_eq!(keepalive_get(&mut s, "/hello.txt"), Some(200));
         held.push(s);
     }
     let mut fifth = connect_from("127.77.0.2", &srv.addr).unwrap();
@@ -150,13 +133,13 @@ fn a_range_over_its_cap_gets_503_and_others_do_not() {
     assert_eq!(r.header("retry-after"), Some("10"));
     // Another /24 is not affected.
     let mut other = connect_from("127.77.1.1", &srv.addr).unwrap();
-    assert_eq!(request(&mut other, "/hello.txt"), Some(200));
+    assert_eq!(keepalive_get(&mut other, "/hello.txt"), Some(200));
     // When one of the four leaves, the range may connect again.
     drop(held.pop());
     let t = Instant::now();
     loop {
         let mut s = connect_from("127.77.0.3", &srv.addr).unwrap();
-        if request(&mut s, "/hello.txt") == Some(200) {
+        if keepalive_get(&mut s, "/hello.txt") == Some(200) {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(3), "range stayed capped");

@@ -1,8 +1,7 @@
 //! Errant-client countermeasures (issue 9) with real clients: curl and wget against
 //! each answer, the tarpit cap, the access log and status page, and reload.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,7 @@
 //! -Ltarget/release -lsluicecc`), a backend written with the Rust API, and
 //! `sluice serve --from`; checked with curl and raw sockets.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

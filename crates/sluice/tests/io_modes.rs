@@ -2,8 +2,8 @@
 //! ranges that straddle the read buffer, the mmap window and 4 GiB, and multipart
 //! answers; and each mode is really the one used (told apart by the server's own
 //! read counters in /proc/PID/io).
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::os::unix::fs::FileExt;
 
 const BUF: u64 = 1000;

@@ -1,8 +1,8 @@
 //! A connection's and the server's life, timed: deadlines (header, keep-alive,
 //! send), request limits, aborted downloads in the log, SIGTERM grace, reload, and
 //! the file policies (symlinks, hidden files, cache caps).
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 

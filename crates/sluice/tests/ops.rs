@@ -1,7 +1,7 @@
 //! Operations: config files and `sluice check`, SIGHUP reload (good and bad),
 //! SIGTERM with a download in flight, the access log, the no-argument default.
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,7 +1,6 @@
 //! Precompressed siblings and compressed listings (issue 14), over TCP and with curl.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 
 fn root_with_siblings() -> tempfile::TempDir {
     let d = docroot();

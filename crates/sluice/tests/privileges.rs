@@ -1,7 +1,6 @@
 //! Dropping root (issue 14): bind as root, serve as the named user, every thread.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};

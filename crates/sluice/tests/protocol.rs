@@ -1,7 +1,7 @@
 //! HTTP/1.x behaviour over real TCP: keep-alive, pipelining, methods, limits,
 //! smuggling shapes, bodies, timeouts.
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -281,18 +281,13 @@ fn header_deadline_is_total_not_per_read() {
     s.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
     let t = Instant::now();
     // A slowloris: one header line every 200 ms, never finishing.
-    let mut closed = false;
-    for i in 0..30 {
-        if s.write_all(format!("X-{i}: y\r\n").as_bytes()).is_err() {
-            closed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        if t.elapsed() > Duration::from_secs(3) {
-            break;
-        }
-    }
-    closed = closed || closed_within(&mut s, Duration::from_millis(500));
+    let cut = trickle(
+        &mut s,
+        Duration::from_millis(200),
+        Duration::from_secs(3),
+        |i| format!("X-{i}: y\r\n").into_bytes(),
+    );
+    let closed = cut.is_some() || closed_within(&mut s, Duration::from_millis(500));
     assert!(closed, "slow head was not cut off");
     assert!(
         t.elapsed() < Duration::from_secs(4),

@@ -3,8 +3,7 @@
 //! caps see the real client. With curl `--haproxy-protocol` and Debian's haproxy
 //! (`send-proxy-v2`) in front of two sluice instances.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! The rules engine wired into `sluice serve`: Apache files loaded as they are.
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::process::Command;
 
 #[test]

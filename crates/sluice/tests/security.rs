@@ -1,10 +1,10 @@
 //! What a hostile file name, link or client could do (issue 7), over real TCP: each
 //! test here failed against the server before its fix.
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn get(srv: &Server, path: &str, extra: &str) -> Resp {
     srv.get(&format!(
@@ -241,16 +241,13 @@ fn lingering_is_bounded() {
     let mut s = srv.connect();
     s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
         .unwrap();
-    let t = Instant::now();
-    let mut closed = false;
-    while t.elapsed() < Duration::from_secs(8) {
-        if s.write_all(&[b'x'; 512]).is_err() {
-            closed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(closed, "a lingering connection stayed open for 8 s");
+    let cut = trickle(
+        &mut s,
+        Duration::from_millis(100),
+        Duration::from_secs(8),
+        |_| vec![b'x'; 512],
+    );
+    assert!(cut.is_some(), "a lingering connection stayed open for 8 s");
 }
 
 #[test]
@@ -277,24 +274,14 @@ fn a_trickled_body_has_a_total_deadline() {
     let mut s = srv.connect();
     s.write_all(b"POST /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
         .unwrap();
-    let t = Instant::now();
-    let mut closed = false;
-    while t.elapsed() < Duration::from_secs(8) {
-        std::thread::sleep(Duration::from_millis(250));
-        if s.write_all(b"x").is_err() {
-            closed = true;
-            break;
-        }
-    }
-    assert!(
-        closed,
-        "one byte every 250 ms kept the connection for 8 s (header_timeout 2s)"
+    let cut = trickle(
+        &mut s,
+        Duration::from_millis(250),
+        Duration::from_secs(8),
+        |_| b"x".to_vec(),
     );
-    assert!(
-        t.elapsed() >= Duration::from_millis(1500),
-        "{:?}",
-        t.elapsed()
-    );
+    let after = cut.expect("one byte every 250 ms kept the connection for 8 s (header_timeout 2s)");
+    assert!(after >= Duration::from_millis(1500), "{after:?}");
 }
 
 #[test]

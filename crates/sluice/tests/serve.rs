@@ -1,7 +1,7 @@
 //! Static files over real TCP: paths, ranges, conditionals, listings, symlinks,
 //! I/O modes, large files, and real clients (curl).
-mod common;
-use common::*;
+
+use sluice_testkit::*;
 use std::io::Write;
 use std::os::unix::fs::symlink;
 

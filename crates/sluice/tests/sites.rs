@@ -1,8 +1,7 @@
 //! Virtual hosts (issue 14): `[[site]]` sections over TCP, per-site rules and logs,
 //! and `sluice check` / `sluice rules explain` on a config with sites.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::process::Command;
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! prometheus_client (strict OpenMetrics and lenient text), Apache `?auto`, access
 //! control, no shadowing of files, and the HTML page's charts drawn in Chromium.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};

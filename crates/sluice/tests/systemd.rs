@@ -1,8 +1,7 @@
 //! systemd integration (issue 14): socket activation with Debian's
 //! `systemd-socket-activate`, and sd_notify readiness over a real datagram socket.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};

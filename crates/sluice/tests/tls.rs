@@ -3,8 +3,7 @@
 //! resumption), ranges and resume, a large download byte for byte, reload with a
 //! broken key, and a handshake that never finishes.
 
-mod common;
-use common::*;
+use sluice_testkit::*;
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::PathBuf;

@@ -1,11 +1,16 @@
-//! Test harness: start the real `sluice` binary on a free loopback port, talk raw
-//! HTTP to it, stop it with SIGTERM. Every server is killed when its guard drops.
-#![allow(dead_code)]
+//! Start the real `sluice` binary on a free loopback port with a temporary document
+//! root, wait for its "serving" line, and stop it with SIGTERM. Every server (and
+//! every [`KillOnDrop`] child) is killed and reaped when its guard drops, also when
+//! the test panics.
+//!
+//! The binary is the one cargo built for this test run (see [`bin`]).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::client::{read_response, Client, Resp};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub struct Server {
@@ -15,8 +20,29 @@ pub struct Server {
     pub stderr_path: PathBuf,
 }
 
+/// The `sluice` binary under test: `$SLUICE_BIN` if set, else the one cargo built
+/// beside this test executable (`target/<profile>/sluice`; cargo builds a package's
+/// binaries before its integration tests).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("SLUICE_BIN") {
+            return p;
+        }
+        let exe = std::env::current_exe().expect("the test executable's path");
+        // target/<profile>/deps/<test>-<hash> -> target/<profile>/sluice
+        let profile = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let p = profile.join("sluice");
+        assert!(
+            p.exists(),
+            "no sluice binary at {}; set SLUICE_BIN",
+            p.display()
+        );
+        p.to_string_lossy().into_owned()
+    })
 }
 
 pub fn free_port() -> u16 {
@@ -220,160 +246,11 @@ impl Drop for Server {
     }
 }
 
-#[derive(Debug)]
-pub struct Resp {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Resp {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// A connection that keeps bytes read past one response for the next (pipelining).
-pub struct Client {
-    pub s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    pub fn new(s: TcpStream) -> Client {
-        Client { s, buf: Vec::new() }
-    }
-
-    pub fn send(&mut self, raw: &[u8]) {
-        self.s.write_all(raw).unwrap();
-    }
-
-    /// Read one response (framed by Content-Length); `None` on EOF before a head.
-    pub fn response(&mut self, head_only: bool) -> Option<Resp> {
-        let mut tmp = [0u8; 65536];
-        loop {
-            let mut hs = [httparse::EMPTY_HEADER; 64];
-            let mut r = httparse::Response::new(&mut hs);
-            if let Ok(httparse::Status::Complete(n)) = r.parse(&self.buf) {
-                let status = r.code.unwrap();
-                let headers: Vec<(String, String)> = r
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_string(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect();
-                let len: usize = headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                    .map(|(_, v)| v.parse().unwrap())
-                    .unwrap_or(0);
-                let body_len = if head_only || status == 304 { 0 } else { len };
-                while self.buf.len() < n + body_len {
-                    let k = self.s.read(&mut tmp).ok()?;
-                    if k == 0 {
-                        break;
-                    }
-                    self.buf.extend_from_slice(&tmp[..k]);
-                }
-                let end = (n + body_len).min(self.buf.len());
-                let body = self.buf[n..end].to_vec();
-                self.buf.drain(..end);
-                return Some(Resp {
-                    status,
-                    headers,
-                    body,
-                });
-            }
-            let k = self.s.read(&mut tmp).ok()?;
-            if k == 0 {
-                return None;
-            }
-            self.buf.extend_from_slice(&tmp[..k]);
-        }
-    }
-}
-
-pub fn read_response(s: &mut TcpStream, head_only: bool) -> Option<Resp> {
-    Client::new(s.try_clone().unwrap()).response(head_only)
-}
-
-/// True if the peer closed the connection (EOF) within `within`.
-pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
-    s.set_read_timeout(Some(within)).unwrap();
-    let mut b = [0u8; 4096];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
 /// The first line a child prints on stdout (its "serving" line), waiting for it.
 pub fn first_stdout_line(child: &mut Child) -> String {
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
     line
-}
-
-pub fn curl_available() -> bool {
-    Command::new("curl").arg("--version").output().is_ok()
-}
-
-pub fn curl(args: &[&str]) -> std::process::Output {
-    Command::new("curl")
-        .args(["-s", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("curl")
-}
-
-/// Wait until `path` holds at least `n` lines for which `pred` is true (the access log
-/// is flushed at least once a second); returns the whole text. Panics after `within`.
-pub fn wait_for_lines(
-    path: &Path,
-    n: usize,
-    within: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> String {
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().filter(|l| pred(l)).count() >= n {
-            return text;
-        }
-        assert!(
-            t.elapsed() < within,
-            "wanted {n} matching lines in {}, have:\n{text}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Read until EOF (or reset/timeout); returns the bytes and whether it ended cleanly.
-pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    let mut b = vec![0u8; 1 << 16];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&b[..n]),
-            Err(_) => return (out, false),
-        }
-    }
 }
 
 /// Wait (up to 5 s) until the server's stderr contains `what`.
@@ -387,18 +264,6 @@ pub fn wait_for_stderr(srv: &Server, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Read a response head byte by byte and stop exactly at its blank line, so what
-/// is read next is the body.
-pub fn read_head(s: &mut TcpStream) -> Vec<u8> {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "EOF inside a head");
-        head.push(b[0]);
-    }
-    head
 }
 
 /// A fresh access-log path in the temp directory, unique to this test process.

@@ -1,0 +1,16 @@
+//! Test support shared by every integration test: start the real binary
+//! (`server`), talk HTTP to it and watch it close (`client`), and scripted hostile
+//! clients (`slow`: connect from another loopback range, trickle bytes).
+//!
+//! Integration tests start the real `sluice` binary and talk to it over TCP; this
+//! crate is how they do it, so that a fix to the harness (a port race, a timeout)
+//! is made once. It holds no assertions about the server's behaviour: those are the
+//! tests'. Dependency order: `client` at the bottom, `server` and `slow` above it.
+
+pub mod client;
+pub mod server;
+pub mod slow;
+
+pub use client::*;
+pub use server::*;
+pub use slow::*;
