@@ -45,11 +45,12 @@ pub fn answer(
         ));
     }
     let totals = sluice_status::Totals::sum(&shared.stats);
-    let process = sluice_status::Process::read(
+    let mut process = sluice_status::Process::read(
         shared.nofile,
         shared.max_open as u64,
         shared.open.load(Ordering::Relaxed) as u64,
     );
+    process.rule_regex_failures = sluice_rules::pattern::compile_failures();
     let view = shared
         .board
         .view(totals, process, shared.generation.load(Ordering::Relaxed));

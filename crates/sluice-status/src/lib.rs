@@ -104,6 +104,9 @@ pub struct Process {
     pub resident_bytes: u64,
     pub max_connections: u64,
     pub open_connections: u64,
+    /// Rule regexes that parsed at load but failed to compile on first use (over
+    /// the size limit); each never matches. Filled in by the server.
+    pub rule_regex_failures: u64,
 }
 
 impl Process {
@@ -128,6 +131,7 @@ impl Process {
             resident_bytes,
             max_connections,
             open_connections,
+            rule_regex_failures: 0,
         }
     }
 }

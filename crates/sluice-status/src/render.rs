@@ -86,6 +86,7 @@ pub fn json(v: &View) -> String {
         "closes_by_reason": closes,
         "worker_restarts_total": t.restarts,
         "disk_waits_total": t.disk_waits,
+        "rule_regex_failures_total": v.process.rule_regex_failures,
         "open_connections": v.process.open_connections,
         "max_connections": v.process.max_connections,
         "open_fds": v.process.open_fds,
@@ -220,6 +221,16 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "File ranges not in the page cache, read by the disk threads while their response waited.",
     );
     let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
+    counter(
+        &mut o,
+        "sluice_rule_regex_failures_total",
+        "Rule regexes that failed to compile on first use (over the size limit); they never match.",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_rule_regex_failures_total {}",
+        v.process.rule_regex_failures
+    );
     gauge(&mut o, "sluice_connections", "Open connections by state.");
     for (s, n) in STATES.iter().zip(t.states_total()) {
         let _ = writeln!(o, "sluice_connections{{state=\"{s}\"}} {n}");

@@ -272,11 +272,16 @@ fn rules_are_counted_per_action_and_per_rule() {
     let rules = d.path().join(".rules.conf");
     std::fs::write(
         &rules,
-        "Redirect 301 /old /hello.txt\nRedirect gone /gone\n",
+        "Redirect 301 /old /hello.txt\nRedirect gone /gone\nRedirectMatch ^/huge/([ab]{1000}){1000} /x\n",
     )
     .unwrap();
     let rules = rules.to_str().unwrap().to_string();
     let srv = Server::start_in(d, &["--rules", &rules]);
+    // A regex that loads but is too big to compile: counted once, never matches.
+    for _ in 0..2 {
+        assert_eq!(srv.get("GET /huge/ab HTTP/1.0\r\n\r\n").status, 404);
+    }
+    assert_eq!(json(&srv)["rule_regex_failures_total"], 1);
     let mut c = srv.client();
     for i in 0..7 {
         let p = if i < 5 { "/old" } else { "/gone/x" };
@@ -311,7 +316,8 @@ fn rules_are_counted_per_action_and_per_rule() {
         .get("GET /server-status/metrics HTTP/1.0\r\n\r\n")
         .text();
     assert!(
-        m.contains("sluice_rule_actions_total{action=\"redirect\"} 5\n"),
+        m.contains("sluice_rule_actions_total{action=\"redirect\"} 5\n")
+            && m.contains("sluice_rule_regex_failures_total 1\n"),
         "{m}"
     );
 }
