@@ -1,4 +1,4 @@
-//! sluice's configuration: raw TOML → validated [`Config`].
+//! sluice's configuration: raw TOML → [`Config`] (the raw shape) → [`Valid`] (checked).
 //!
 //! Owns the file format, every default, and every bound (bounds are data, in
 //! [`bounds`], so the docs and the checks cannot drift apart). Unknown keys are
@@ -32,7 +32,8 @@
 //! addresses, bounded numbers) → `error` (messages, and where each key is in the
 //! file) → `sections` (the file's shape and defaults: the raw config) → `sites`
 //! (the `[[site]]`s resolved against the top level: the compiled per-site view) →
-//! `validate` (checks across keys: a validated config). This file runs them in order.
+//! `validate` (checks across keys: a raw [`Config`] becomes a [`Valid`]). This file
+//! runs them in order: [`Config::read`] (raw) and [`Config::load`] (raw, then valid).
 
 pub mod bounds;
 mod de;
@@ -44,12 +45,18 @@ mod validate;
 pub use de::{parse_duration, parse_listen};
 pub use error::{ConfigError, Source};
 pub use sections::*;
+pub use validate::Valid;
 
 use std::path::Path;
 
 impl Config {
-    /// Parse TOML text; `origin` names the file in messages.
-    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    /// Parse and validate TOML text; `origin` names the file in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Valid, ConfigError> {
+        Config::parse_raw(text, origin)?.validate()
+    }
+
+    /// Parse TOML text into the raw shape: every key read, no checks across keys.
+    pub fn parse_raw(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let source = Source::index(origin, text);
         let mut cfg: Config = toml::from_str(text).map_err(|e| {
             // toml's message carries the span; turn it into "file:line: key: what".
@@ -64,17 +71,21 @@ impl Config {
             }
         })?;
         cfg.source = source;
-        cfg.check()?;
         Ok(cfg)
     }
 
-    /// Read and parse a config file; relative paths inside it (root, rules files) are
-    /// resolved against the file's directory.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    /// Read, parse and validate a config file.
+    pub fn load(path: &Path) -> Result<Valid, ConfigError> {
+        Config::read(path)?.validate()
+    }
+
+    /// Read and parse a config file into the raw shape; relative paths inside it
+    /// (root, rules files, certificates) are resolved against the file's directory.
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{origin}: cannot read: {e}")))?;
-        let mut cfg = Config::parse(&text, &origin)?;
+        let mut cfg = Config::parse_raw(&text, &origin)?;
         let base = path.parent().unwrap_or(Path::new("."));
         if cfg.server.root.is_relative() && text_mentions(&text, "root") {
             cfg.server.root = base.join(&cfg.server.root);
@@ -152,6 +163,14 @@ mod tests {
 
     // Bad configs and their messages (`file:line: key: what`) are data:
     // testdata/config-bad/, run by tests/testdata.rs.
+
+    #[test]
+    fn the_defaults_are_valid_and_a_change_is_checked_again() {
+        let v = Valid::default();
+        let mut raw = v.into_raw();
+        raw.condition.cap_8 = 2.0;
+        assert!(raw.validate().is_err());
+    }
 
     #[test]
     fn a_config_built_in_code_names_the_key_without_a_line() {

@@ -3,13 +3,52 @@
 //! the sites), run once after parsing and again after command-line overrides
 //! ([`Config::check`]). Every message names the file, the line of the key (when the
 //! file has it) and the key: `sluice.toml:12: condition.cap_8: 2 is not a fraction`.
+//!
+//! A config that passed is a [`Valid`]: the only way to get one is
+//! [`Config::validate`], and what compiles a config (the server's snapshot, the
+//! conditioning front) takes a `Valid`, so a raw config cannot be served by mistake.
+//! Reading it is free (`Deref`); changing it means [`Valid::into_raw`] and validating
+//! again.
 
 use crate::error::ConfigError;
 use crate::sections::Config;
 use crate::sites;
 use std::time::Duration;
 
+/// A config whose cross-key checks passed ([`Config::validate`]).
+#[derive(Clone, Debug)]
+pub struct Valid(Config);
+
+impl std::ops::Deref for Valid {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.0
+    }
+}
+
+impl Valid {
+    /// Back to a raw config, to change it (then [`Config::validate`] again).
+    pub fn into_raw(self) -> Config {
+        self.0
+    }
+}
+
+impl Default for Valid {
+    /// The embedded defaults, which are valid (a unit test checks it).
+    fn default() -> Valid {
+        Config::default()
+            .validate()
+            .expect("the default config is valid")
+    }
+}
+
 impl Config {
+    /// Run the checks ([`Config::check`]); a config that passes becomes [`Valid`].
+    pub fn validate(self) -> Result<Valid, ConfigError> {
+        self.check()?;
+        Ok(Valid(self))
+    }
+
     /// Check what no single key's reader can: everything a server needs before it
     /// binds or compiles anything.
     pub fn check(&self) -> Result<(), ConfigError> {

@@ -1,8 +1,8 @@
-//! From the command line and the config file to one [`Config`]: [`Overrides`] (the
-//! flags, which win) applied by [`load_config`]; and the process's descriptor limit
+//! From the command line and the config file to one validated config: [`Overrides`]
+//! (the flags, which win) applied to the raw file by [`load_config`], then checked; and the process's descriptor limit
 //! raised to its hard limit ([`raise_nofile_limit`]) before sizing anything on it.
 
-use sluice_config::Config;
+use sluice_config::{Config, Valid};
 use std::path::{Path, PathBuf};
 
 /// How the command line changes the config file (flags win).
@@ -23,10 +23,11 @@ pub struct Overrides {
     pub from: Option<String>,
 }
 
-/// Read the config file (if any) and apply the command-line overrides.
-pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String> {
+/// Read the config file (if any), apply the command-line overrides, and validate
+/// the result (once, with the flags in).
+pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Valid, String> {
     let mut cfg = match path {
-        Some(p) => Config::load(p).map_err(|e| e.to_string())?,
+        Some(p) => Config::read(p).map_err(|e| e.to_string())?,
         None => Config::default(),
     };
     if let Some(r) = &ov.root {
@@ -65,9 +66,7 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Config, String
             ));
         }
     }
-    // The flags may have changed what the file's checks passed: check again.
-    cfg.check().map_err(|e| e.to_string())?;
-    Ok(cfg)
+    cfg.validate().map_err(|e| e.to_string())
 }
 
 /// Raise the soft open-file limit to the hard limit; returns the new soft limit.

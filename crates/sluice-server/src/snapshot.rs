@@ -3,7 +3,7 @@
 //! Built whole from a validated config, replaced whole on reload, never mutated.
 //! Building it reads the disk (roots, rules files, certificates): never on a worker.
 
-use sluice_config::Config;
+use sluice_config::Valid;
 use sluice_http::Limits;
 use sluice_static::{Root, StaticHandler};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// A compiled, validated configuration: what a worker serves with. Replaced whole on
 /// reload; never mutated.
 pub struct Snapshot {
-    pub config: Config,
+    pub config: Valid,
     /// Sites, the main (top-level) one first; see `sluice_config::sites`.
     pub sites: Vec<Site>,
     pub hosts: sluice_config::sites::HostIndex,
@@ -38,9 +38,9 @@ pub struct Site {
 }
 
 impl Snapshot {
-    /// Validate a config and compile everything it refers to. Errors are phrased for
+    /// Compile everything a validated config refers to. Errors are phrased for
     /// the operator; on reload they leave the old snapshot serving.
-    pub fn build(config: Config) -> Result<Snapshot, String> {
+    pub fn build(config: Valid) -> Result<Snapshot, String> {
         let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
         for conf in confs {

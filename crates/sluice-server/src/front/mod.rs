@@ -48,7 +48,7 @@ use mio::{Events, Interest, Poll, Token};
 pub use relay::relay;
 use slab::Slab;
 use sluice_condition::{Cidr, CloseReason, Conditioner, RangeCaps};
-use sluice_config::Config;
+use sluice_config::Valid;
 use sluice_http::Limits;
 use sluicecc::proto;
 use std::collections::{HashMap, VecDeque};
@@ -141,7 +141,7 @@ struct Back {
 }
 
 /// Run the front process until SIGTERM/SIGINT.
-pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Config) -> Result<(), String> {
+pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Valid) -> Result<(), String> {
     let nofile = crate::settings::raise_nofile_limit();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -214,7 +214,7 @@ impl Front {
         listen: SocketAddr,
         unix_path: &Path,
         filters: Filters,
-        config: Config,
+        config: Valid,
         nofile: u64,
         stop: Arc<AtomicBool>,
     ) -> Result<Front, String> {
