@@ -11,6 +11,7 @@
 //! | accepted | [`RangeCaps::acquire`] (shared by all workers) | over a range's cap → answer 503 |
 //! | parked (waiting for bytes) | [`Conditioner::park`] with its [`Class`] | — (trees updated only on a class change) |
 //! | at the connection limit, or over `max_incomplete` | [`Conditioner::victim`] | which connection to close, and why |
+//! | a response waits for its next send turn | [`Conditioner::park`] with [`Class::Waiting`], then [`Conditioner::next_waiting`] | whose turn it is: the least recently served range's oldest |
 //! | sending | [`slowread::RateWindow::check`] | close a reader below the minimum rate |
 //!
 //! The stages, in the order a connection meets them (the paper's chain):
@@ -21,17 +22,22 @@
 //!    counted per range with their age ([`Class::Idle`] tree); under pressure the
 //!    oldest idle connection of the heaviest range goes first, before any
 //!    incomplete one, and never an active one;
-//! 3. **slow-read prevention** — per-range caps ([`caps`]) and a minimum send rate
+//! 3. **recency-based fair ordering** — responses waiting for a send turn
+//!    ([`Class::Waiting`] tree) take turns by address range, least recently served
+//!    range first ([`RangeTree::pop_least_recent`]), so 200 downloads from one /24
+//!    share one range's turns and a client from elsewhere is next, not 201st;
+//! 4. **slow-read prevention** — per-range caps ([`caps`]) and a minimum send rate
 //!    ([`slowread`]).
 //!
-//! (Recency-based fair ordering of ready requests, the paper's third filter, is not
-//! built yet: a worker answers complete requests in arrival order.)
+//! (Complete requests are still answered in the order the kernel reports them
+//! ready: a small response is sent at once, so only large ones wait for turns.)
 //!
 //! Cost: a keep-alive request whose head arrives in one read leaves and re-enters
 //! the idle class within one `drive` call, so it only moves to the young end of its
 //! address's list (O(1), no count changes). A class change walks one path of the
-//! tree (9 nodes for IPv4). Memory: 9 bytes per connection slot in side tables
-//! (links shared by both trees, and the class), plus the nodes of the live
+//! tree (9 nodes for IPv4); a send turn is one pop (one path, 16 children scanned
+//! per node). Memory: 9 bytes per connection slot in side tables (links shared by
+//! the three trees, and the class), plus the nodes of the live
 //! prefixes; nothing in the connection record.
 
 pub mod addr;
@@ -53,6 +59,8 @@ pub enum Class {
     /// Not tracked (sending a response, lingering, or gone).
     #[default]
     Active,
+    /// A response waiting for its next send turn.
+    Waiting,
     /// Waiting for (more of) a request head.
     Incomplete,
     /// Keep-alive, between requests.
@@ -80,7 +88,8 @@ pub struct Policy {
 pub struct Conditioner {
     incomplete: RangeTree,
     idle: RangeTree,
-    /// The FIFO links of both trees (a connection is in at most one), and the class
+    waiting: RangeTree,
+    /// The FIFO links of the trees (a connection is in at most one), and the class
     /// of each connection slot as last parked: side tables by slab key, 9 bytes a
     /// slot.
     links: Links,
@@ -107,6 +116,7 @@ impl Conditioner {
         }
         let old = self.class[i];
         if old == class {
+            // (A waiting response stays where it is in its queue.)
             if class == Class::Idle {
                 self.idle.touch(&mut self.links, id, &RangeKey::of(peer));
             }
@@ -117,6 +127,7 @@ impl Conditioner {
         match class {
             Class::Incomplete => self.incomplete.insert(&mut self.links, id, &key),
             Class::Idle => self.idle.insert(&mut self.links, id, &key),
+            Class::Waiting => self.waiting.insert(&mut self.links, id, &key),
             Class::Active => {}
         }
         self.class[i] = class;
@@ -134,8 +145,22 @@ impl Conditioner {
         match class {
             Class::Incomplete => self.incomplete.remove(&mut self.links, id, key),
             Class::Idle => self.idle.remove(&mut self.links, id, key),
+            Class::Waiting => self.waiting.remove(&mut self.links, id, key),
             Class::Active => {}
         }
+    }
+
+    /// Whose send turn is next: the oldest waiting response of the least recently
+    /// served range ([`RangeTree::pop_least_recent`]); it becomes [`Class::Active`].
+    pub fn next_waiting(&mut self) -> Option<u32> {
+        let id = self.waiting.pop_least_recent(&mut self.links)?;
+        self.class[id as usize] = Class::Active;
+        Some(id)
+    }
+
+    /// Responses waiting for a send turn.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.len()
     }
 
     /// Which connection to close to make room: find the address range holding the
@@ -227,5 +252,33 @@ mod tests {
             c.forget(v, ip("127.66.0.1"));
         }
         assert_eq!((c.idle(), c.incomplete()), (2, 0));
+    }
+
+    #[test]
+    fn send_turns_go_by_range_and_a_waiting_response_is_never_a_victim() {
+        let mut c = Conditioner::default();
+        // 100 downloads from one host hold the queue; then one from elsewhere.
+        for id in 0..100 {
+            c.park(id, ip("127.88.0.1"), Class::Waiting);
+        }
+        c.park(100, ip("127.0.0.1"), Class::Waiting);
+        assert_eq!(c.waiting(), 101);
+        assert_eq!(c.victim(), None, "waiting responses are busy, not idle");
+        // Within two turns the newcomer's response goes, not after 100.
+        let two = [c.next_waiting().unwrap(), c.next_waiting().unwrap()];
+        assert!(two.contains(&100), "{two:?}");
+        // A response taken for its turn and queued again goes behind the others of
+        // its address; a closed one leaves the queue.
+        let first = two.iter().copied().find(|&x| x != 100).unwrap();
+        c.park(first, ip("127.88.0.1"), Class::Waiting);
+        c.forget(50, ip("127.88.0.1"));
+        let mut order = Vec::new();
+        while let Some(id) = c.next_waiting() {
+            order.push(id);
+        }
+        assert_eq!(order.len(), 99);
+        assert_eq!(order.last(), Some(&first));
+        assert!(!order.contains(&50));
+        assert_eq!(c.waiting(), 0);
     }
 }

@@ -24,6 +24,9 @@ const NONE: u32 = u32::MAX;
 struct Node {
     count: u32,
     parent: u32,
+    /// When a member at or below this node was last taken by
+    /// [`RangeTree::pop_least_recent`] (the tree's own clock; 0 = never).
+    served: u64,
     children: [u32; 16],
     /// Leaf only: the oldest and youngest member.
     head: u32,
@@ -36,6 +39,7 @@ impl Node {
         Node {
             count: 0,
             parent,
+            served: 0,
             children: [NONE; 16],
             head: NONE,
             tail: NONE,
@@ -71,6 +75,10 @@ impl Links {
 pub struct RangeTree {
     nodes: Vec<Node>,
     free: Vec<u32>,
+    /// Ticks once per [`RangeTree::pop_least_recent`].
+    clock: u64,
+    /// Empty nodes kept by `pop_least_recent`, freed by `prune`.
+    kept: u32,
 }
 
 impl Default for RangeTree {
@@ -78,6 +86,8 @@ impl Default for RangeTree {
         RangeTree {
             nodes: vec![Node::new(NONE, 0)],
             free: Vec::new(),
+            clock: 0,
+            kept: 0,
         }
     }
 }
@@ -133,6 +143,61 @@ impl RangeTree {
             debug_assert!(false, "removing {id}: no leaf for its address");
             return;
         };
+        self.remove_at(links, leaf, id, false);
+    }
+
+    /// The paper's recency-based choice: descend, at every level, to the non-empty
+    /// child served least recently (never served first; the lowest digit on ties),
+    /// take the oldest member of that address, stamp the path as just served, and
+    /// remove the member. So with one range holding 200 waiting members and another
+    /// holding one, the one is taken first or second, not 200th: ranges take turns
+    /// at every level, and members of one address take turns in arrival order.
+    ///
+    /// The stamps are per node. Nodes this leaves empty are kept, stamps and all,
+    /// so a member queued again at once (a response with more to send) is behind
+    /// the ranges that have not had a turn; they are freed in batches
+    /// ([`RangeTree::prune`]), after which a range coming back counts as never
+    /// served, which only ever favours a range that was not waiting. Cost: one path (9 nodes for IPv4), 16 children scanned
+    /// at each (the scan stands in for the paper's LRU child lists: same order, no
+    /// list to maintain on every insert).
+    pub fn pop_least_recent(&mut self, links: &mut Links) -> Option<u32> {
+        let mut n = 0usize;
+        self.clock += 1;
+        let now = self.clock;
+        loop {
+            self.nodes[n].served = now;
+            let head = self.nodes[n].head;
+            if head != NONE {
+                // Keep the emptied nodes and their stamps: a member served and
+                // queued again at once must find its address marked as just served.
+                self.remove_at(links, n as u32, head, true);
+                if self.kept > 9 * 512 {
+                    self.prune();
+                }
+                return Some(head);
+            }
+            let mut best = NONE;
+            let mut best_at = u64::MAX;
+            for &c in &self.nodes[n].children {
+                if c != NONE
+                    && self.nodes[c as usize].count > 0
+                    && self.nodes[c as usize].served < best_at
+                {
+                    best = c;
+                    best_at = self.nodes[c as usize].served;
+                }
+            }
+            if best == NONE {
+                return None;
+            }
+            n = best as usize;
+        }
+    }
+
+    /// Unlink `id` from `leaf`'s FIFO and drop the counts on the way up.
+    /// With `keep`, nodes left empty stay in place (with their stamps) until the
+    /// next [`RangeTree::prune`]; otherwise they are freed at once.
+    fn remove_at(&mut self, links: &mut Links, leaf: u32, id: u32, keep: bool) {
         self.unlink(links, leaf, id);
         // Walk up, dropping counts and freeing nodes that became empty.
         let mut n = leaf;
@@ -141,12 +206,49 @@ impl RangeTree {
             node.count -= 1;
             let (parent, digit, empty) = (node.parent, node.digit, node.count == 0);
             if empty {
-                self.nodes[parent as usize].children[digit as usize] = NONE;
-                self.free.push(n);
+                if keep {
+                    self.kept += 1;
+                } else {
+                    self.nodes[parent as usize].children[digit as usize] = NONE;
+                    self.free.push(n);
+                }
             }
             n = parent;
         }
         self.nodes[0].count -= 1;
+    }
+
+    /// Free every empty node kept by [`RangeTree::pop_least_recent`] (whole empty
+    /// subtrees: a node's count is the sum of its children's). Run when there are
+    /// as many kept nodes as a full tree of 512 addresses would have, so the cost is
+    /// amortized over at least that many pops.
+    fn prune(&mut self) {
+        let mut stack = vec![0u32];
+        while let Some(n) = stack.pop() {
+            for d in 0..16 {
+                let c = self.nodes[n as usize].children[d];
+                if c == NONE {
+                    continue;
+                }
+                if self.nodes[c as usize].count == 0 {
+                    self.nodes[n as usize].children[d] = NONE;
+                    // Its whole subtree is empty: free it all.
+                    let mut dead = vec![c];
+                    while let Some(x) = dead.pop() {
+                        dead.extend(
+                            self.nodes[x as usize]
+                                .children
+                                .iter()
+                                .filter(|&&y| y != NONE),
+                        );
+                        self.free.push(x);
+                    }
+                } else {
+                    stack.push(c);
+                }
+            }
+        }
+        self.kept = 0;
     }
 
     /// Make `id` (in this tree at `key`) the youngest member at its address.
@@ -197,6 +299,8 @@ impl RangeTree {
         const EMPTY: &RangeTree = &RangeTree {
             nodes: Vec::new(),
             free: Vec::new(),
+            clock: 0,
+            kept: 0,
         };
         let (b, mut nb) = match b {
             Some(b) => (b, Some(0usize)),
@@ -310,6 +414,83 @@ mod tests {
         }
         // Then the heaviest is 127.0.0.1 (3 against 3, lower digit): its oldest.
         assert_eq!(t.heaviest_oldest(), Some(0));
+    }
+
+    #[test]
+    fn the_least_recently_served_range_goes_next() {
+        let mut t = RangeTree::default();
+        let mut l = Links::default();
+        // 256 waiting from one /24 (four on each of 64 hosts), then one from
+        // elsewhere.
+        for id in 0..256u32 {
+            t.insert(&mut l, id, &key(&format!("127.66.0.{}", id % 64)));
+        }
+        t.insert(&mut l, 500, &key("127.0.0.1"));
+        // Neither range has been served: the one is taken first or second (ties go
+        // to the lower digit), never behind the 256.
+        let first: Vec<u32> = (0..65).map(|_| t.pop_least_recent(&mut l).unwrap()).collect();
+        assert!(first[..2].contains(&500), "{:?}", &first[..2]);
+        // Inside the /24 the turns go round at every level (the four groups of 16
+        // hosts, then the hosts in each): 64 turns reach all 64 hosts.
+        let hosts: std::collections::HashSet<u32> =
+            first.iter().filter(|&&x| x < 256).map(|x| x % 64).collect();
+        assert_eq!(hosts.len(), 64);
+        let mut left = 0;
+        while t.pop_least_recent(&mut l).is_some() {
+            left += 1;
+        }
+        assert_eq!(left, 257 - 65);
+        assert!(t.is_empty());
+        assert_eq!(t.pop_least_recent(&mut l), None);
+    }
+
+    #[test]
+    fn nodes_kept_by_pops_are_pruned_and_reused() {
+        let mut t = RangeTree::default();
+        let mut l = Links::default();
+        let keys: Vec<RangeKey> = (0..3000u32)
+            .map(|i| key(&format!("10.{}.{}.{}", i % 7, (i / 7) % 251, i % 250)))
+            .collect();
+        for round in 0..3 {
+            for (id, k) in keys.iter().enumerate() {
+                t.insert(&mut l, id as u32, k);
+            }
+            let mut seen = 0;
+            while let Some(id) = t.pop_least_recent(&mut l) {
+                assert!((id as usize) < keys.len());
+                seen += 1;
+            }
+            assert_eq!(seen, keys.len(), "round {round}");
+            assert!(t.is_empty());
+            // Pruning ran (3000 addresses leave far more than 9 × 512 kept nodes),
+            // so the node table does not grow round after round.
+            assert!(t.kept <= 9 * 512, "{}", t.kept);
+            assert!(t.nodes.len() < 3000 * 9, "{}", t.nodes.len());
+        }
+        // A member inserted after the pops is found and removed normally.
+        t.insert(&mut l, 1, &keys[1]);
+        t.remove(&mut l, 1, &keys[1]);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_requeued_member_waits_behind_other_ranges() {
+        let mut t = RangeTree::default();
+        let mut l = Links::default();
+        let (a, b, c) = (key("10.0.0.1"), key("10.0.0.2"), key("192.168.1.1"));
+        t.insert(&mut l, 1, &a);
+        t.insert(&mut l, 2, &b);
+        t.insert(&mut l, 3, &c);
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            let id = t.pop_least_recent(&mut l).unwrap();
+            order.push(id);
+            // A response with more to send queues again at once.
+            let k = [a, b, c][id as usize - 1];
+            t.insert(&mut l, id, &k);
+        }
+        // 10/8 and 192/8 alternate; inside 10/8 the two hosts alternate.
+        assert_eq!(order, [1, 3, 2, 3, 1, 3]);
     }
 
     #[test]

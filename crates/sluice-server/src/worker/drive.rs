@@ -28,6 +28,9 @@ impl Worker {
                     self.cond.forget(key as u32, c.peer);
                     return;
                 }
+                // Queued for a send turn (`Class::Waiting`, set where it was
+                // queued) or parked on the disk pool (`Class::Active`): as is.
+                Phase::Send { .. } if c.flags.has(Flags::QUEUED) => return,
                 _ => Class::Active,
             };
             self.cond.park(key as u32, c.peer, class);
@@ -113,6 +116,7 @@ impl Worker {
                         }
                         c.flags.set(Flags::QUEUED, true);
                         c.phase = Phase::Send { last: self.now_ms };
+                        self.cond.park(key as u32, c.peer, Class::Active);
                         self.shared.stats[self.id]
                             .disk_waits
                             .fetch_add(1, Ordering::Relaxed);
@@ -125,7 +129,7 @@ impl Worker {
                     Ok(Flush::Yield) => {
                         c.flags.set(Flags::QUEUED, true);
                         c.phase = Phase::Send { last: self.now_ms };
-                        self.sendq.push_back((key as u32, c.gen));
+                        self.cond.park(key as u32, c.peer, Class::Waiting);
                         match self.check_rate(key) {
                             Some(d) => self.set_deadline(key, d),
                             None => self.close(key, CloseReason::SlowRead),

@@ -10,7 +10,7 @@
 //!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout
 //!             │                                     since the last progress, and
 //!             │                                     the minimum-rate window)
-//!             │                      response done ─┤ (big bodies in turns: sendq)
+//!             │                      response done ─┤ (big bodies in fair turns: run_sendq)
 //!             │   ◄── more bytes buffered (pipelined)┤
 //!             │   IDLE (no buffer held, deadline = keepalive_timeout)
 //!             │                      last response, request bytes unread ─► LINGER
@@ -53,7 +53,7 @@ use conn::*;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
-use sluice_condition::{CloseReason, Conditioner, RangeKey};
+use sluice_condition::{Class, CloseReason, Conditioner, RangeKey};
 use sluice_http::date::DateCache;
 use sluice_http::Limits;
 use sluice_static::StaticHandler;
@@ -115,13 +115,12 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
     stopping: Option<Instant>,
-    /// Who is incomplete and who is idle, by address range (sluice-condition).
+    /// Who is incomplete, idle, or waiting for a send turn, by address range
+    /// (sluice-condition); the waiting ones are the send queue (see `run_sendq`).
     cond: Conditioner,
     /// Evictions in the current tick (see `make_room`), and when the tick began.
     evictions: u32,
     eviction_tick_ms: Ms,
-    /// Responses waiting for their next send turn, round robin (see `run_sendq`).
-    sendq: std::collections::VecDeque<(u32, u32)>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
     /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
@@ -232,7 +231,6 @@ impl Worker {
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
-            sendq: std::collections::VecDeque::new(),
             // A worker's share of the server's incomplete-connection budget.
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
                 .max(1),
@@ -244,7 +242,7 @@ impl Worker {
         let mut due = Vec::new();
         loop {
             // Responses waiting for a send turn: look for new events without sleeping.
-            let timeout = if self.sendq.is_empty() {
+            let timeout = if self.cond.waiting() == 0 {
                 self.wheel.tick()
             } else {
                 Duration::ZERO
@@ -296,7 +294,7 @@ impl Worker {
                     {
                         if !c.flags.has(Flags::QUEUED) {
                             c.flags.set(Flags::QUEUED, true);
-                            self.sendq.push_back((t as u32, c.gen));
+                            self.cond.park(t as u32, c.peer, Class::Waiting);
                         }
                         continue;
                     }
@@ -354,7 +352,7 @@ impl Worker {
         let conns = self.conns.iter().map(|(_, c)| {
             let i = match c.phase {
                 Phase::Head { .. } => 0,
-                // In the round-robin queue, waiting for its next send turn.
+                // Waiting for its next send turn (`Class::Waiting`).
                 Phase::Send { .. } if c.flags.has(Flags::QUEUED) => 4,
                 Phase::Send { .. } => 1,
                 Phase::Idle { .. } => 2,

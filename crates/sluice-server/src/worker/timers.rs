@@ -1,14 +1,14 @@
 //! Time in the worker: what a timer does when it fires (close, or resume a held
-//! connection), the round-robin send queue and its 125 µs passes, disk-pool
-//! wake-ups, the minimum send rate, deadlines, and [`Worker::close`], where every
-//! connection ends with a reason.
+//! connection), send turns (by address range, least recently served first) and
+//! their 125 µs passes, disk-pool wake-ups, the minimum send rate, deadlines, and
+//! [`Worker::close`], where every connection ends with a reason.
 
 use super::conn::*;
 use super::*;
 use crate::accesslog::Pending;
 use crate::io::{abort_on_close, recycle};
 use sluice_condition::slowread::RateVerdict;
-use sluice_condition::CloseReason;
+use sluice_condition::{Class, CloseReason};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
@@ -90,26 +90,26 @@ impl Worker {
         }
     }
 
-    /// Give each queued response one more turn (at most [`SEND_TURN`] bytes), in
-    /// arrival order, for at most [`SENDQ_BUDGET`] of wall time; what is left waits
-    /// for the next loop turn, after new events. So a small request that arrives
-    /// while 200 large downloads are sending waits for one budget, not for all of
-    /// them to fill their sockets (the paper's fairness, applied to send turns).
+    /// Give each queued response one more turn (at most [`SEND_TURN`] bytes) for at
+    /// most [`SENDQ_BUDGET`] of wall time; what is left waits for the next loop
+    /// turn, after new events. Turns go by address range, least recently served
+    /// first (`Conditioner::next_waiting`, the paper's recency-based fairness): 200
+    /// downloads from one /24 share that range's turns, so a response for a client
+    /// elsewhere is next, not 201st. A response with more to send queues again
+    /// behind the ranges that have not had their turn.
     pub(super) fn run_sendq(&mut self) {
-        let n = self.sendq.len();
+        let n = self.cond.waiting();
         if n == 0 {
             return;
         }
         let start = Instant::now();
         for i in 0..n {
-            let Some((key, gen)) = self.sendq.pop_front() else {
+            let Some(id) = self.cond.next_waiting() else {
                 break;
             };
-            let key = key as usize;
+            let key = id as usize;
             match self.conns.get_mut(key) {
-                Some(c) if c.gen == gen && c.flags.has(Flags::QUEUED) => {
-                    c.flags.set(Flags::QUEUED, false)
-                }
+                Some(c) if c.flags.has(Flags::QUEUED) => c.flags.set(Flags::QUEUED, false),
                 _ => continue,
             }
             self.drive(key);
@@ -127,7 +127,7 @@ impl Worker {
         for (key, gen) in keys.drain(..) {
             if let Some(c) = self.conns.get(key as usize) {
                 if c.gen == gen && c.flags.has(Flags::QUEUED) {
-                    self.sendq.push_back((key, gen));
+                    self.cond.park(key, c.peer, Class::Waiting);
                 }
             }
         }
