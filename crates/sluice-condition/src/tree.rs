@@ -428,7 +428,9 @@ mod tests {
         t.insert(&mut l, 500, &key("127.0.0.1"));
         // Neither range has been served: the one is taken first or second (ties go
         // to the lower digit), never behind the 256.
-        let first: Vec<u32> = (0..65).map(|_| t.pop_least_recent(&mut l).unwrap()).collect();
+        let first: Vec<u32> = (0..65)
+            .map(|_| t.pop_least_recent(&mut l).unwrap())
+            .collect();
         assert!(first[..2].contains(&500), "{:?}", &first[..2]);
         // Inside the /24 the turns go round at every level (the four groups of 16
         // hosts, then the hosts in each): 64 turns reach all 64 hosts.
