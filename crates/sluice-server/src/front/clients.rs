@@ -7,7 +7,6 @@ use super::*;
 use crate::io::{read_into, recycle, ReadOutcome};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
-use sluice_condition::addr::{addr_bits, prefix_mask};
 use sluice_condition::{Class, CloseReason, RangeKey};
 use sluice_http::{parse_head, BodyFraming, Parsed};
 use sluicecc::proto;
@@ -166,19 +165,19 @@ impl Front {
         c.st = St::Ready;
         let ip = c.peer.ip();
         let gen = c.gen;
-        self.cond.park(key as u32, ip, Class::Active);
-        let range = if self.filters.fair {
-            let (bits, v4) = addr_bits(ip);
-            bits & prefix_mask(if v4 { 24 } else { 64 }, v4)
-        } else {
-            0
-        };
-        let q = self.queues.entry(range).or_default();
-        if q.is_empty() {
-            self.order.push_back(range);
-        }
-        q.push_back((key, gen));
+        self.wait_for_backend(key, ip, gen);
         Some(true)
+    }
+
+    /// A request that could not be handed over waits again: first in the FIFO, or
+    /// in the tree as its address's youngest (its range just had its turn).
+    fn requeue(&mut self, key: usize, gen: u32) {
+        if self.filters.fair {
+            let ip = self.conns[key].peer.ip();
+            self.cond.park(key as u32, ip, Class::Waiting);
+        } else {
+            self.fifo.push_front((key, gen));
+        }
     }
 
     /// Answer a refused request here and close: it never reaches a backend.
@@ -193,9 +192,22 @@ impl Front {
         self.close(key, CloseReason::BadRequest);
     }
 
-    /// Hand ready requests to backends that asked, round robin over ranges.
+    /// A complete request waits for a backend: with `fair`, in the conditioner's
+    /// waiting tree (the paper's recency-based choice: least recently served range
+    /// first, at every level); without it, in one FIFO.
+    fn wait_for_backend(&mut self, key: usize, ip: std::net::IpAddr, gen: u32) {
+        if self.filters.fair {
+            self.cond.park(key as u32, ip, Class::Waiting);
+        } else {
+            self.cond.park(key as u32, ip, Class::Active);
+            self.fifo.push_back((key, gen));
+        }
+    }
+
+    /// Hand ready requests to backends that asked, the least recently served range
+    /// first (`fair`) or in arrival order.
     pub(super) fn dispatch(&mut self) {
-        while let Some(range) = self.order.front().copied() {
+        while self.cond.waiting() > 0 || !self.fifo.is_empty() {
             let Some(b) = self
                 .backends
                 .iter()
@@ -205,14 +217,18 @@ impl Front {
             else {
                 return;
             };
-            self.order.pop_front();
-            let q = self.queues.get_mut(&range).expect("queued range");
-            let (key, gen) = q.pop_front().expect("non-empty queue");
-            if q.is_empty() {
-                self.queues.remove(&range);
-            } else {
-                self.order.push_back(range);
-            }
+            // The tree never holds a closed connection (`close` forgets it); the
+            // FIFO may, so its entries carry the generation.
+            let (key, gen) = match self.cond.next_waiting() {
+                Some(id) => {
+                    let key = id as usize;
+                    (key, self.conns.get(key).map_or(0, |c| c.gen))
+                }
+                None => match self.fifo.pop_front() {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
             let Some(c) = self.conns.get_mut(key) else {
                 continue;
             };
@@ -243,19 +259,11 @@ impl Front {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Its socket is full: try again after the next events.
-                    let q = self.queues.entry(range).or_default();
-                    if q.is_empty() {
-                        self.order.push_front(range);
-                    }
-                    q.push_front((key, gen));
+                    self.requeue(key, gen);
                     return;
                 }
                 Err(_) => {
-                    let q = self.queues.entry(range).or_default();
-                    if q.is_empty() {
-                        self.order.push_front(range);
-                    }
-                    q.push_front((key, gen));
+                    self.requeue(key, gen);
                     self.backend_gone(b);
                 }
             }

@@ -15,8 +15,10 @@
 //!   idle (counted per range, evicted oldest-first of the heaviest range under
 //!   pressure) until its next request is complete. Without it, a handed-over
 //!   connection is forgotten here and lives as long as its backend keeps it;
-//! - `fair`: ready requests wait in one queue per /24 (IPv6 /64), served round
-//!   robin, so one range's flood of requests waits behind everyone else's turn;
+//! - `fair`: ready requests wait in the conditioner's address tree and go to a
+//!   backend least recently served range first, at every level (the paper's
+//!   recency-based choice), so one range's flood of requests waits behind
+//!   everyone else's turn;
 //! - `slowread`: the per-range connection caps (`sluice_condition::RangeCaps`): a
 //!   range over its share is answered 503 here;
 //! - `sanity`: a request sluice's parser refuses gets its 4xx from here and never
@@ -51,7 +53,7 @@ use sluice_condition::{Cidr, CloseReason, Conditioner, RangeCaps};
 use sluice_config::Valid;
 use sluice_http::Limits;
 use sluicecc::proto;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -190,9 +192,8 @@ struct Front {
     cond: Conditioner,
     caps: RangeCaps,
     cap_exempt: Vec<Cidr>,
-    /// Ready connections: one queue per range (`fair`), or one for all.
-    queues: HashMap<u128, VecDeque<(usize, u32)>>,
-    order: VecDeque<u128>,
+    /// Ready connections without `fair` (with it they wait in `cond`'s tree).
+    fifo: VecDeque<(usize, u32)>,
     filters: Filters,
     limits: Limits,
     header_ms: u64,
@@ -255,8 +256,7 @@ impl Front {
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             caps: RangeCaps::new([limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)]),
             cap_exempt,
-            queues: HashMap::new(),
-            order: VecDeque::new(),
+            fifo: VecDeque::new(),
             limits: Limits {
                 max_request_line: config.http.max_request_line,
                 max_head: config.http.max_head,
