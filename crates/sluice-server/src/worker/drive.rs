@@ -37,6 +37,21 @@ impl Worker {
         }
     }
 
+    /// A response stops sending for now (`QUEUED`): waiting for its next send turn
+    /// (`Class::Waiting`) or parked on the disk pool (`Class::Active`); its
+    /// slow-read deadline is armed, or it is closed if it already read too slowly.
+    fn pause_send(&mut self, key: usize, class: Class) {
+        let c = &mut self.conns[key];
+        c.flags.set(Flags::QUEUED, true);
+        c.phase = Phase::Send { last: self.now_ms };
+        let peer = c.peer;
+        self.cond.park(key as u32, peer, class);
+        match self.check_rate(key) {
+            Some(d) => self.set_deadline(key, d),
+            None => self.close(key, CloseReason::SlowRead),
+        }
+    }
+
     /// Advance one connection as far as it can go without blocking.
     pub(super) fn drive_inner(&mut self, key: usize) {
         let cfg_io = self.snap.config.files.io;
@@ -114,26 +129,15 @@ impl Worker {
                             out.assume_warm(off + len);
                             continue;
                         }
-                        c.flags.set(Flags::QUEUED, true);
-                        c.phase = Phase::Send { last: self.now_ms };
-                        self.cond.park(key as u32, c.peer, Class::Active);
                         self.shared.stats[self.id]
                             .disk_waits
                             .fetch_add(1, Ordering::Relaxed);
-                        match self.check_rate(key) {
-                            Some(d) => self.set_deadline(key, d),
-                            None => self.close(key, CloseReason::SlowRead),
-                        }
+                        // Not a send turn's wait: `disk_ready` queues it when read.
+                        self.pause_send(key, Class::Active);
                         return;
                     }
                     Ok(Flush::Yield) => {
-                        c.flags.set(Flags::QUEUED, true);
-                        c.phase = Phase::Send { last: self.now_ms };
-                        self.cond.park(key as u32, c.peer, Class::Waiting);
-                        match self.check_rate(key) {
-                            Some(d) => self.set_deadline(key, d),
-                            None => self.close(key, CloseReason::SlowRead),
-                        }
+                        self.pause_send(key, Class::Waiting);
                         return;
                     }
                     Ok(Flush::Blocked) => {
