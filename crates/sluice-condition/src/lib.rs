@@ -11,6 +11,7 @@
 //! | accepted | [`RangeCaps::acquire`] (shared by all workers) | over a range's cap → answer 503 |
 //! | parked (waiting for bytes) | [`Conditioner::park`] with its [`Class`] | — (trees updated only on a class change) |
 //! | at the connection limit, or over `max_incomplete` | [`Conditioner::victim`] | which connection to close, and why |
+//! | a complete request must wait (the turn's share is used, others wait, or the active cap is reached) | [`Conditioner::park`] with [`Class::Ready`], then [`Conditioner::next_ready`] | which request is answered next: the least recently served range's oldest |
 //! | a response waits for its next send turn | [`Conditioner::park`] with [`Class::Waiting`], then [`Conditioner::next_waiting`] | whose turn it is: the least recently served range's oldest |
 //! | sending | [`slowread::RateWindow::check`] | close a reader below the minimum rate |
 //!
@@ -22,22 +23,22 @@
 //!    counted per range with their age ([`Class::Idle`] tree); under pressure the
 //!    oldest idle connection of the heaviest range goes first, before any
 //!    incomplete one, and never an active one;
-//! 3. **recency-based fair ordering** — responses waiting for a send turn
-//!    ([`Class::Waiting`] tree) take turns by address range, least recently served
+//! 3. **recency-based fair ordering** — complete requests that must wait
+//!    ([`Class::Ready`] tree: more arrived in a turn than the worker answers per
+//!    turn, or the cap on active responses is reached) and responses waiting for a
+//!    send turn ([`Class::Waiting`] tree) go by address range, least recently served
 //!    range first ([`RangeTree::pop_least_recent`]), so 200 downloads from one /24
 //!    share one range's turns and a client from elsewhere is next, not 201st;
 //! 4. **slow-read prevention** — per-range caps ([`caps`]) and a minimum send rate
 //!    ([`slowread`]).
 //!
-//! (Complete requests are still answered in the order the kernel reports them
-//! ready: a small response is sent at once, so only large ones wait for turns.)
-//!
 //! Cost: a keep-alive request whose head arrives in one read leaves and re-enters
 //! the idle class within one `drive` call, so it only moves to the young end of its
 //! address's list (O(1), no count changes). A class change walks one path of the
-//! tree (9 nodes for IPv4); a send turn is one pop (one path, 16 children scanned
-//! per node). Memory: 9 bytes per connection slot in side tables (links shared by
-//! the three trees, and the class), plus the nodes of the live
+//! tree (9 nodes for IPv4); a send turn or a waiting request's turn is one pop (one
+//! path, 16 children scanned per node); a request that never waits costs nothing
+//! here. Memory: 9 bytes per connection slot in side tables (links shared by
+//! the four trees, and the class), plus the nodes of the live
 //! prefixes; nothing in the connection record.
 
 pub mod addr;
@@ -61,6 +62,10 @@ pub enum Class {
     Active,
     /// A response waiting for its next send turn.
     Waiting,
+    /// A complete request waiting for its turn to be answered (more requests were
+    /// ready than a worker answers in one turn, or the cap on active responses is
+    /// reached).
+    Ready,
     /// Waiting for (more of) a request head.
     Incomplete,
     /// Keep-alive, between requests.
@@ -89,6 +94,7 @@ pub struct Conditioner {
     incomplete: RangeTree,
     idle: RangeTree,
     waiting: RangeTree,
+    ready: RangeTree,
     /// The FIFO links of the trees (a connection is in at most one), and the class
     /// of each connection slot as last parked: side tables by slab key, 9 bytes a
     /// slot.
@@ -128,6 +134,7 @@ impl Conditioner {
             Class::Incomplete => self.incomplete.insert(&mut self.links, id, &key),
             Class::Idle => self.idle.insert(&mut self.links, id, &key),
             Class::Waiting => self.waiting.insert(&mut self.links, id, &key),
+            Class::Ready => self.ready.insert(&mut self.links, id, &key),
             Class::Active => {}
         }
         self.class[i] = class;
@@ -146,6 +153,7 @@ impl Conditioner {
             Class::Incomplete => self.incomplete.remove(&mut self.links, id, key),
             Class::Idle => self.idle.remove(&mut self.links, id, key),
             Class::Waiting => self.waiting.remove(&mut self.links, id, key),
+            Class::Ready => self.ready.remove(&mut self.links, id, key),
             Class::Active => {}
         }
     }
@@ -161,6 +169,20 @@ impl Conditioner {
     /// Responses waiting for a send turn.
     pub fn waiting(&self) -> u32 {
         self.waiting.len()
+    }
+
+    /// Which complete request is answered next: the oldest ready request of the
+    /// least recently served range, chosen as for send turns; it becomes
+    /// [`Class::Active`].
+    pub fn next_ready(&mut self) -> Option<u32> {
+        let id = self.ready.pop_least_recent(&mut self.links)?;
+        self.class[id as usize] = Class::Active;
+        Some(id)
+    }
+
+    /// Complete requests waiting to be answered.
+    pub fn ready(&self) -> u32 {
+        self.ready.len()
     }
 
     /// Which connection to close to make room: find the address range holding the
@@ -280,5 +302,34 @@ mod tests {
         assert_eq!(order.last(), Some(&first));
         assert!(!order.contains(&50));
         assert_eq!(c.waiting(), 0);
+    }
+
+    #[test]
+    fn ready_requests_are_answered_by_range_and_kept_apart_from_send_turns() {
+        let mut c = Conditioner::default();
+        // A /24 floods the worker with complete requests, and a download from the
+        // same range waits for a send turn; then one request from elsewhere.
+        for id in 0..50 {
+            c.park(id, ip(&format!("127.66.0.{}", id % 5)), Class::Ready);
+        }
+        c.park(50, ip("127.66.0.9"), Class::Waiting);
+        c.park(51, ip("127.0.0.1"), Class::Ready);
+        assert_eq!((c.ready(), c.waiting()), (51, 1));
+        assert_eq!(c.victim(), None, "complete requests are never evicted");
+        let two = [c.next_ready().unwrap(), c.next_ready().unwrap()];
+        assert!(two.contains(&51), "{two:?}");
+        // Within the flooding range, its addresses take turns too: the next five
+        // answers are one per address, not the oldest five of one.
+        let five: std::collections::HashSet<u32> =
+            (0..5).map(|_| c.next_ready().unwrap() % 5).collect();
+        assert_eq!(five.len(), 5, "{five:?}");
+        // The send queue is untouched; a closed ready request leaves its queue.
+        assert_eq!(c.next_waiting(), Some(50));
+        c.forget(49, ip("127.66.0.4"));
+        let mut n = 0;
+        while c.next_ready().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 51 - 2 - 5 - 1);
     }
 }

@@ -31,10 +31,13 @@ pub enum CloseReason {
     /// An errant-client rule's answer ended it: `drop`, or a tarpit or oversize
     /// answer that ran its course (or was over the tarpit cap).
     Errant,
+    /// Answered 503: its complete request waited for a turn (behind
+    /// `condition.max_active`) longer than `http.header_timeout`.
+    Busy,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 13] = [
+    pub const ALL: [CloseReason; 14] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::HeaderTimeout,
@@ -48,6 +51,7 @@ impl CloseReason {
         CloseReason::BadRequest,
         CloseReason::Shutdown,
         CloseReason::Errant,
+        CloseReason::Busy,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -70,6 +74,7 @@ impl CloseReason {
             CloseReason::BadRequest => "bad_request",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Errant => "errant",
+            CloseReason::Busy => "busy",
         }
     }
 }

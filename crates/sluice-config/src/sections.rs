@@ -158,6 +158,19 @@ pub struct ConditionSection {
     /// lower cap also cuts legitimate bursts of new connections: measured, 10,800
     /// downloads starting at once lost 3% to a 0.5 cap).
     pub max_incomplete: f64,
+    /// Most responses the whole server sends at once (0, the default: no cap).
+    /// Past it, complete requests wait in the `ready` queue and are answered, least
+    /// recently served address range first, as responses finish; one that waits
+    /// longer than `http.header_timeout` from its first byte is answered 503 with
+    /// Retry-After. For servers whose disk or uplink is the bottleneck, not the
+    /// connection count.
+    pub max_active: usize,
+    /// Most requests a worker answers per turn of its event loop (≥ 1). Past it, the
+    /// turn's other complete requests wait in the `ready` queue and the next turn
+    /// takes them least recently served address range first (the paper's fair
+    /// choice), so one range that sends a burst of requests cannot push a request
+    /// from elsewhere behind the whole burst.
+    pub ready_per_turn: u32,
     /// Per-range caps as fractions of max_connections (paper: 0.25, 0.15, 0.10) for
     /// /8, /16, /24 (IPv6 /32, /48, /64); a connection over its range's cap is
     /// answered 503 with Retry-After. 1.0 turns a level off.
@@ -185,6 +198,8 @@ impl Default for ConditionSection {
         ConditionSection {
             max_connections: 0,
             max_incomplete: 1.0,
+            max_active: 0,
+            ready_per_turn: 32,
             cap_8: 0.25,
             cap_16: 0.15,
             cap_24: 0.10,

@@ -76,6 +76,9 @@ impl Config {
                 return Err(src.error(k, format!("{v} is not a fraction in (0, 1]")));
             }
         }
+        if c.ready_per_turn == 0 {
+            return Err(src.error("condition.ready_per_turn", "at least 1"));
+        }
         if c.send_rate_window < Duration::from_secs(1) {
             return Err(src.error("condition.send_rate_window", "at least 1s"));
         }

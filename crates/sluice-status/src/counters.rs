@@ -16,13 +16,14 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
 ];
 
 /// Connection states shown on the page (and as the `state` label).
-pub const STATES: [&str; 6] = [
+pub const STATES: [&str; 7] = [
     "reading",
     "sending",
     "idle",
     "closing",
     "waiting",
     "tarpitted",
+    "ready",
 ];
 
 /// What a matched rule did (the `action` label).

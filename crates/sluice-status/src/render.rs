@@ -128,7 +128,7 @@ pub fn auto(v: &View) -> String {
         0.0
     };
     let _ = writeln!(o, "BytesPerReq: {per_req:.6}");
-    let _ = writeln!(o, "BusyWorkers: {}", s[0] + s[1] + s[4]);
+    let _ = writeln!(o, "BusyWorkers: {}", s[0] + s[1] + s[4] + s[6]);
     let _ = writeln!(o, "IdleWorkers: {}", s[2]);
     let _ = writeln!(o, "ConnsTotal: {}", v.process.open_connections);
     let _ = writeln!(o, "ConnsAsyncWriting: {}", s[1]);

@@ -112,9 +112,16 @@ impl Server {
             .join(format!("sluice-stderr-{port}.log"));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let mut cmd = Command::new(bin());
+        // Two workers unless the test asks for another number.
+        let workers: &[&str] = if extra.contains(&"--workers") {
+            &[]
+        } else {
+            &["--workers", "2"]
+        };
         cmd.arg("serve")
             .arg(dir.path())
-            .args(["--listen", &addr, "--workers", "2"])
+            .args(["--listen", &addr])
+            .args(workers)
             // The suite may run as root (CI does); these tests are about serving, and
             // their temporary trees are private to root. tests/operations.rs covers
             // dropping privileges. A no-op when not root.

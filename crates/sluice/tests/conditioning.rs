@@ -297,3 +297,128 @@ fn slowhttptest_slowloris_and_slow_read_leave_the_server_available() {
     );
     assert!(!srv.stderr().contains("panicked"), "{}", srv.stderr());
 }
+
+/// The connections counted in `state` on the status page (published once a second).
+fn state_count(srv: &Server, state: &str) -> u64 {
+    let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+    assert_eq!(r.status, 200, "the status page is answered at max_active");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["connections"][state].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn past_max_active_requests_wait_and_go_least_recently_served_range_first() {
+    let dir = docroot();
+    // A download that stays in flight while its client does not read.
+    std::fs::File::create(dir.path().join("huge.bin"))
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let log = log_path("ready");
+    let srv = Server::start_with_config(
+        dir,
+        "[condition]\nmax_active = 1\n",
+        &["--workers", "1", "--access-log", log.to_str().unwrap()],
+    );
+    let mut blocker = connect_from("127.0.0.1", &srv.addr).unwrap();
+    blocker
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 1000];
+    blocker.read_exact(&mut b).unwrap();
+    // Ten requests from one range, then one from a range whose first digit sorts
+    // after it (so a tie between never-served ranges cannot favour it): first come,
+    // first served would answer it eleventh.
+    let mut waiting = Vec::new();
+    for i in 0..10 {
+        let mut s = connect_from("127.0.0.66", &srv.addr).unwrap();
+        write!(s, "GET /hello.txt?flood{i} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        waiting.push(s);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut light = connect_from("127.99.0.5", &srv.addr).unwrap();
+    light
+        .write_all(b"GET /hello.txt?light HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    waiting.push(light);
+    // They wait: none is answered while the download holds the one active slot.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(state_count(&srv, "ready"), 11);
+    let mut probe = waiting[0].try_clone().unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    assert!(probe.read(&mut b).is_err(), "answered past max_active");
+    // The download ends (its client goes away): the waiting requests are answered,
+    // least recently served range first.
+    drop(blocker);
+    for s in &mut waiting {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let r = read_response(s, false).expect("a response after the download ended");
+        assert_eq!(r.status, 200);
+    }
+    let text = wait_for_lines(&log, 11, Duration::from_secs(5), |l| {
+        l.contains("/hello.txt?")
+    });
+    let order: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("/hello.txt?"))
+        .map(|l| {
+            l.split("/hello.txt?")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    let at = order.iter().position(|&t| t == "light").unwrap();
+    assert!(
+        at <= 1,
+        "the light range's request was answered at {at}: {order:?}"
+    );
+    // Within the flooding range the requests keep their order.
+    let flood: Vec<&str> = order.iter().copied().filter(|&t| t != "light").collect();
+    let want: Vec<String> = (0..10).map(|i| format!("flood{i}")).collect();
+    assert_eq!(flood, want);
+}
+
+#[test]
+fn a_request_that_waits_past_its_deadline_gets_503_with_retry_after() {
+    let dir = docroot();
+    std::fs::File::create(dir.path().join("huge.bin"))
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[condition]\nmax_active = 1\n[http]\nheader_timeout = \"1s\"\n",
+        &["--workers", "1"],
+    );
+    let mut blocker = srv.connect();
+    blocker
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 1000];
+    blocker.read_exact(&mut b).unwrap();
+    let mut s = srv.connect();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, false).expect("an answer at the deadline");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("5"));
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+    // The download itself was never disturbed.
+    blocker.read_exact(&mut b).unwrap();
+    drop(blocker);
+    let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["closes_by_reason"]["busy"].as_u64(), Some(1), "{v}");
+}

@@ -123,7 +123,18 @@ impl Worker {
     }
 
     pub(super) fn next_request(&mut self, key: usize) -> Step {
+        // The fair choice among ready requests (`run_ready`): a complete request
+        // waits if this turn has answered its share, if others already wait, or if
+        // the server sends all the responses it may; unless `run_ready` chose it.
+        let must_wait = !self.admit_one
+            && (self.answered >= self.ready_per_turn
+                || self.cond.ready() > 0
+                || self.active >= self.max_active);
         let c = &mut self.conns[key];
+        if let Phase::Ready { .. } = c.phase {
+            // Already waiting for its turn; what else arrives stays buffered.
+            return Step::Parked;
+        }
         if c.rbuf.is_empty() || c.flags.has(Flags::CLOSE_AFTER) {
             return if c.flags.has(Flags::CLOSE_AFTER) && c.out.is_none() {
                 Step::Close
@@ -159,6 +170,24 @@ impl Worker {
                 });
                 (r, rbuf.len(), false, false, false, log)
             }
+            // (503s and the status page never wait: an operator can see a server
+            // that is at `max_active`.)
+            Ok(Parsed::Complete(ref h))
+                if must_wait
+                    && c.cap != Cap::Over
+                    && c.why != CloseReason::Busy
+                    && !h.path.starts_with(self.snap.config.status.path.as_str()) =>
+            {
+                // Parsed again when its turn comes (only requests that wait pay
+                // for a second parse).
+                let started = match c.phase {
+                    Phase::Head { started, .. } => started,
+                    _ => self.now_ms,
+                };
+                c.rbuf = rbuf;
+                c.phase = Phase::Ready { started };
+                return Step::Wait;
+            }
             Ok(Parsed::Complete(head)) => {
                 if self.panic_path.as_deref() == Some(head.path) {
                     panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
@@ -183,6 +212,12 @@ impl Worker {
                     r.headers.add("Retry-After", "10");
                     r.close = true;
                     c.why = CloseReason::RangeCap;
+                    r
+                } else if c.why == CloseReason::Busy {
+                    // It waited behind `condition.max_active` past its deadline.
+                    let mut r = Response::text(503, Some("server busy"));
+                    r.headers.add("Retry-After", "5");
+                    r.close = true;
                     r
                 } else {
                     phases::respond(&mut ctx, &head)
@@ -261,6 +296,10 @@ impl Worker {
         if close && !c.rbuf.is_empty() {
             c.flags.set(Flags::LINGER, true);
         }
+        // A response in flight: counted against this turn's share and the cap.
+        self.answered += 1;
+        self.active += 1;
+        self.admit_one = false;
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
         out.discard_after = discard_body;

@@ -25,6 +25,11 @@ pub(super) enum Phase {
     /// `discard` bytes of the last request's body (u32: `http.max_body_discard` is
     /// at most 2^30). The count lives here, in the enum's padding, not in `Conn`.
     Head { started: Ms, discard: u32 },
+    /// A complete request head (in `rbuf`, not yet parsed for good) waiting for its
+    /// turn to be answered: in the conditioner's `Class::Ready` tree until
+    /// `Worker::run_ready` picks it; the head's total deadline still runs from
+    /// `started`, and past it the request is answered 503 (`CloseReason::Busy`).
+    Ready { started: Ms },
     /// Sending a response; `last` is the last time bytes moved.
     Send { last: Ms },
     /// Keep-alive, nothing buffered.
@@ -146,8 +151,11 @@ pub(super) enum Step {
     /// Need more bytes from the client.
     NeedMore,
     Close,
-    /// The connection left the request cycle (an errant-client answer took it).
+    /// The connection left the request cycle (an errant-client answer took it),
+    /// or it is already waiting in `Phase::Ready`.
     Parked,
+    /// A complete request now waits for its turn (`Phase::Ready`).
+    Wait,
 }
 
 /// A connection answered slowly (`tarpit`, `oversize`): what to send each turn.

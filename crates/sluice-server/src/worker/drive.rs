@@ -22,6 +22,8 @@ impl Worker {
             let class = match c.phase {
                 Phase::Head { .. } if c.out.is_none() => Class::Incomplete,
                 Phase::Idle { .. } => Class::Idle,
+                // A complete request waiting for its turn (`run_ready`).
+                Phase::Ready { .. } => Class::Ready,
                 // Errant clients being answered slowly are outside conditioning's
                 // accounting: never evicted for room, never counted in a range.
                 Phase::Drip { .. } => {
@@ -165,6 +167,7 @@ impl Worker {
                         let discard = out.discard_after;
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
+                            self.active -= 1;
                         }
                         if c.front_id() != 0
                             && !c.flags.has(Flags::CLOSE_AFTER)
@@ -307,6 +310,15 @@ impl Worker {
             match self.next_request(key) {
                 Step::Responded => continue,
                 Step::Parked => return,
+                Step::Wait => {
+                    // Answered by `run_ready` in its turn, or 503 at the head's
+                    // total deadline (`on_timer`).
+                    if let Phase::Ready { started } = self.conns[key].phase {
+                        let d = started + ms(self.snap.config.http.header_timeout);
+                        self.set_deadline(key, d);
+                    }
+                    return;
+                }
                 Step::Close => {
                     let why = self.conns[key].why;
                     self.close(key, why);
@@ -322,7 +334,7 @@ impl Worker {
                         continue; // buffer had room and more may be readable
                     }
                     let d = match c.phase {
-                        Phase::Head { started, .. } => {
+                        Phase::Head { started, .. } | Phase::Ready { started } => {
                             started + ms(self.snap.config.http.header_timeout)
                         }
                         Phase::Idle { since } => {

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!  accept ─► HEAD (reading a request head, total deadline = header_timeout)
-//!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout
+//!             │ complete head, must wait ─► READY ─► its turn (run_ready) ─┐
+//!             │ complete head ─► phases::respond ─► SEND (deadline = send_timeout ◄┘
 //!             │                                     since the last progress, and
 //!             │                                     the minimum-rate window)
 //!             │                      response done ─┤ (big bodies in fair turns: run_sendq)
@@ -17,8 +18,9 @@
 //!             └─ error / timeout / EOF / close / evicted ─► closed (with a reason)
 //! ```
 //!
-//! Conditioning (`sluice-condition`) is consulted at four points: `adopt` (per-range
-//! caps), the end of `drive` (the connection's class: incomplete, idle or busy),
+//! Conditioning (`sluice-condition`) is consulted at five points: `adopt` (per-range
+//! caps), the end of `drive` (the connection's class: incomplete, idle, ready,
+//! waiting or busy), `run_ready` and `run_sendq` (whose turn is next),
 //! `make_room` (which connection gives way at the limit) and `check_rate` (slow
 //! readers). Every close goes through `close` with a [`CloseReason`].
 //!
@@ -123,6 +125,17 @@ pub struct Worker {
     eviction_tick_ms: Ms,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
+    /// Responses in flight on this worker (`c.out` is some), and this worker's
+    /// share of `condition.max_active` (`u32::MAX`: no cap).
+    active: u32,
+    max_active: u32,
+    /// Requests answered in this loop turn, and how many a turn answers before
+    /// the rest wait in `Phase::Ready` (`condition.ready_per_turn`).
+    answered: u32,
+    ready_per_turn: u32,
+    /// Set by `run_ready` while it drives the request it chose: that one request
+    /// is answered although others still wait.
+    admit_one: bool,
     /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
     proxy_listeners: Vec<bool>,
     /// Which listeners are HTTPS (`tls.listen`).
@@ -190,6 +203,8 @@ impl Worker {
         let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
         let shared_workers = shared.stats.len().max(1);
+        let max_active = active_share(&snap, shared_workers);
+        let ready_per_turn = snap.config.condition.ready_per_turn;
         let now = Instant::now();
         Ok(Worker {
             id,
@@ -231,6 +246,11 @@ impl Worker {
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
+            active: 0,
+            max_active,
+            answered: 0,
+            ready_per_turn,
+            admit_one: false,
             // A worker's share of the server's incomplete-connection budget.
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
                 .max(1),
@@ -241,12 +261,16 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut due = Vec::new();
         loop {
-            // Responses waiting for a send turn: look for new events without sleeping.
-            let timeout = if self.cond.waiting() == 0 {
+            // Requests or responses waiting for a turn: look for new events without
+            // sleeping (ready requests held back only by the cap on active
+            // responses wait for one to finish instead).
+            let ready = self.cond.ready() > 0 && self.active < self.max_active;
+            let timeout = if self.cond.waiting() == 0 && !ready {
                 self.wheel.tick()
             } else {
                 Duration::ZERO
             };
+            self.answered = 0;
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
@@ -301,6 +325,8 @@ impl Worker {
                 }
                 self.drive(t);
             }
+            // Then the requests that wait, fairly, and the responses' send turns.
+            self.run_ready();
             self.run_sendq();
             self.wheel.advance(self.now_ms, &mut due);
             for (key, gen) in due.drain(..) {
@@ -358,6 +384,7 @@ impl Worker {
                 Phase::Idle { .. } => 2,
                 Phase::Linger { .. } => 3,
                 Phase::Drip { .. } => 5,
+                Phase::Ready { .. } => 6,
             };
             states[i] += 1;
             (
@@ -396,6 +423,8 @@ impl Worker {
                 // Rule indices belong to the old rules.
                 self.talkers.reset_rules();
                 self.limits = snap.limits();
+                self.max_active = active_share(&snap, self.shared.stats.len().max(1));
+                self.ready_per_turn = snap.config.condition.ready_per_turn;
                 self.snap = snap;
             }
             Err(e) => {
@@ -420,9 +449,24 @@ impl Worker {
             self.close(k, CloseReason::Shutdown);
         }
         for (_, c) in self.conns.iter_mut() {
+            // A request already complete and waiting for its turn is still
+            // answered (with `Connection: close`: `stopping` turns keep-alive off).
+            if matches!(c.phase, Phase::Ready { .. }) {
+                continue;
+            }
             c.flags.set(Flags::CLOSE_AFTER, true);
             c.why = CloseReason::Shutdown;
         }
+    }
+}
+
+/// A worker's share of `condition.max_active` (rounded up; `u32::MAX` when 0, no
+/// cap). Per worker, like the incomplete cap: each worker answers its own
+/// connections, and `SO_REUSEPORT` spreads them evenly.
+fn active_share(snap: &Snapshot, workers: usize) -> u32 {
+    match snap.config.condition.max_active {
+        0 => u32::MAX,
+        n => n.div_ceil(workers).min(u32::MAX as usize) as u32,
     }
 }
 

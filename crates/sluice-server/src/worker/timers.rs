@@ -1,5 +1,5 @@
 //! Time in the worker: what a timer does when it fires (close, or resume a held
-//! connection), send turns (by address range, least recently served first) and
+//! connection), turns for waiting requests (`run_ready`), send turns (by address range, least recently served first) and
 //! their 125 µs passes, disk-pool wake-ups, the minimum send rate, deadlines, and
 //! [`Worker::close`], where every connection ends with a reason.
 
@@ -50,6 +50,19 @@ impl Worker {
                 }
                 Phase::Drip { .. } => {
                     self.drip_turn(key);
+                    return;
+                }
+                Phase::Ready { started } => {
+                    // Waited behind `max_active` for the head's whole deadline:
+                    // answered 503 with Retry-After, then closed.
+                    c.why = CloseReason::Busy;
+                    c.phase = Phase::Head {
+                        started,
+                        discard: 0,
+                    };
+                    let peer = c.peer;
+                    self.cond.park(key as u32, peer, Class::Active);
+                    self.drive(key);
                     return;
                 }
             };
@@ -116,6 +129,38 @@ impl Worker {
             if i + 1 < n && start.elapsed() >= SENDQ_BUDGET {
                 break;
             }
+        }
+    }
+
+    /// Answer the complete requests that wait (`Phase::Ready`), least recently
+    /// served address range first (`Conditioner::next_ready`, the paper's
+    /// recency-based choice), while this loop turn's share
+    /// (`condition.ready_per_turn`) and the cap on active responses
+    /// (`condition.max_active`) allow; the rest wait for the next turn, or for a
+    /// response to finish. Requests wait only under load: while a turn answers
+    /// fewer than its share and nobody waits, they are answered as they arrive.
+    pub(super) fn run_ready(&mut self) {
+        while self.cond.ready() > 0
+            && self.answered < self.ready_per_turn
+            && self.active < self.max_active
+        {
+            let Some(id) = self.cond.next_ready() else {
+                break;
+            };
+            let key = id as usize;
+            let Some(c) = self.conns.get_mut(key) else {
+                continue;
+            };
+            let Phase::Ready { started } = c.phase else {
+                continue;
+            };
+            c.phase = Phase::Head {
+                started,
+                discard: 0,
+            };
+            self.admit_one = true;
+            self.drive(key);
+            self.admit_one = false;
         }
     }
 
@@ -213,6 +258,7 @@ impl Worker {
                     .bytes
                     .fetch_add(out.sent, Ordering::Relaxed);
                 release(out, &mut self.pool, &mut self.out_pool);
+                self.active -= 1;
             }
             self.shared.open.fetch_sub(1, Ordering::Relaxed);
             let st = &self.shared.stats[self.id];
