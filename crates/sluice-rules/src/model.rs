@@ -4,7 +4,7 @@
 //! differ in *which* rules they try, which is what the equivalence tests check.
 
 use crate::outcome::Outcome;
-use crate::pattern::RegexPattern;
+use crate::pattern::{RegexPattern, Trivial};
 use crate::request::{Maps, Request};
 use crate::template::{Expand, Template};
 use regex::bytes::Captures;
@@ -128,6 +128,8 @@ impl Rule {
         }
         let path = req.path;
         let mut rest = "";
+        // `$0` when there are no captures: the whole path, or a group-less regex's match.
+        let mut whole = path;
         let caps: Option<Captures> = match &self.pattern {
             Pattern::Exact(p) => {
                 let ok = if self.flags.nocase {
@@ -147,6 +149,11 @@ impl Rule {
                 rest = &path[p.len()..];
                 None
             }
+            // `^`: every path, `$0` empty.
+            Pattern::Regex(r) if r.trivial == Trivial::Start => {
+                whole = "";
+                None
+            }
             Pattern::Regex(r) => {
                 let Some(re) = r.regex() else {
                     return Err(Miss::Pattern);
@@ -156,9 +163,26 @@ impl Rule {
                 } else {
                     path
                 };
-                match re.captures(hay.as_bytes()) {
-                    Some(c) => Some(c),
-                    None => return Err(Miss::Pattern),
+                if re.captures_len() == 1 {
+                    // No groups (`^`, `\.iso$`): only `$0` can be asked for, so find
+                    // the match without allocating captures: an "always" rule
+                    // (`RewriteRule ^ …`) runs on every request.
+                    let Some(m) = re.find(hay.as_bytes()) else {
+                        return Err(Miss::Pattern);
+                    };
+                    match hay.get(m.range()) {
+                        Some(w) => {
+                            whole = w;
+                            None
+                        }
+                        // A match that splits a character: keep its bytes, as captures do.
+                        None => re.captures(hay.as_bytes()),
+                    }
+                } else {
+                    match re.captures(hay.as_bytes()) {
+                        Some(c) => Some(c),
+                        None => return Err(Miss::Pattern),
+                    }
                 }
             }
         };
@@ -170,13 +194,13 @@ impl Rule {
         if has_rates && !exceeded && !matches!(self.action, Action::Limit { .. }) {
             return Err(Miss::Classify("rate not exceeded"));
         }
-        let cond_caps = self.check_conds(req, maps, caps.as_ref())?;
+        let cond_caps = self.check_conds(req, maps, caps.as_ref(), whole)?;
         let ex = Expand {
             req,
             maps,
             rule: caps.as_ref(),
             cond: cond_caps.as_deref(),
-            whole: path,
+            whole,
         };
         Ok(match &self.action {
             Action::Pass => Outcome::Pass,
@@ -249,6 +273,7 @@ impl Rule {
         req: &Request,
         maps: &Maps,
         caps: Option<&Captures>,
+        whole: &str,
     ) -> Result<Option<Vec<Option<String>>>, Miss> {
         let mut last: Option<Vec<Option<String>>> = None;
         let mut i = 0;
@@ -259,10 +284,16 @@ impl Rule {
                 maps,
                 rule: caps,
                 cond: last.as_deref(),
-                whole: req.path,
+                whole,
             };
-            let subject = c.subject.expand(&ex);
-            let (ok, groups) = eval_cond(c, &subject, req);
+            // Expanded into a buffer the thread keeps (no allocation per
+            // condition); expansion never checks conditions, so it is not re-entered.
+            let (ok, groups) = SUBJECT.with(|buf| {
+                let mut subject = buf.borrow_mut();
+                subject.clear();
+                c.subject.expand_into(&ex, &mut subject);
+                eval_cond(c, &subject, req)
+            });
             if c.or_next {
                 if ok {
                     if let Some(g) = groups {
@@ -287,8 +318,19 @@ impl Rule {
     }
 }
 
+thread_local! {
+    /// A condition's subject, expanded (see `Rule::check_conds`).
+    static SUBJECT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 fn eval_cond(c: &Cond, subject: &str, req: &Request) -> (bool, Option<Vec<Option<String>>>) {
     let (hit, groups) = match &c.test {
+        CondTest::Regex(r) if c.negate && r.trivial == Trivial::Empty => (subject.is_empty(), None),
+        // A negated condition's groups are never kept: match without captures.
+        CondTest::Regex(r) if c.negate => (
+            r.regex().is_some_and(|re| re.is_match(subject.as_bytes())),
+            None,
+        ),
         CondTest::Regex(r) => match r.regex().and_then(|re| re.captures(subject.as_bytes())) {
             Some(cap) => {
                 let g = cap

@@ -25,6 +25,10 @@ pub struct RegexPattern {
     /// without its leading `/`, as Apache does in `.htaccess` files.
     pub strip_slash: bool,
     compiled: OnceLock<Option<Regex>>,
+    /// `^` or `^$`, the two patterns Apache configurations use to mean "any path"
+    /// and "empty" (`RewriteRule ^ …`, `RewriteCond … !^$`): answered without the
+    /// regex engine, since an "always" rule runs them on every request.
+    pub trivial: Trivial,
     /// How the index should select this rule, worked out from the one parse that
     /// validated it; taken (and freed) when the index is built.
     pub(crate) hint: Option<Box<crate::strategy::Strategy>>,
@@ -45,8 +49,14 @@ impl RegexPattern {
             strip_slash,
             nocase,
         )));
+        let trivial = match source.as_str() {
+            "^" => Trivial::Start,
+            "^$" => Trivial::Empty,
+            _ => Trivial::No,
+        };
         Ok(Box::new(RegexPattern {
             source: wrap(&source, nocase),
+            trivial,
             strip_slash,
             compiled: OnceLock::new(),
             hint,
@@ -89,6 +99,16 @@ fn first_line(s: &str) -> String {
         .unwrap_or("")
         .trim()
         .to_string()
+}
+
+/// A pattern whose answer needs no regex engine (see [`RegexPattern::trivial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trivial {
+    No,
+    /// `^`: matches every subject, with an empty match at its start.
+    Start,
+    /// `^$`: matches the empty subject only.
+    Empty,
 }
 
 pub fn wrap(source: &str, nocase: bool) -> String {

@@ -136,7 +136,7 @@ impl Template {
         out
     }
 
-    fn expand_into(&self, ex: &Expand, out: &mut String) {
+    pub fn expand_into(&self, ex: &Expand, out: &mut String) {
         for p in &self.parts {
             match p {
                 Part::Lit(s) => out.push_str(s),
@@ -156,19 +156,31 @@ impl Template {
                 }
                 Part::Var(v) => v.read(ex.req, out),
                 Part::Map(m) => {
+                    // The key is expanded at the end of `out` and replaced there by
+                    // the value: a lookup allocates nothing (an "always" rule such as
+                    // `RewriteCond ${map:%{REQUEST_URI}}` runs on every request).
                     let (name, key, default) = (&m.name, &m.key, &m.default);
-                    let k = key.expand(ex);
-                    let found = match ex.maps.get(name.as_str()) {
-                        Some(MapDef::Txt(m)) => m.get(k.as_str()).cloned(),
+                    let start = out.len();
+                    key.expand_into(ex, out);
+                    let found: Option<&str> = match ex.maps.get(name.as_str()) {
+                        Some(MapDef::Txt(m)) => m.get(&out[start..]).map(String::as_str),
                         Some(MapDef::Rnd(m)) => m
-                            .get(k.as_str())
-                            .and_then(|v| v.choose(&mut rand::thread_rng()).cloned()),
-                        Some(MapDef::ToLower) => Some(k.to_ascii_lowercase()),
-                        Some(MapDef::ToUpper) => Some(k.to_ascii_uppercase()),
+                            .get(&out[start..])
+                            .and_then(|v| v.choose(&mut rand::thread_rng()))
+                            .map(String::as_str),
+                        Some(MapDef::ToLower) => {
+                            out[start..].make_ascii_lowercase();
+                            continue;
+                        }
+                        Some(MapDef::ToUpper) => {
+                            out[start..].make_ascii_uppercase();
+                            continue;
+                        }
                         None => None,
                     };
+                    out.truncate(start);
                     match (found, default) {
-                        (Some(v), _) => out.push_str(&v),
+                        (Some(v), _) => out.push_str(v),
                         (None, Some(d)) => d.expand_into(ex, out),
                         (None, None) => {}
                     }
