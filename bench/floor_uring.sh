@@ -10,6 +10,7 @@
 # uring-fixed  uring with connections in the ring's file table (no descriptor lookups)
 # sluice    target/release/sluice serve, for scale
 set -uo pipefail
+source "$(dirname "$0")/rounds.sh"
 ROUNDS=${1:-5}; DUR=${2:-5}; BODY=${BODY:-1024}
 ROOT=$(pwd); FLOORC=$ROOT/../shared/bench/floor.c
 for b in target/release/sluice target/release/floor-uring; do
@@ -20,8 +21,6 @@ W=$(mktemp -d /tmp/flooru.XXXXXX); chmod 755 "$W"; PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$W"' EXIT
 cc -O2 -pthread "$FLOORC" -o "$W/floor" || exit 1
 mkdir -p "$W/www"; head -c "$BODY" /dev/urandom > "$W/www/f.bin"; chmod -R a+rX "$W"
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-up() { for i in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
 declare -A P; declare -A PID
 P[floor]=$(port); "$W/floor" "${P[floor]}" 2 "$BODY" & PID[floor]=$!
 P[uring]=$(port); target/release/floor-uring "${P[uring]}" 2 "$BODY" defer & PID[uring]=$!
@@ -30,22 +29,6 @@ P[uring-fixed]=$(port); target/release/floor-uring "${P[uring-fixed]}" 2 "$BODY"
 P[sluice]=$(port); target/release/sluice serve "$W/www" --listen "127.0.0.1:${P[sluice]}" --workers 2 --access-log off >/dev/null 2>&1 & PID[sluice]=$!
 NAMES="floor uring uring-fixed uring-plain sluice"
 for s in $NAMES; do PIDS+=("${PID[$s]}"); up "${P[$s]}"; done
-ticks() { awk '{print $14+$15}' /proc/$1/stat; }
-hz=$(getconf CLK_TCK)
-for r in $(seq 1 "$ROUNDS"); do
-  for s in $NAMES; do
-    c0=$(ticks "${PID[$s]}"); out=$(wrk -t1 -c50 -d"${DUR}s" "http://127.0.0.1:${P[$s]}/f.bin" 2>&1); c1=$(ticks "${PID[$s]}")
-    n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out"); rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-    echo "$s $rps $(python3 -c "print(($c1-$c0)/$hz*1e6/max(${n:-0},1))")"
-  done
-done >"$W/res"
-python3 - "$W/res" <<'PY'
-import sys, statistics, collections
-d = collections.defaultdict(lambda: ([], []))
-for line in open(sys.argv[1]):
-    s, r, c = line.split(); d[s][0].append(float(r)); d[s][1].append(float(c))
-f = statistics.median(d["floor"][1])
-print(f"{'server':12} {'req/s':>9} {'CPU us/req':>11} {'x floor':>8}   (medians of {len(d['floor'][0])} rounds)")
-for s, (r, c) in d.items():
-    print(f"{s:12} {statistics.median(r):9.0f} {statistics.median(c):11.2f} {statistics.median(c)/f:8.2f}   rounds: {' '.join(f'{x:.2f}' for x in c)}")
-PY
+# shellcheck disable=SC2086
+rounds "$ROUNDS" "$DUR" 50 /f.bin $NAMES >"$W/res"
+summarize "$W/res" floor

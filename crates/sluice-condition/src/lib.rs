@@ -162,8 +162,7 @@ impl Conditioner {
     /// served range ([`RangeTree::pop_least_recent`]); it becomes [`Class::Active`].
     pub fn next_waiting(&mut self) -> Option<u32> {
         let id = self.waiting.pop_least_recent(&mut self.links)?;
-        self.class[id as usize] = Class::Active;
-        Some(id)
+        Some(self.activate(id))
     }
 
     /// Responses waiting for a send turn.
@@ -176,8 +175,13 @@ impl Conditioner {
     /// [`Class::Active`].
     pub fn next_ready(&mut self) -> Option<u32> {
         let id = self.ready.pop_least_recent(&mut self.links)?;
+        Some(self.activate(id))
+    }
+
+    /// A connection taken off a queue by its turn is busy now.
+    fn activate(&mut self, id: u32) -> u32 {
         self.class[id as usize] = Class::Active;
-        Some(id)
+        id
     }
 
     /// Complete requests waiting to be answered.

@@ -14,6 +14,13 @@ use sluice_http::RequestHead;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
+/// Whether `path` is one of the status page's paths (the page itself or its
+/// `/metrics`): these are answered even when requests wait (`condition.max_active`).
+pub fn is_status_path(snap: &Snapshot, path: &str) -> bool {
+    let cfg = &snap.config.status;
+    cfg.enabled && matches!(path.strip_prefix(cfg.path.as_str()), Some("" | "/metrics"))
+}
+
 pub fn answer(
     snap: &Snapshot,
     site: &Site,

@@ -243,6 +243,14 @@ impl Server {
         let head_only = raw.starts_with("HEAD ");
         read_response(&mut s, head_only).expect("no response")
     }
+
+    /// The status page as JSON (`/server-status?format=json`, answered 200).
+    pub fn status_json(&self) -> serde_json::Value {
+        let r = self.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
+        assert_eq!(r.status, 200, "status page: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        serde_json::from_slice(&r.body).expect("status JSON")
+    }
 }
 
 impl Drop for Server {

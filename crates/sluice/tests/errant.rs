@@ -155,11 +155,7 @@ fn each_answer_as_curl_and_wget_see_it() {
         text.contains("errant=loop") && text.contains("errant=limit"),
         "{text}"
     );
-    let j: serde_json::Value = serde_json::from_slice(
-        &srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n")
-            .body,
-    )
-    .unwrap();
+    let j = srv.status_json();
     assert_eq!(j["rule_actions"]["drop"], 1, "{j}");
     assert_eq!(j["rule_actions"]["limit"], 1, "{j}");
     assert_eq!(j["rule_actions"]["deny"], 2, "{j}");
@@ -188,11 +184,7 @@ fn the_tarpit_cap_holds_and_tarpits_do_not_count_as_connections() {
     assert_eq!(code, Some(52), "{err}");
     let t = Instant::now();
     loop {
-        let j: serde_json::Value = serde_json::from_slice(
-            &srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n")
-                .body,
-        )
-        .unwrap();
+        let j = srv.status_json();
         if j["connections"]["tarpitted"] == 3 {
             // Tarpits are outside the connection count conditioning works with.
             assert!(j["open_connections"].as_u64().unwrap() <= 1, "{j}");

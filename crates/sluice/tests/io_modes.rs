@@ -217,8 +217,7 @@ fn cold_files_are_read_off_the_worker_and_sent_whole() {
             r.body[..] == data[1_000_000..3_000_000],
             "{mode}/{threads}: the cold range differs"
         );
-        let s = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
-        let j: serde_json::Value = serde_json::from_slice(&s.body).unwrap();
+        let j = srv.status_json();
         let waits = j["disk_waits_total"].as_u64().expect("disk_waits_total");
         if threads > 0 {
             assert!(waits >= 2, "{mode}: {waits} disk waits for two cold bodies");

@@ -238,8 +238,7 @@ fn a_panicking_worker_is_logged_and_replaced() {
     // status request's own connection.
     let t = Instant::now();
     loop {
-        let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
-        let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let j = srv.status_json();
         if j["open_connections"] == 1 {
             break;
         }

@@ -7,13 +7,6 @@ use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn json(srv: &Server) -> serde_json::Value {
-    let r = srv.get("GET /server-status?format=json HTTP/1.0\r\n\r\n");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    serde_json::from_slice(&r.body).unwrap()
-}
-
 /// 990 hits and 10 misses, over 10 keep-alive connections.
 fn traffic(srv: &Server) {
     for conn in 0..10 {
@@ -52,7 +45,7 @@ fn python(code: &str, input: &str) -> String {
 fn counters_are_exact_in_json_auto_and_prometheus() {
     let srv = Server::start(&[]);
     traffic(&srv);
-    let j = json(&srv);
+    let j = srv.status_json();
     assert_eq!(j["requests_total"], 1000, "{j}");
     assert_eq!(j["responses_by_status"]["200"], 990);
     assert_eq!(j["responses_by_status"]["404"], 10);
@@ -146,7 +139,7 @@ fn top_lists_show_the_hot_url_and_the_busy_range() {
     // Lists are published once a second by each worker.
     let t = Instant::now();
     loop {
-        let j = json(&srv);
+        let j = srv.status_json();
         let urls = j["top_urls_by_requests"].as_array().unwrap();
         let bytes = j["top_urls_by_bytes"].as_array().unwrap();
         let ranges = j["top_ranges"].as_array().unwrap();
@@ -281,7 +274,7 @@ fn rules_are_counted_per_action_and_per_rule() {
     for _ in 0..2 {
         assert_eq!(srv.get("GET /huge/ab HTTP/1.0\r\n\r\n").status, 404);
     }
-    assert_eq!(json(&srv)["rule_regex_failures_total"], 1);
+    assert_eq!(srv.status_json()["rule_regex_failures_total"], 1);
     let mut c = srv.client();
     for i in 0..7 {
         let p = if i < 5 { "/old" } else { "/gone/x" };
@@ -290,7 +283,7 @@ fn rules_are_counted_per_action_and_per_rule() {
     }
     let t = Instant::now();
     loop {
-        let j = json(&srv);
+        let j = srv.status_json();
         assert_eq!(j["rule_actions"]["redirect"], 5, "{j}");
         assert_eq!(j["rule_actions"]["gone"], 2, "{j}");
         let top = j["top_rules"].as_array().unwrap();

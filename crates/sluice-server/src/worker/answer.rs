@@ -176,7 +176,7 @@ impl Worker {
                 if must_wait
                     && c.cap != Cap::Over
                     && c.why != CloseReason::Busy
-                    && !h.path.starts_with(self.snap.config.status.path.as_str()) =>
+                    && !crate::status::is_status_path(&self.snap, h.path) =>
             {
                 // Parsed again when its turn comes (only requests that wait pay
                 // for a second parse).
