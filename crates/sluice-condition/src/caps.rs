@@ -9,25 +9,41 @@
 //! `fetch_add`s when it opens and three `fetch_sub`s when it closes (tens of
 //! nanoseconds, no lock). Two prefixes that share a slot add up, which can only make
 //! a cap bite earlier for them, never later.
+//!
+//! Several serving processes (`server.processes`) count in one set of tables: the
+//! server allocates them in memory the processes share and hands them to
+//! [`RangeCaps::over`]. This crate only counts; it never maps memory.
 
 use crate::addr::RangeKey;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-const SLOTS: usize = 1 << 16;
+/// Slots in each of the three tables.
+pub const SLOTS: usize = 1 << 16;
 
 pub struct RangeCaps {
-    tables: [Box<[AtomicU32]>; 3],
+    tables: [&'static [AtomicU32]; 3],
     limits: [u32; 3],
 }
 
 impl RangeCaps {
     /// `limits`: the most connections a /8, /16, /24 (IPv6: /32, /48, /64) may hold.
+    /// The tables are allocated here and live as long as the process (a server has
+    /// one `RangeCaps`).
     pub fn new(limits: [u32; 3]) -> RangeCaps {
-        let table = || (0..SLOTS).map(|_| AtomicU32::new(0)).collect::<Box<[_]>>();
-        RangeCaps {
-            tables: [table(), table(), table()],
-            limits,
-        }
+        let table = || -> &'static [AtomicU32] {
+            Box::leak((0..SLOTS).map(|_| AtomicU32::new(0)).collect::<Box<[_]>>())
+        };
+        RangeCaps::over(limits, [table(), table(), table()])
+    }
+
+    /// Count in tables the caller provides (zeroed, [`SLOTS`] each), e.g. in memory
+    /// several processes share.
+    pub fn over(limits: [u32; 3], tables: [&'static [AtomicU32]; 3]) -> RangeCaps {
+        assert!(
+            tables.iter().all(|t| t.len() == SLOTS),
+            "cap tables hold SLOTS slots"
+        );
+        RangeCaps { tables, limits }
     }
 
     fn slot(v: u64) -> usize {

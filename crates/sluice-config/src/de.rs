@@ -83,6 +83,7 @@ macro_rules! bounded {
     };
 }
 bounded!(workers, usize, bounds::WORKERS);
+bounded!(processes, usize, bounds::PROCESSES);
 bounded!(buffer_size, usize, bounds::BUFFER_SIZE);
 bounded!(disk_threads, usize, bounds::DISK_THREADS);
 bounded!(keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);

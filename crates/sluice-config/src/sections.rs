@@ -41,6 +41,10 @@ pub struct ServerSection {
     pub root: PathBuf,
     #[serde(deserialize_with = "crate::de::workers")]
     pub workers: usize,
+    /// Serving processes the workers are split over (each with its own descriptor
+    /// limit; `SO_REUSEPORT` spreads connections over all of them).
+    #[serde(deserialize_with = "crate::de::processes")]
+    pub processes: usize,
     #[serde(deserialize_with = "crate::de::duration")]
     pub shutdown_grace: Duration,
     /// Started as root, serve as this user (default: `nobody`).
@@ -309,6 +313,7 @@ impl Default for ServerSection {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             root: PathBuf::from("."),
             workers: 0,
+            processes: 1,
             shutdown_grace: Duration::from_secs(10),
             user: None,
             allow_root: false,

@@ -76,6 +76,16 @@ impl Config {
                 return Err(src.error(k, format!("{v} is not a fraction in (0, 1]")));
             }
         }
+        let s = &self.server;
+        if s.workers > 0 && s.processes > s.workers {
+            return Err(src.error(
+                "server.processes",
+                format!(
+                    "{} processes for {} workers: each process runs at least one worker",
+                    s.processes, s.workers
+                ),
+            ));
+        }
         if c.ready_per_turn == 0 {
             return Err(src.error("condition.ready_per_turn", "at least 1"));
         }

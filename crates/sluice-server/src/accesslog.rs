@@ -27,9 +27,29 @@ pub struct Writer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// An access log file opened (as root, before privileges are dropped) whose writer
+/// thread has not started yet: the serving process starts it ([`LogFile::start`]),
+/// so with `server.processes` each process writes through its own thread to the
+/// same file (appends of whole buffers, so lines do not interleave).
+pub struct LogFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl LogFile {
+    pub fn open(path: PathBuf) -> std::io::Result<LogFile> {
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(LogFile { path, file })
+    }
+
+    /// Start the writer thread on a duplicate of the descriptor.
+    pub fn start(&self) -> std::io::Result<Writer> {
+        Writer::start(self.path.clone(), self.file.try_clone()?)
+    }
+}
+
 impl Writer {
-    pub fn open(path: PathBuf) -> std::io::Result<Writer> {
-        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+    fn start(path: PathBuf, mut f: std::fs::File) -> std::io::Result<Writer> {
         let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(256);
         let dropped = Arc::new(AtomicU64::new(0));
         let d2 = dropped.clone();

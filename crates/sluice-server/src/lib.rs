@@ -30,8 +30,10 @@ pub mod tls;
 pub mod wheel;
 pub mod worker;
 
+mod processes;
 mod settings;
 mod shared;
+mod shm;
 mod snapshot;
 mod supervisor;
 

@@ -11,6 +11,7 @@ pub struct Overrides {
     pub root: Option<PathBuf>,
     pub listen: Option<String>,
     pub workers: Option<usize>,
+    pub processes: Option<usize>,
     pub access_log: Option<String>,
     pub rules: Vec<PathBuf>,
     pub lenient: bool,
@@ -39,6 +40,9 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Valid, String>
     }
     if let Some(w) = ov.workers {
         cfg.server.workers = w;
+    }
+    if let Some(p) = ov.processes {
+        cfg.server.processes = p;
     }
     if let Some(a) = &ov.access_log {
         cfg.log.access = a.clone();

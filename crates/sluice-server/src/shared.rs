@@ -1,7 +1,8 @@
 //! What the workers share ([`Shared`]): the current snapshot (read on a generation
-//! change), the stop flag, the server-wide connection count and the per-range cap
-//! counters (relaxed atomics), per-worker counters, the status board and the disk
-//! threads. No locks on the request path: the mutex is taken only after a reload.
+//! change), the stop flag, the process's connection count, the per-range cap
+//! counters and the per-worker counters (relaxed atomics; these two in memory every
+//! serving process shares, see `shm`), the status board and the disk threads. No
+//! locks on the request path: the mutex is taken only after a reload.
 
 use crate::disk;
 use crate::snapshot::Snapshot;
@@ -16,16 +17,20 @@ pub type Stats = sluice_status::Counters;
 pub struct Shared {
     /// Per-range connection counts for the caps, shared by every worker.
     pub caps: sluice_condition::RangeCaps,
-    /// Connections open in the whole server, and the most it holds.
-    pub open: std::sync::atomic::AtomicUsize,
+    /// Connections open in this process (its slot in the shared region), and the
+    /// most it holds.
+    pub open: &'static std::sync::atomic::AtomicUsize,
+    /// Every serving process's slot (pid, open connections), for the status page.
+    pub procs: &'static [crate::shm::ProcSlot],
     /// Connections held by `tarpit`/`oversize` answers (not counted in `open`).
     pub drips: std::sync::atomic::AtomicUsize,
     pub max_open: usize,
     pub stop: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
-    /// One per worker.
-    pub stats: Vec<Stats>,
+    /// One per worker of the whole server (every serving process's, in memory they
+    /// share: `shm`), indexed by the worker's id.
+    pub stats: &'static [Stats],
     /// Rates and top talkers for the status page.
     pub board: sluice_status::Board,
     /// The descriptor limit (for the status page).
@@ -39,11 +44,24 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// `max_connections`: the whole server's connection limit (the caps are
-    /// fractions of it).
-    pub fn new(snap: Snapshot, workers: usize, max_connections: usize, nofile: u64) -> Arc<Shared> {
+    /// `max_connections`: this process's connection limit; `server_connections`:
+    /// the whole server's (every process's; the caps are fractions of it). The
+    /// counters and the cap tables are in `region`, shared with the other serving
+    /// processes.
+    pub fn new(
+        snap: Arc<Snapshot>,
+        region: &crate::shm::Region,
+        process: usize,
+        max_connections: usize,
+        server_connections: usize,
+        nofile: u64,
+    ) -> Arc<Shared> {
+        region.procs[process]
+            .pid
+            .store(std::process::id(), Ordering::Relaxed);
+        region.procs[process].open.store(0, Ordering::Relaxed);
         let c = &snap.config.condition;
-        let limit = |f: f64| ((max_connections as f64 * f).ceil() as u32).max(1);
+        let limit = |f: f64| ((server_connections as f64 * f).ceil() as u32).max(1);
         let disk = match snap.config.files.disk_threads {
             0 => None,
             n => disk::DiskPool::start(n)
@@ -53,19 +71,19 @@ impl Shared {
                 .ok(),
         };
         Arc::new(Shared {
-            open: std::sync::atomic::AtomicUsize::new(0),
+            open: &region.procs[process].open,
+            procs: region.procs,
             drips: std::sync::atomic::AtomicUsize::new(0),
             max_open: max_connections,
-            caps: sluice_condition::RangeCaps::new([
-                limit(c.cap_8),
-                limit(c.cap_16),
-                limit(c.cap_24),
-            ]),
+            caps: sluice_condition::RangeCaps::over(
+                [limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)],
+                region.caps,
+            ),
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
-            snapshot: Mutex::new(Arc::new(snap)),
-            stats: (0..workers).map(|_| Stats::default()).collect(),
-            board: sluice_status::Board::new(workers),
+            snapshot: Mutex::new(snap),
+            stats: region.stats,
+            board: sluice_status::Board::new(region.stats.len()),
             nofile,
             from: None,
             disk,

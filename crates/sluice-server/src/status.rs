@@ -52,10 +52,26 @@ pub fn answer(
         ));
     }
     let totals = sluice_status::Totals::sum(&shared.stats);
-    let mut process = sluice_status::Process::read(
-        shared.nofile,
-        shared.max_open as u64,
-        shared.open.load(Ordering::Relaxed) as u64,
+    // With several serving processes, the sum over all of them (each has its own
+    // descriptor limit and connection limit).
+    let pids: Vec<Option<u32>> = match shared.procs {
+        [_] => vec![None],
+        all => all
+            .iter()
+            .map(|p| Some(p.pid.load(Ordering::Relaxed)))
+            .collect(),
+    };
+    let open: usize = shared
+        .procs
+        .iter()
+        .map(|p| p.open.load(Ordering::Relaxed))
+        .sum();
+    let n = pids.len() as u64;
+    let mut process = sluice_status::Process::read_all(
+        &pids,
+        shared.nofile * n,
+        shared.max_open as u64 * n,
+        open as u64,
     );
     process.rule_regex_failures = sluice_rules::pattern::compile_failures();
     let view = shared

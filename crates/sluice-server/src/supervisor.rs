@@ -1,11 +1,15 @@
-//! The process: [`serve`] binds the listeners (or takes systemd's), drops root,
-//! starts one worker thread per core, and then waits for signals: SIGHUP reloads
-//! (a config with errors keeps the old snapshot serving), SIGUSR1 reopens the access
-//! logs, SIGTERM/SIGINT drain and stop. A worker that panics is logged and replaced;
-//! too many deaths in a minute stop the server for systemd to restart.
+//! The process: [`serve`] binds the listeners (or takes systemd's), opens the logs,
+//! drops root and maps the shared counters ([`Start`]); then [`run_process`] starts
+//! one worker thread per core and waits for signals: SIGHUP reloads (a config with
+//! errors keeps the old snapshot serving), SIGUSR1 reopens the access logs,
+//! SIGTERM/SIGINT drain and stop. A worker that panics is logged and replaced; too
+//! many deaths in a minute stop the process for systemd (or the master) to restart.
+//! With `server.processes > 1`, `processes` forks that many serving processes from
+//! the prepared [`Start`], each running [`run_process`] for its share of the workers.
 
 use crate::settings::{load_config, raise_nofile_limit, Overrides};
 use crate::shared::Shared;
+use crate::shm::Region;
 use crate::snapshot::Snapshot;
 use crate::{accesslog, listener, privileges, systemd, worker};
 use std::net::SocketAddr;
@@ -16,13 +20,18 @@ use std::sync::Arc;
 /// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`; SIGUSR1 reopens
 /// the access log (log rotation).
 pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     // Before anything else (and before any thread): sockets systemd passed us.
     let activated = systemd::listen_fds()?;
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let snap = Snapshot::build(cfg)?;
     let workers = snap.config.worker_count();
+    let processes = snap.config.server.processes;
+    if processes > workers {
+        return Err(format!(
+            "server.processes = {processes} is more than the {workers} workers: each process runs at least one worker"
+        ));
+    }
     // HTTP and HTTPS listeners side by side; a worker tells them apart by address.
     let tls_addrs: Vec<SocketAddr> = snap.config.tls.listen.clone();
     let mut addrs: Vec<SocketAddr> = snap
@@ -100,13 +109,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         }
     }
     // Every access log any site names (the main log first), each opened once.
-    let mut log_writers: Vec<(String, accesslog::Writer)> = Vec::new();
+    let mut logs: Vec<(String, accesslog::LogFile)> = Vec::new();
     for site in &snap.sites {
         if let Some(p) = &site.conf.access_log {
-            if !log_writers.iter().any(|(q, _)| q == p) {
-                let w = accesslog::Writer::open(PathBuf::from(p))
+            if !logs.iter().any(|(q, _)| q == p) {
+                let f = accesslog::LogFile::open(PathBuf::from(p))
                     .map_err(|e| format!("access log {p}: {e}"))?;
-                log_writers.push((p.clone(), w));
+                logs.push((p.clone(), f));
             }
         }
     }
@@ -129,31 +138,178 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
-    // Keep 64 descriptors for files, logs and the listeners themselves.
-    let fd_room = nofile.saturating_sub(64 + 64 * workers as u64) as usize;
-    let wanted = match snap.config.condition.max_connections {
-        0 => fd_room,
-        n => n.min(fd_room),
+    // The counters and cap tables every serving process shares (one process: they
+    // are simply this process's).
+    let region = Region::map(workers, processes).map_err(|e| format!("shared memory: {e}"))?;
+    let start = Start {
+        config_path,
+        ov,
+        snap: Arc::new(snap),
+        nofile,
+        workers,
+        processes,
+        per_worker,
+        logs,
+        addrs,
+        tls_addrs,
+        root_display,
+        region,
     };
-    // The limit is the whole server's (a shared count): SO_REUSEPORT does not spread
+    if processes == 1 {
+        let mut start = start;
+        return run_process(&mut start, Part::whole(workers), None);
+    }
+    crate::processes::run(start)
+}
+
+/// Everything the serving processes start from, prepared once (as root, before
+/// privileges are dropped) by [`serve`]. With `server.processes > 1` each forked
+/// process inherits it: the compiled snapshot is shared copy-on-write.
+pub(crate) struct Start {
+    pub config_path: Option<PathBuf>,
+    pub ov: Overrides,
+    /// The configuration to serve (replaced by the master on a good reload, so a
+    /// process forked later serves the current one).
+    pub snap: Arc<Snapshot>,
+    pub nofile: u64,
+    /// Workers in the whole server, and the processes they are split over.
+    pub workers: usize,
+    pub processes: usize,
+    /// Every worker's listening sockets (by global worker id), owned here so a
+    /// worker (or a process) that dies does not close them.
+    pub per_worker: Vec<Vec<mio::net::TcpListener>>,
+    pub logs: Vec<(String, accesslog::LogFile)>,
+    pub addrs: Vec<SocketAddr>,
+    pub tls_addrs: Vec<SocketAddr>,
+    pub root_display: PathBuf,
+    pub region: Region,
+}
+
+impl Start {
+    /// The lines a supervisor (and a person) reads to know the server is up.
+    pub fn announce(&self) {
+        // Not println!: a closed stdout (a supervisor that read the first line and
+        // went away) must not take the server down.
+        use std::io::Write;
+        let (workers, root) = (self.workers, self.root_display.display());
+        let procs = match self.processes {
+            1 => String::new(),
+            n => format!(" in {n} processes"),
+        };
+        let mut out = std::io::stdout().lock();
+        for a in &self.addrs {
+            let scheme = if self.tls_addrs.contains(a) {
+                "https"
+            } else {
+                "http"
+            };
+            let _ = writeln!(
+                out,
+                "sluice: serving {root} on {scheme}://{a}/ ({workers} workers{procs})"
+            );
+        }
+        if let Some(f) = &self.ov.from {
+            let _ = writeln!(
+                out,
+                "sluice: serving {root} from {f} ({workers} workers{procs})"
+            );
+        }
+        let _ = out.flush();
+        systemd::notify(&format!(
+            "READY=1\nSTATUS=serving on {} address(es), {workers} workers{procs}",
+            self.addrs.len()
+        ));
+    }
+}
+
+/// Which of the server's workers one process runs: global ids `first..first+count`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Part {
+    /// The process's index (0 when there is one).
+    pub process: usize,
+    pub first: usize,
+    pub count: usize,
+}
+
+impl Part {
+    pub fn whole(workers: usize) -> Part {
+        Part {
+            process: 0,
+            first: 0,
+            count: workers,
+        }
+    }
+
+    /// Process `p` of `n`: the workers split as evenly as they go.
+    pub fn of(p: usize, n: usize, workers: usize) -> Part {
+        let first = p * workers / n;
+        Part {
+            process: p,
+            first,
+            count: (p + 1) * workers / n - first,
+        }
+    }
+}
+
+/// Serve with the workers of `part` until SIGTERM/SIGINT. `managed`: this is one
+/// of several processes; it reports that it is ready (or why it cannot start) on
+/// this socket to the master, which talks to systemd and prints the addresses.
+pub(crate) fn run_process(
+    start: &mut Start,
+    part: Part,
+    managed: Option<std::os::unix::net::UnixStream>,
+) -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
+        .map_err(|e| format!("signals: {e}"))?;
+    // The master blocked these around the fork; now that they have handlers here,
+    // let them in (a signal that came in between is delivered now).
+    crate::processes::unblock_signals();
+    let workers = part.count;
+    let log_writers = start
+        .logs
+        .iter()
+        .map(|(p, f)| {
+            Ok((
+                p.clone(),
+                f.start().map_err(|e| format!("access log {p}: {e}"))?,
+            ))
+        })
+        .collect::<Result<Vec<(String, accesslog::Writer)>, String>>()?;
+    let ov = &start.ov;
+    // Keep 64 descriptors for files, logs and the listeners themselves (each process
+    // has its own descriptor limit, and holds every worker's listeners).
+    let fd_room = start.nofile.saturating_sub(64 + 64 * start.workers as u64) as usize;
+    let wanted = match start.snap.config.condition.max_connections {
+        0 => fd_room,
+        n => n.div_ceil(start.processes).min(fd_room),
+    };
+    // The limit is the whole process's (a shared count): SO_REUSEPORT does not spread
     // connections exactly evenly, and a per-worker share would make one worker evict
     // while the process still has descriptors to spare.
     let max_conns = wanted.max(16 * workers);
-    let mut shared = Shared::new(snap, workers, max_conns, nofile);
+    let mut shared = Shared::new(
+        start.snap.clone(),
+        &start.region,
+        part.process,
+        max_conns,
+        max_conns * start.processes,
+        start.nofile,
+    );
     if let Some(f) = &ov.from {
         Arc::get_mut(&mut shared).expect("not shared yet").from =
             Some(sluicecc::proto::unix_path(f).to_path_buf());
     }
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
-        .map_err(|e| format!("signals: {e}"))?;
 
     let (exit_tx, exit_rx) = std::sync::mpsc::channel::<WorkerExit>();
-    let spawn = |id: usize| -> Result<std::thread::JoinHandle<()>, String> {
+    // `i`: the worker's index in this process; its id is global (counters, logs).
+    let spawn = |i: usize| -> Result<std::thread::JoinHandle<()>, String> {
+        let id = part.first + i;
         // Each worker gets its own descriptors for the listeners; the originals stay
         // here, so a worker that dies does not close a listening socket (nor lose the
         // connections waiting in its backlog) and its replacement takes them over.
-        let mut ls = Vec::with_capacity(per_worker[id].len());
-        for l in &per_worker[id] {
+        let mut ls = Vec::with_capacity(start.per_worker[id].len());
+        for l in &start.per_worker[id] {
             ls.push(clone_listener(l).map_err(|e| format!("worker {id}: {e}"))?);
         }
         spawn_worker(WorkerSpawn {
@@ -169,8 +325,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         })
     };
     let mut threads = Vec::with_capacity(workers);
-    for id in 0..workers {
-        threads.push(Some(spawn(id)?));
+    for i in 0..workers {
+        threads.push(Some(spawn(i)?));
     }
     // Start-up: every worker must build (its file handler opens the root), or the
     // server does not start at all.
@@ -185,41 +341,20 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             Err(_) => return Err("a worker exited during start-up".into()),
         }
     }
-    // Not println!: a closed stdout (a supervisor that read the first line and went
-    // away) must not take the server down.
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    for a in &addrs {
-        let scheme = if tls_addrs.contains(a) {
-            "https"
-        } else {
-            "http"
-        };
-        let _ = writeln!(
-            out,
-            "sluice: serving {} on {scheme}://{a}/ ({workers} workers)",
-            root_display.display()
-        );
+    match &managed {
+        None => start.announce(),
+        Some(m) => {
+            use std::io::Write;
+            let _ = (&*m).write_all(b"R");
+        }
     }
-    if let Some(f) = &ov.from {
-        let _ = writeln!(
-            out,
-            "sluice: serving {} from {f} ({workers} workers)",
-            root_display.display()
-        );
-    }
-    let _ = out.flush();
-    drop(out);
-    systemd::notify(&format!(
-        "READY=1\nSTATUS=serving on {} address(es), {workers} workers",
-        addrs.len()
-    ));
 
     // The main thread's loop: signals, and worker supervision. A worker that panics
     // (a bug: nothing a client sends should do that) is logged loudly and replaced
     // at once; its connections are lost, the listeners are not. More than
     // MAX_RESTARTS deaths within a minute means something is badly wrong: the process
-    // stops and exits non-zero, so a supervisor (systemd) restarts it whole.
+    // stops and exits non-zero, so a supervisor (systemd, or the master of several
+    // serving processes) restarts it whole.
     const MAX_RESTARTS: usize = 5;
     let mut deaths: std::collections::VecDeque<std::time::Instant> = Default::default();
     let mut failure: Option<String> = None;
@@ -230,14 +365,18 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             next_sample += std::time::Duration::from_secs(1);
             shared
                 .board
-                .sample(&sluice_status::Totals::sum(&shared.stats));
+                .sample(&sluice_status::Totals::sum(shared.stats));
         }
         for sig in signals.pending() {
             match sig {
                 SIGHUP => {
-                    systemd::reloading();
-                    reload(&shared, config_path.as_deref(), &ov);
-                    systemd::notify("READY=1");
+                    if managed.is_none() {
+                        systemd::reloading();
+                    }
+                    reload(&shared, start.config_path.as_deref(), ov);
+                    if managed.is_none() {
+                        systemd::notify("READY=1");
+                    }
                 }
                 SIGUSR1 => {
                     for (_, w) in &log_writers {
@@ -253,7 +392,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         match exit_rx.recv_timeout(std::time::Duration::from_millis(100)) {
             Ok(WorkerExit::Panicked(id, msg)) | Ok(WorkerExit::Failed(id, msg)) => {
                 shared.stats[id].restarts.fetch_add(1, Ordering::Relaxed);
-                if let Some(t) = threads[id].take() {
+                let i = id - part.first;
+                if let Some(t) = threads[i].take() {
                     let _ = t.join();
                 }
                 let now = std::time::Instant::now();
@@ -272,8 +412,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
                     break 'main;
                 }
                 tracing::error!(worker = id, "worker died ({msg}); restarting it");
-                match spawn(id) {
-                    Ok(t) => threads[id] = Some(t),
+                match spawn(i) {
+                    Ok(t) => threads[i] = Some(t),
                     Err(e) => {
                         failure = Some(format!("cannot restart worker {id}: {e}"));
                         break 'main;
@@ -284,11 +424,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             Err(_) => {}
         }
     }
-    systemd::notify("STOPPING=1");
+    if managed.is_none() {
+        systemd::notify("STOPPING=1");
+    }
     shared.stop.store(true, Ordering::Relaxed);
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
-    drop(per_worker);
+    start.per_worker.clear();
     for t in threads.into_iter().flatten() {
         let _ = t.join();
     }

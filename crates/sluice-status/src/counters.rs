@@ -1,6 +1,11 @@
 //! Per-worker counters: written by one worker with relaxed atomics on its own cache
 //! lines, summed by whoever reads the status page. No cache line is shared between
 //! workers, so counting costs a few uncontended `fetch_add`s per request.
+//!
+//! [`Counters`] is atomics only, with no pointer inside (no `Box`, no `Vec`), so
+//! that it can live in memory that several serving processes share
+//! (`server.processes`): the server places the whole table there, and each
+//! process's status page sums every process's workers.
 
 use sluice_condition::CloseReason;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,7 +67,7 @@ pub struct Counters {
     pub closes: [AtomicU64; CloseReason::COUNT],
     /// Requests a rule decided, by action ([`ACTIONS`]).
     pub rule_actions: [AtomicU64; ACTIONS.len()],
-    responses: Box<[AtomicU64]>,
+    responses: [AtomicU64; CODES],
     ttfb: [AtomicU64; TTFB_BOUNDS.len() + 1],
     ttfb_sum_us: AtomicU64,
     transfer: [AtomicU64; TRANSFER_BOUNDS.len() + 1],
@@ -83,7 +88,7 @@ impl Default for Counters {
             disk_waits: AtomicU64::new(0),
             closes: Default::default(),
             rule_actions: Default::default(),
-            responses: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
+            responses: [const { AtomicU64::new(0) }; CODES],
             ttfb: Default::default(),
             ttfb_sum_us: AtomicU64::new(0),
             transfer: Default::default(),

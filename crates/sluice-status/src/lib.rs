@@ -99,6 +99,8 @@ impl Board {
 /// Process-wide figures the server reads from the kernel.
 #[derive(Clone, Debug, Default)]
 pub struct Process {
+    /// Serving processes summed here (`server.processes`).
+    pub processes: u64,
     pub open_fds: u64,
     pub max_fds: u64,
     pub resident_bytes: u64,
@@ -113,19 +115,45 @@ impl Process {
     /// Read from `/proc/self` and `getrlimit`-free sources (the server fills in the
     /// limits it knows).
     pub fn read(max_fds: u64, max_connections: u64, open_connections: u64) -> Process {
-        let open_fds = std::fs::read_dir("/proc/self/fd")
-            .map(|d| d.count() as u64)
-            .unwrap_or(0);
-        let page = 4096u64;
-        let resident_bytes = std::fs::read_to_string("/proc/self/statm")
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
+        Process::read_all(&[None], max_fds, max_connections, open_connections)
+    }
+
+    /// The sum over the serving processes `pids` (`None`: this process), read from
+    /// `/proc`; the limits and connection counts are the server's, already summed.
+    pub fn read_all(
+        pids: &[Option<u32>],
+        max_fds: u64,
+        max_connections: u64,
+        open_connections: u64,
+    ) -> Process {
+        let dir = |pid: &Option<u32>| match pid {
+            Some(p) => format!("/proc/{p}"),
+            None => "/proc/self".to_string(),
+        };
+        let open_fds = pids
+            .iter()
+            .map(|p| {
+                std::fs::read_dir(format!("{}/fd", dir(p)))
+                    .map(|d| d.count() as u64)
+                    .unwrap_or(0)
             })
-            .map_or(0, |p| p * page);
+            .sum();
+        let page = 4096u64;
+        let resident_bytes = pids
+            .iter()
+            .map(|p| {
+                std::fs::read_to_string(format!("{}/statm", dir(p)))
+                    .ok()
+                    .and_then(|s| {
+                        s.split_whitespace()
+                            .nth(1)
+                            .and_then(|v| v.parse::<u64>().ok())
+                    })
+                    .map_or(0, |n| n * page)
+            })
+            .sum();
         Process {
+            processes: pids.len() as u64,
             open_fds,
             max_fds,
             resident_bytes,

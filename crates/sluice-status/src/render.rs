@@ -89,6 +89,7 @@ pub fn json(v: &View) -> String {
         "rule_regex_failures_total": v.process.rule_regex_failures,
         "open_connections": v.process.open_connections,
         "max_connections": v.process.max_connections,
+        "processes": v.process.processes,
         "open_fds": v.process.open_fds,
         "max_fds": v.process.max_fds,
         "resident_bytes": v.process.resident_bytes,

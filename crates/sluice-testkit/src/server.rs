@@ -85,11 +85,26 @@ impl Server {
 
     /// Start with extra environment variables (test hooks, log filters).
     pub fn start_in_env(dir: tempfile::TempDir, env: &[(&str, &str)], extra: &[&str]) -> Server {
+        Self::launch(dir, env, None, extra)
+    }
+
+    /// Start with the server's descriptor limit (soft and hard) set to `nofile`, as
+    /// an operator's `LimitNOFILE=` would.
+    pub fn start_with_nofile(dir: tempfile::TempDir, nofile: u64, extra: &[&str]) -> Server {
+        Self::launch(dir, &[], Some(nofile), extra)
+    }
+
+    fn launch(
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+        extra: &[&str],
+    ) -> Server {
         // A free port found by binding :0 can be taken by another test before the
         // server binds it: retry with a new port when that is why start-up failed.
         let mut dir = Some(dir);
         for attempt in 0.. {
-            match Self::try_start(dir.take().unwrap(), env, extra) {
+            match Self::try_start(dir.take().unwrap(), env, nofile, extra) {
                 Ok(s) => return s,
                 Err((d, why)) if attempt < 5 && why.contains("cannot listen") => dir = Some(d),
                 Err((_, why)) => panic!("server did not start: {why}"),
@@ -101,6 +116,7 @@ impl Server {
     fn try_start(
         dir: tempfile::TempDir,
         env: &[(&str, &str)],
+        nofile: Option<u64>,
         extra: &[&str],
     ) -> Result<Server, (tempfile::TempDir, String)> {
         let port = free_port();
@@ -128,6 +144,23 @@ impl Server {
             .arg("--allow-root")
             .args(extra)
             .envs(env.iter().copied());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork
+            // and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let mut s = Server {
             child,
@@ -174,6 +207,23 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         Err(format!("{line:?} {}", self.stderr()))
+    }
+
+    /// The server's pid (with `server.processes > 1`, the master's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The server's child processes (its serving processes), by pid.
+    pub fn children(&self) -> Vec<u32> {
+        let pid = self.child.id();
+        let mut v: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        v.sort();
+        v
     }
 
     /// Names of the server's worker threads (`sluice-w0`, …) alive right now.

@@ -190,6 +190,9 @@ pub struct ServeArgs {
     /// Worker threads (0 = one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Serving processes the workers are split over (overrides server.processes).
+    #[arg(long)]
+    pub processes: Option<usize>,
     /// TOML config file.
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -37,6 +37,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 root: a.dir,
                 listen: a.listen,
                 workers: a.workers,
+                processes: a.processes,
                 access_log: a.access_log,
                 rules: a.rules,
                 lenient: a.lenient,

@@ -1,0 +1,316 @@
+//! `server.processes > 1`: the master. It forks the serving processes from the
+//! prepared [`Start`] (listeners bound, logs open, root dropped, rules compiled:
+//! every process shares the compiled snapshot copy-on-write), forwards signals to
+//! them, and replaces one that dies.
+//!
+//! Why processes at all: a process's descriptor limit (here 20,000, not raisable)
+//! caps the connections one process holds; two processes hold twice as many, as
+//! nginx's worker processes do. The listeners are `SO_REUSEPORT` sockets, one set per
+//! worker, bound here and inherited, so the kernel spreads connections over every
+//! process's workers and a dead process's backlog waits for its replacement. The
+//! counters and the range-cap tables are in shared memory (`shm`), so the status page
+//! and the caps are the whole server's. What stays per process: the descriptor
+//! limit and `max_connections` (split evenly), the conditioning trees (a range's
+//! connections spread over all workers, as with threads), the status page's top
+//! lists and `process` block (the answering process's).
+//!
+//! The master serves nothing and runs no thread: it blocks the signals it handles
+//! and takes them with `sigtimedwait`, so a fork never copies a signal handler's
+//! state or a lock held by another thread. A forked process registers its own
+//! handlers and then unblocks the signals ([`unblock_signals`]).
+//!
+//! Signals to the master: SIGHUP checks the configuration (an error is logged and
+//! nothing changes; otherwise the master keeps the new snapshot for processes it
+//! forks later) and passes SIGHUP on, so each process reloads as a single process
+//! does; SIGUSR1 is passed on (each process reopens its logs); SIGTERM/SIGINT are
+//! passed on as SIGTERM, and the master waits for every process to finish. A
+//! process that exits on its own is forked again (more than five times in a minute
+//! stops the server). A serving process whose master is killed gets SIGTERM
+//! (`PR_SET_PDEATHSIG`) and drains.
+//!
+//! Cost: nothing on the request path. Memory: after a reload each process holds its
+//! own compiled copy of the rules (before one, they share the master's).
+
+use crate::settings::load_config;
+use crate::snapshot::Snapshot;
+use crate::supervisor::{run_process, Part, Start};
+use crate::systemd;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The signals the master handles (blocked in it, and in a process until that
+/// process has its own handlers).
+fn handled() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set; sigaddset only adds valid numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGCHLD,
+        ] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn mask(how: libc::c_int) {
+    let set = handled();
+    // SAFETY: a valid set; the old mask is not wanted.
+    unsafe { libc::pthread_sigmask(how, &set, std::ptr::null_mut()) };
+}
+
+/// Let the handled signals in (a serving process, once its handlers are
+/// registered). Harmless where they were never blocked.
+pub(crate) fn unblock_signals() {
+    mask(libc::SIG_UNBLOCK);
+}
+
+/// One serving process as the master sees it.
+struct Child {
+    pid: libc::pid_t,
+    part: Part,
+}
+
+/// Run the master until SIGTERM/SIGINT.
+pub(crate) fn run(mut start: Start) -> Result<(), String> {
+    let n = start.processes;
+    mask(libc::SIG_BLOCK);
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    for p in 0..n {
+        let part = Part::of(p, n, start.workers);
+        match fork_serving(&mut start, part) {
+            Ok(pid) => children.push(Child { pid, part }),
+            Err(e) => {
+                stop_all(&children);
+                return Err(e);
+            }
+        }
+    }
+    start.announce();
+
+    const MAX_RESTARTS: usize = 5;
+    let mut deaths: std::collections::VecDeque<Instant> = Default::default();
+    let mut failure: Option<String> = None;
+    let set = handled();
+    'main: loop {
+        let sig = wait_signal(&set, Duration::from_secs(1));
+        match sig {
+            Some(libc::SIGHUP) => {
+                systemd::reloading();
+                match load_config(start.config_path.as_deref(), &start.ov).and_then(Snapshot::build)
+                {
+                    Ok(snap) => {
+                        start.snap = Arc::new(snap);
+                        signal_all(&children, libc::SIGHUP);
+                    }
+                    Err(e) => tracing::error!(
+                        "reload failed, still serving the previous configuration: {e}"
+                    ),
+                }
+                systemd::notify("READY=1");
+            }
+            Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
+            Some(libc::SIGTERM) | Some(libc::SIGINT) => {
+                tracing::info!("stopping: finishing in-flight responses");
+                break 'main;
+            }
+            _ => {}
+        }
+        // Reap: a serving process that exited while the server runs is replaced.
+        while let Some((pid, how)) = reap(libc::WNOHANG) {
+            let Some(i) = children.iter().position(|c| c.pid == pid) else {
+                continue;
+            };
+            let part = children.remove(i).part;
+            let now = Instant::now();
+            deaths.retain(|t| now.duration_since(*t) < Duration::from_secs(60));
+            deaths.push_back(now);
+            if deaths.len() > MAX_RESTARTS {
+                tracing::error!(
+                    pid,
+                    "serving process {how}; {} deaths within a minute: stopping the server",
+                    deaths.len()
+                );
+                failure = Some(format!(
+                    "serving processes died {} times within a minute (last: {how})",
+                    deaths.len()
+                ));
+                break 'main;
+            }
+            tracing::error!(pid, workers = ?(part.first..part.first + part.count), "serving process {how}; starting another");
+            if let Some(s) = start.region.stats.get(part.first) {
+                s.restarts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            match fork_serving(&mut start, part) {
+                Ok(pid) => children.push(Child { pid, part }),
+                Err(e) => {
+                    failure = Some(format!("cannot restart a serving process: {e}"));
+                    break 'main;
+                }
+            }
+        }
+    }
+    systemd::notify("STOPPING=1");
+    signal_all(&children, libc::SIGTERM);
+    // Close the master's copies of the listeners, so that once the processes close
+    // theirs new connections are refused instead of queueing.
+    start.per_worker.clear();
+    for c in &children {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        while unsafe { libc::waitpid(c.pid, &mut status, 0) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+        if failure.is_none() && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            failure = Some(format!("serving process {} {}", c.pid, describe(status)));
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Fork one serving process for `part` and wait until it reports that it serves
+/// (or why it cannot).
+fn fork_serving(start: &mut Start, part: Part) -> Result<libc::pid_t, String> {
+    let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    // SAFETY: the master is single-threaded (it never starts a thread), so the child
+    // is a complete copy and may run any code.
+    let master = unsafe { libc::getpid() };
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(ours);
+        // SAFETY: plain system calls in the new process.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != master {
+                libc::_exit(1); // the master died before prctl took effect
+            }
+        }
+        let report = theirs.try_clone().ok();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_process(start, part, Some(theirs))
+        }));
+        let code = match run {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                tracing::error!("serving process: {e}");
+                if let Some(mut r) = report {
+                    use std::io::Write;
+                    let _ = r.write_all(format!("E{e}").as_bytes());
+                }
+                1
+            }
+            Err(_) => 101,
+        };
+        std::process::exit(code);
+    }
+    drop(theirs);
+    let _ = ours.set_read_timeout(Some(Duration::from_secs(120)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match ours.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => {
+                buf.extend_from_slice(&chunk[..k]);
+                if buf.first() == Some(&b'R') {
+                    return Ok(pid);
+                }
+            }
+        }
+    }
+    // It did not start: collect it and say why.
+    // SAFETY: our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let why = match buf.strip_prefix(b"E") {
+        Some(m) => String::from_utf8_lossy(m).into_owned(),
+        None => "exited during start-up".to_string(),
+    };
+    Err(format!(
+        "serving process for workers {}..{}: {why}",
+        part.first,
+        part.first + part.count
+    ))
+}
+
+/// The next handled signal within `within`, if any.
+fn wait_signal(set: &libc::sigset_t, within: Duration) -> Option<libc::c_int> {
+    let ts = libc::timespec {
+        tv_sec: within.as_secs() as libc::time_t,
+        tv_nsec: within.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: valid set and timeout; the siginfo is not wanted.
+    let s = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (s > 0).then_some(s)
+}
+
+/// One exited child, if any: its pid and how it ended.
+fn reap(flags: libc::c_int) -> Option<(libc::pid_t, String)> {
+    let mut status = 0;
+    // SAFETY: waitpid on any child of ours.
+    let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
+    (pid > 0).then(|| (pid, describe(status)))
+}
+
+fn describe(status: libc::c_int) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("was killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("ended ({status})")
+    }
+}
+
+fn signal_all(children: &[Child], sig: libc::c_int) {
+    for c in children {
+        // SAFETY: our own children.
+        unsafe { libc::kill(c.pid, sig) };
+    }
+}
+
+/// Start-up failed: stop the processes already running.
+fn stop_all(children: &[Child]) {
+    signal_all(children, libc::SIGTERM);
+    for c in children {
+        // SAFETY: our own children.
+        unsafe { libc::waitpid(c.pid, std::ptr::null_mut(), 0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_every_worker_once() {
+        for workers in 1..9 {
+            for n in 1..=workers {
+                let parts: Vec<Part> = (0..n).map(|p| Part::of(p, n, workers)).collect();
+                assert_eq!(parts[0].first, 0);
+                for w in parts.windows(2) {
+                    assert_eq!(w[0].first + w[0].count, w[1].first);
+                }
+                let last = parts[n - 1];
+                assert_eq!(last.first + last.count, workers);
+                assert!(parts.iter().all(|p| p.count >= 1));
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `server.processes`: the workers split over several serving processes forked from
+//! one master. Each process has its own descriptor limit, so the server holds more
+//! connections than one process can; the status page and the caps are the whole
+//! server's; a process that dies is replaced; SIGHUP and SIGTERM reach every one.
+
+use sluice_testkit::*;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Range caps off: every test connection comes from 127.0.0.0/8, and these tests
+/// are about descriptors, not ranges.
+const CAPS_OFF: &str = "[condition]\ncap_8 = 1.0\ncap_16 = 1.0\ncap_24 = 1.0\n";
+
+fn config_in(dir: &tempfile::TempDir, toml: &str) -> String {
+    let p = dir.path().join(".test-config.toml");
+    std::fs::write(&p, toml).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// `n` keep-alive connections, each idle after one answered request. The
+/// connections are made one at a time, so a full server evicts the least recently
+/// used instead of refusing.
+fn hold_idle(srv: &Server, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let mut s = srv.connect();
+            assert_eq!(
+                keepalive_get(&mut s, "/hello.txt"),
+                Some(200),
+                "connection {i}"
+            );
+            s
+        })
+        .collect()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The reason sluice has processes: with a descriptor limit of 400 per process
+/// (room for 208 connections each), one process must evict idle connections to hold
+/// 300, two hold all 300 and both take a share.
+#[test]
+fn two_processes_hold_what_one_processes_descriptors_cannot() {
+    let mut evicted = Vec::new();
+    for processes in ["1", "2"] {
+        let dir = docroot();
+        let cfg = config_in(&dir, CAPS_OFF);
+        let srv =
+            Server::start_with_nofile(dir, 400, &["--config", &cfg, "--processes", processes]);
+        let base: Vec<(u32, usize)> = srv
+            .children()
+            .into_iter()
+            .map(|p| (p, open_fds(p)))
+            .collect();
+        let held = hold_idle(&srv, 300);
+        std::thread::sleep(Duration::from_millis(300));
+        let j = srv.status_json();
+        let ev = j["closes_by_reason"]["evicted_idle"].as_u64().unwrap();
+        evicted.push(ev);
+        if processes == "2" {
+            assert_eq!(j["processes"], 2);
+            assert!(
+                j["open_connections"].as_u64().unwrap() >= 300,
+                "the status page sums both processes: {}",
+                j["open_connections"]
+            );
+            assert_eq!(j["max_connections"].as_u64().unwrap(), 2 * 208);
+            // Both serving processes hold a good share (SO_REUSEPORT hashes each
+            // connection to one of the two workers' sockets).
+            assert_eq!(base.len(), 2, "two serving processes");
+            for (pid, before) in base {
+                let now = open_fds(pid);
+                assert!(
+                    now >= before + 75,
+                    "process {pid} holds {} connections of 300",
+                    now - before
+                );
+            }
+        }
+        drop(held);
+        assert_eq!(srv.stop(), Some(0));
+    }
+    assert!(
+        evicted[0] >= 50,
+        "one process evicts past its 208: {evicted:?}"
+    );
+    assert_eq!(evicted[1], 0, "two processes evict none: {evicted:?}");
+}
+
+/// Counters are in memory the processes share: requests answered by either show up
+/// on the status page whichever process answers it.
+#[test]
+fn the_status_page_counts_every_processes_requests() {
+    let srv = Server::start(&["--processes", "2"]);
+    for _ in 0..40 {
+        let r = srv.get("GET /hello.txt HTTP/1.0\r\n\r\n");
+        assert_eq!(r.status, 200);
+    }
+    for _ in 0..5 {
+        let j = srv.status_json();
+        assert_eq!(j["processes"], 2);
+        let n = j["requests_total"].as_u64().unwrap();
+        let by200 = j["responses_by_status"]["200"].as_u64().unwrap();
+        // Earlier status requests count too (a status request is counted once
+        // answered).
+        assert!((40..=44).contains(&n), "requests_total {n}");
+        assert!(by200 >= 40, "200s {by200}");
+    }
+}
+
+/// A serving process killed outright is forked again; the server keeps answering;
+/// the restart is counted; SIGTERM to the master stops every process and exits 0.
+#[test]
+fn a_killed_serving_process_is_replaced_and_sigterm_stops_them_all() {
+    let srv = Server::start(&["--processes", "2"]);
+    let first = srv.children();
+    assert_eq!(first.len(), 2, "{first:?}");
+    // SAFETY: a process of the server this test started.
+    unsafe { libc::kill(first[0] as i32, libc::SIGKILL) };
+    let t = Instant::now();
+    let second = loop {
+        let now = srv.children();
+        if now.len() == 2 && !now.contains(&first[0]) {
+            break now;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "not replaced: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(second.contains(&first[1]), "the other process kept serving");
+    wait_for_stderr(&srv, "starting another");
+    for _ in 0..30 {
+        assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
+    }
+    assert_eq!(srv.status_json()["worker_restarts_total"], 1);
+    assert_eq!(srv.stop(), Some(0));
+    for pid in second {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "serving process {pid} outlived the master"
+        );
+    }
+}
+
+/// SIGHUP to the master reaches every process: each fresh connection (spread over
+/// both processes) sees the new rules; a broken file leaves all of them on the old.
+#[test]
+fn sighup_reloads_every_process() {
+    let dir = docroot();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(&rules, "Redirect 301 /a /first\n").unwrap();
+    let cfg = config_in(
+        &dir,
+        &format!("[rules]\nfiles = [{:?}]\n", rules.to_str().unwrap()),
+    );
+    let srv = Server::start_in(dir, &["--config", &cfg, "--processes", "2"]);
+    let locations = |srv: &Server| -> Vec<String> {
+        (0..30)
+            .map(|_| {
+                srv.get("GET /a HTTP/1.0\r\n\r\n")
+                    .header("location")
+                    .unwrap_or("-")
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(locations(&srv).iter().all(|l| l == "/first"));
+    std::fs::write(&rules, "Redirect 301 /a /second\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    loop {
+        let l = locations(&srv);
+        if l.iter().all(|l| l == "/second") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{l:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(&rules, "Redirect 301 /a /third\nRewriteRule ^/a /x [P]\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reload failed");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(locations(&srv).iter().all(|l| l == "/second"));
+    assert_eq!(srv.stop(), Some(0));
+}
+
+/// More processes than workers is refused at start with a clear message.
+#[test]
+fn more_processes_than_workers_is_refused() {
+    let out = std::process::Command::new(bin())
+        .args(["serve", ".", "--listen", "127.0.0.1:1", "--workers", "2"])
+        .args(["--processes", "3", "--allow-root"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("server.processes: 3 processes for 2 workers"),
+        "{err}"
+    );
+}
