@@ -5,7 +5,7 @@ table. Attack sizes follow the conditioning issue's table; past one process's
 descriptors the attackers run in several processes from 127.66.x.
 
     bench/attack_runs.py [--duration 5] [--experiments incomplete,half-heads,...]
-                         [--sweep-max 32000] [--apache] [--isolate]
+                         [--sweep-max 32000] [--apache] [--isolate] [--sluice-processes N]
 
 --isolate gives the servers a core of their own, as the paper's server had its own
 machine: each server runs one worker (nginx one worker process) pinned to CPU 0, and
@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--sweep-max", type=int, default=32000)
     ap.add_argument("--apache", action="store_true")
     ap.add_argument("--isolate", action="store_true")
+    ap.add_argument("--sluice-processes", type=int, default=1,
+                    help="server.processes for sluice (its 2 workers split over that many processes)")
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1", "chrt", "-f", "1"] if a.isolate else []
@@ -130,7 +132,8 @@ def main():
         # stays in its RSS and would hide the next attack's.
         procs = []
         try:
-            procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2, server_prefix))
+            procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2, server_prefix,
+                                              a.sluice_processes))
             procs.append(compare.start("nginx", sluice_bin, server_prefix))
             if a.apache:
                 procs.append(start_apache())

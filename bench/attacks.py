@@ -174,11 +174,13 @@ def rss(pid):
     return total
 
 
-def start_sluice(sluice_bin, workers=2, prefix=()):
+def start_sluice(sluice_bin, workers=2, prefix=(), processes=1):
     port = compare.PORTS["sluice"]
     with open(f"{compare.WORK}/sluice-attack.toml", "w") as f:
-        # Defaults, except where it listens and what it serves.
-        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{compare.WWW}"\nworkers = {workers}\n')
+        # Defaults, except where it listens, what it serves, and how many workers in
+        # how many processes.
+        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{compare.WWW}"\nworkers = {workers}\n'
+                f'processes = {processes}\n')
     log = open(f"{compare.WORK}/sluice-attack.out", "w")
     p = subprocess.Popen([*prefix, sluice_bin, "serve", "--allow-root", "--config", f"{compare.WORK}/sluice-attack.toml"],
                          stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,

@@ -51,7 +51,7 @@ pub fn answer(
             Some("the status page is not for your address"),
         ));
     }
-    let totals = sluice_status::Totals::sum(&shared.stats);
+    let totals = sluice_status::Totals::sum(shared.stats);
     // With several serving processes, the sum over all of them (each has its own
     // descriptor limit and connection limit).
     let pids: Vec<Option<u32>> = match shared.procs {
