@@ -13,8 +13,10 @@
 //! (what a worker serves with), `shared` (what workers share), `io` (socket reads
 //! and the buffer pool), `wheel`, `accesslog`, `disk`, `tls`, `send` (bytes out),
 //! `status` and `phases` (a request's answer), `worker` (the connection state
-//! machine), `listener`, `systemd`, `privileges`, `front` (`sluice condition`), and
-//! `supervisor` (the process: workers, signals, reload) at the top.
+//! machine), `listener`, `systemd`, `privileges`, `front` (`sluice condition`),
+//! `shm` (what serving processes share), `start` (what serving starts from),
+//! `processes` (the master of several serving processes) and `supervisor` (the
+//! process: workers, signals, reload) at the top.
 
 pub mod accesslog;
 pub mod disk;
@@ -35,6 +37,7 @@ mod settings;
 mod shared;
 mod shm;
 mod snapshot;
+mod start;
 mod supervisor;
 
 pub use settings::{load_config, raise_nofile_limit, Overrides};

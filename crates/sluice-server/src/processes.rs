@@ -33,7 +33,7 @@
 
 use crate::settings::load_config;
 use crate::snapshot::Snapshot;
-use crate::supervisor::{run_process, Part, Start};
+use crate::start::{Part, Start};
 use crate::systemd;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -78,14 +78,18 @@ struct Child {
     part: Part,
 }
 
+/// How a forked process serves its part (`supervisor::run_process`): it reports on
+/// the socket that it is ready, or why it cannot start.
+pub(crate) type Serve = fn(&mut Start, Part, Option<UnixStream>) -> Result<(), String>;
+
 /// Run the master until SIGTERM/SIGINT.
-pub(crate) fn run(mut start: Start) -> Result<(), String> {
+pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     let n = start.processes;
     mask(libc::SIG_BLOCK);
     let mut children: Vec<Child> = Vec::with_capacity(n);
     for p in 0..n {
         let part = Part::of(p, n, start.workers);
-        match fork_serving(&mut start, part) {
+        match fork_serving(&mut start, part, serve) {
             Ok(pid) => children.push(Child { pid, part }),
             Err(e) => {
                 stop_all(&children);
@@ -149,7 +153,7 @@ pub(crate) fn run(mut start: Start) -> Result<(), String> {
                 s.restarts
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            match fork_serving(&mut start, part) {
+            match fork_serving(&mut start, part, serve) {
                 Ok(pid) => children.push(Child { pid, part }),
                 Err(e) => {
                     failure = Some(format!("cannot restart a serving process: {e}"));
@@ -181,7 +185,7 @@ pub(crate) fn run(mut start: Start) -> Result<(), String> {
 
 /// Fork one serving process for `part` and wait until it reports that it serves
 /// (or why it cannot).
-fn fork_serving(start: &mut Start, part: Part) -> Result<libc::pid_t, String> {
+fn fork_serving(start: &mut Start, part: Part, serve: Serve) -> Result<libc::pid_t, String> {
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     // SAFETY: the master is single-threaded (it never starts a thread), so the child
     // is a complete copy and may run any code.
@@ -201,7 +205,7 @@ fn fork_serving(start: &mut Start, part: Part) -> Result<libc::pid_t, String> {
         }
         let report = theirs.try_clone().ok();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_process(start, part, Some(theirs))
+            serve(start, part, Some(theirs))
         }));
         let code = match run {
             Ok(Ok(())) => 0,

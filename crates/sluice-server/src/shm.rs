@@ -15,8 +15,8 @@
 //!
 //! Written here rather than with a crate: it is one `mmap` call and a layout.
 
-use crate::shared::Stats;
 use sluice_condition::caps::SLOTS;
+use sluice_status::Counters as Stats;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
 
 /// One serving process's figures.

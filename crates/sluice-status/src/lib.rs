@@ -112,14 +112,9 @@ pub struct Process {
 }
 
 impl Process {
-    /// Read from `/proc/self` and `getrlimit`-free sources (the server fills in the
-    /// limits it knows).
-    pub fn read(max_fds: u64, max_connections: u64, open_connections: u64) -> Process {
-        Process::read_all(&[None], max_fds, max_connections, open_connections)
-    }
-
     /// The sum over the serving processes `pids` (`None`: this process), read from
-    /// `/proc`; the limits and connection counts are the server's, already summed.
+    /// `/proc`; the limits and connection counts are the server's (the server fills
+    /// in what it knows, already summed).
     pub fn read_all(
         pids: &[Option<u32>],
         max_fds: u64,
