@@ -3,7 +3,8 @@
 # wrk -t1 -c50 on a 1 KiB file, keep-alive, 2 workers each, rounds interleaved A/B, medians; B's
 # "/ A" column is B/A CPU per request.
 #   bench/ab_sluice.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
-# SIZE=1048576 CONNS=8 measures downloads (a 1 MiB file, wrk -c8) instead.
+# SIZE=1048576 CONNS=8 measures downloads (a 1 MiB file, wrk -c8) instead. A_ARGS / B_ARGS add serve
+# flags to one side, e.g. the same binary twice with B_ARGS="--processes 2" (CPU counts the children).
 # e.g. the cost of a change: build the commit before it into another target dir and compare.
 set -uo pipefail
 source "$(dirname "$0")/rounds.sh"
@@ -13,8 +14,8 @@ trap 'kill "${PID[A]}" "${PID[B]}" 2>/dev/null; rm -rf "$W"' EXIT
 mkdir -p "$W/www"; head -c "$SIZE" /dev/urandom > "$W/www/f.bin"
 # Readable by all: builds that drop root (to nobody) and builds that do not serve alike.
 chmod -R a+rX "$W"
-P[A]=$(port); "$1" serve "$W/www" --listen "127.0.0.1:${P[A]}" --workers 2 >/dev/null 2>&1 & PID[A]=$!
-P[B]=$(port); "$2" serve "$W/www" --listen "127.0.0.1:${P[B]}" --workers 2 >/dev/null 2>&1 & PID[B]=$!
+P[A]=$(port); "$1" serve "$W/www" --listen "127.0.0.1:${P[A]}" --workers 2 ${A_ARGS:-} >/dev/null 2>&1 & PID[A]=$!
+P[B]=$(port); "$2" serve "$W/www" --listen "127.0.0.1:${P[B]}" --workers 2 ${B_ARGS:-} >/dev/null 2>&1 & PID[B]=$!
 up "${P[A]}"; up "${P[B]}"
 rounds "$ROUNDS" "$DUR" "$CONNS" /f.bin A B > "$W/res"
 summarize "$W/res" A

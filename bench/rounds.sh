@@ -4,7 +4,14 @@
 #   summarize FILE BASE                         medians, every round, and each median ÷ BASE's
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 up() { for i in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
-ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+# A server's CPU ticks (user + system): the process and its children (a master's serving processes).
+ticks() {
+  local t=0 p
+  for p in $1 $(cat /proc/$1/task/*/children 2>/dev/null); do
+    t=$((t + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0)))
+  done
+  echo $t
+}
 rounds() {
   local n_rounds=$1 dur=$2 conns=$3 path=$4 hz r s c0 c1 out n rps; shift 4
   hz=$(getconf CLK_TCK)

@@ -85,7 +85,10 @@ pub fn rules_apache(data: &[u8]) {
         rules,
         "fuzz.conf",
         Format::Apache,
-        &LoadOptions { lenient: true },
+        &LoadOptions {
+            lenient: true,
+            ..Default::default()
+        },
     ) {
         let req = Request {
             path,

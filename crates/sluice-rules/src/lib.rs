@@ -38,6 +38,12 @@ use std::path::{Path, PathBuf};
 pub struct LoadOptions {
     /// Skip unsupported directives and flags with a warning instead of failing.
     pub lenient: bool,
+    /// Where rate conditions count (`None`: a table of this rule set's own, made
+    /// only if a rule has a rate condition).
+    pub rates: Option<rates::SharedRates>,
+    /// Keeps this rule set's rate keys apart from other rule sets' in shared
+    /// cells (e.g. the site's index).
+    pub rate_salt: u32,
 }
 
 /// A compiled set of rules, shared read-only by all workers.
@@ -61,7 +67,7 @@ impl RuleSet {
                 .map_err(|e| LoadError::at(p, 0, format!("cannot read: {e}")))?;
             Self::parse_into(&mut ctx, &text, p, loader::detect(p, &text))?;
         }
-        Ok(Self::build(ctx))
+        Ok(Self::build(ctx, opts))
     }
 
     /// Compile rules from text (`origin` names it in messages).
@@ -73,7 +79,7 @@ impl RuleSet {
     ) -> Result<RuleSet, LoadError> {
         let mut ctx = loader::Ctx::new(opts.lenient);
         Self::parse_into(&mut ctx, text, Path::new(origin), format)?;
-        Ok(Self::build(ctx))
+        Ok(Self::build(ctx, opts))
     }
 
     fn parse_into(ctx: &mut loader::Ctx, text: &str, p: &Path, f: Format) -> Result<(), LoadError> {
@@ -83,7 +89,7 @@ impl RuleSet {
         }
     }
 
-    fn build(ctx: loader::Ctx) -> RuleSet {
+    fn build(ctx: loader::Ctx, opts: &LoadOptions) -> RuleSet {
         let mut rules = ctx.rules;
         // Stable: file order is kept within each class.
         rules.sort_by_key(|r| r.class);
@@ -94,9 +100,18 @@ impl RuleSet {
         let mut rates = None;
         for r in rules.iter_mut() {
             if let Some(c) = r.classify.as_mut().filter(|c| !c.rates.is_empty()) {
-                let t =
-                    rates.get_or_insert_with(|| std::sync::Arc::new(rates::RateTable::default()));
+                let t = rates.get_or_insert_with(|| {
+                    std::sync::Arc::new(match opts.rates {
+                        Some(shared) => rates::RateTable::over(shared),
+                        None => rates::RateTable::default(),
+                    })
+                });
                 c.table = Some(t.clone());
+                for r in &mut c.rates {
+                    r.seed = r
+                        .seed
+                        .wrapping_add(opts.rate_salt.wrapping_mul(0x9E37_79B9));
+                }
             }
         }
         RuleSet {

@@ -14,6 +14,11 @@
 //! window over a million addresses, about 5 requests. Memory: [`CELLS`] × 8 bytes =
 //! 8 MiB, fixed. Cost: two or four relaxed atomic operations per rate condition
 //! checked, and a hash; nothing for requests that reach no rate condition.
+//!
+//! Several serving processes (`server.processes`) must count a client's requests
+//! together: the server passes cells in memory they share, with one epoch
+//! ([`SharedRates`]); every rule set any of them compiles counts there. Keys stay
+//! apart by the rule's seed (its position in its file) and the site's salt.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,29 +31,66 @@ const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
 pub struct RateTable {
-    cells: Box<[AtomicU64]>,
+    cells: Cells,
     epoch: Instant,
+}
+
+/// The table's cells: its own, or [`SharedRates`]'.
+enum Cells {
+    Owned(Box<[AtomicU64]>),
+    Shared(&'static [AtomicU64]),
+}
+
+/// Cells (exactly [`CELLS`], zeroed) that outlive every rule set and may be shared
+/// with other processes, and the instant window numbers count from (the same in
+/// every process: `Instant` is the system-wide monotonic clock).
+#[derive(Clone, Copy)]
+pub struct SharedRates {
+    pub cells: &'static [AtomicU64],
+    pub epoch: Instant,
+}
+
+impl std::fmt::Debug for SharedRates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedRates({} cells)", self.cells.len())
+    }
 }
 
 impl std::fmt::Debug for RateTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RateTable({} cells)", self.cells.len())
+        write!(f, "RateTable({} cells)", self.cells().len())
     }
 }
 
 impl Default for RateTable {
     fn default() -> Self {
         RateTable {
-            cells: (0..CELLS).map(|_| AtomicU64::new(0)).collect(),
+            cells: Cells::Owned((0..CELLS).map(|_| AtomicU64::new(0)).collect()),
             epoch: Instant::now(),
         }
     }
 }
 
 impl RateTable {
+    /// Count in shared cells.
+    pub fn over(shared: SharedRates) -> RateTable {
+        assert_eq!(shared.cells.len(), CELLS, "a rate table holds CELLS cells");
+        RateTable {
+            cells: Cells::Shared(shared.cells),
+            epoch: shared.epoch,
+        }
+    }
+
+    fn cells(&self) -> &[AtomicU64] {
+        match &self.cells {
+            Cells::Owned(c) => c,
+            Cells::Shared(c) => c,
+        }
+    }
+
     /// Bytes held, whatever the number of clients.
     pub fn memory(&self) -> usize {
-        self.cells.len() * 8
+        self.cells().len() * 8
     }
 
     /// Count one request for `key` in a sliding window of `window_ms`, and return
@@ -65,14 +107,15 @@ impl RateTable {
         let (cur_tag, prev_tag) = (win & 0xff_ffff, win.wrapping_sub(1) & 0xff_ffff);
         let mut best = u64::MAX;
         let half = CELLS / ROWS;
+        let cells = self.cells();
         for row in 0..ROWS {
             let mut h = rustc_hash::FxHasher::default();
             (row as u64 ^ 0x9e37_79b9).hash(&mut h);
             key.hash(&mut h);
             let x = h.finish().wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let base = row * half + ((x >> 20) as usize % (half / 2)) * 2;
-            let cur = &self.cells[base + (win & 1) as usize];
-            let prev = &self.cells[base + (win.wrapping_sub(1) & 1) as usize];
+            let cur = &cells[base + (win & 1) as usize];
+            let prev = &cells[base + (win.wrapping_sub(1) & 1) as usize];
             let c = bump(cur, cur_tag);
             let p = prev.load(Ordering::Relaxed);
             let p = if p >> COUNT_BITS == prev_tag {
@@ -119,6 +162,21 @@ mod tests {
         assert_eq!(t.hit_at(("a", 1), 10_000, 15_000), 1 + 50);
         // Two windows later it is gone.
         assert_eq!(t.hit_at(("a", 1), 10_000, 30_500), 1);
+    }
+
+    #[test]
+    fn two_tables_over_the_same_cells_count_together() {
+        let cells: &'static [AtomicU64] =
+            Box::leak((0..CELLS).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>());
+        let shared = SharedRates {
+            cells,
+            epoch: Instant::now(),
+        };
+        let (a, b) = (RateTable::over(shared), RateTable::over(shared));
+        for i in 1..=10 {
+            assert_eq!(a.hit_at(("k", 1), 10_000, 100), 2 * i - 1);
+            assert_eq!(b.hit_at(("k", 1), 10_000, 100), 2 * i);
+        }
     }
 
     #[test]

@@ -63,7 +63,10 @@ fn lenient_skips_a_rule_with_its_conditions() {
         "ProxyPass / http://x/\nRewriteEngine On\nRewriteCond %{HTTP_HOST} x [NV]\nRewriteRule ^/a /b [R]\nRedirect /c /d\n",
         "x.conf",
         Format::Apache,
-        &LoadOptions { lenient: true },
+        &LoadOptions {
+            lenient: true,
+            ..Default::default()
+        },
     )
     .unwrap();
     assert_eq!(

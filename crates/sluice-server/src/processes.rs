@@ -108,7 +108,9 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
         match sig {
             Some(libc::SIGHUP) => {
                 systemd::reloading();
-                match load_config(start.config_path.as_deref(), &start.ov).and_then(Snapshot::build)
+                let rates = Some(start.region.rates);
+                match load_config(start.config_path.as_deref(), &start.ov)
+                    .and_then(|c| Snapshot::build(c, rates))
                 {
                     Ok(snap) => {
                         start.snap = Arc::new(snap);

@@ -22,6 +22,8 @@ pub struct Shared {
     pub open: &'static std::sync::atomic::AtomicUsize,
     /// Every serving process's slot (pid, open connections), for the status page.
     pub procs: &'static [crate::shm::ProcSlot],
+    /// Where rule sets compiled on a reload count their rate conditions.
+    pub rates: sluice_rules::rates::SharedRates,
     /// Connections held by `tarpit`/`oversize` answers (not counted in `open`).
     pub drips: std::sync::atomic::AtomicUsize,
     pub max_open: usize,
@@ -73,6 +75,7 @@ impl Shared {
         Arc::new(Shared {
             open: &region.procs[process].open,
             procs: region.procs,
+            rates: region.rates,
             drips: std::sync::atomic::AtomicUsize::new(0),
             max_open: max_connections,
             caps: sluice_condition::RangeCaps::over(

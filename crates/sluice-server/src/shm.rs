@@ -2,22 +2,26 @@
 //! `MAP_SHARED` mapping, made before the serving processes are forked, holding the
 //! whole server's per-worker counters ([`Stats`], for the status page), one
 //! [`ProcSlot`] per process (its pid and open connections, so the status page sums
-//! them) and the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
-//! cap holds across processes as it holds across threads).
+//! them), the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
+//! cap holds across processes as it holds across threads) and the rate cells of the
+//! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
+//! requests whichever process answers them).
 //!
 //! What it owns: the mapping and the layout of what is in it. What it must not do:
 //! hold anything but atomics (no pointers, no locks: a process that dies mid-update
 //! leaves a counter one off, never a structure broken), or be unmapped (the slices
 //! it hands out are `'static`; the mapping lives as long as the process).
 //! Cost: nothing per request beyond the atomics it replaces: the same relaxed
-//! `fetch_add`s, in pages that happen to be shared. About 4.6 KiB per worker plus
-//! 768 KiB of cap tables, allocated once.
+//! `fetch_add`s, in pages that happen to be shared. About 4.6 KiB per worker, 768 KiB
+//! of cap tables and 8 MiB of rate cells, mapped once; pages are only backed by
+//! memory once touched (the rate cells: only with rate conditions).
 //!
 //! Written here rather than with a crate: it is one `mmap` call and a layout.
 
 use sluice_condition::caps::SLOTS;
+use sluice_rules::rates::CELLS as RATE_CELLS;
 use sluice_status::Counters as Stats;
-use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 
 /// One serving process's figures.
 #[derive(Default)]
@@ -36,6 +40,8 @@ pub struct Region {
     pub procs: &'static [ProcSlot],
     /// The /8, /16, /24 (IPv6 /32, /48, /64) cap tables.
     pub caps: [&'static [AtomicU32]; 3],
+    /// Where every rule set's rate conditions count.
+    pub rates: sluice_rules::rates::SharedRates,
 }
 
 impl Region {
@@ -45,7 +51,8 @@ impl Region {
         let stats_bytes = workers * std::mem::size_of::<Stats>();
         let procs_bytes = (processes * std::mem::size_of::<ProcSlot>()).next_multiple_of(64);
         let table_bytes = SLOTS * std::mem::size_of::<AtomicU32>();
-        let len = stats_bytes + procs_bytes + 3 * table_bytes;
+        let rates_at = stats_bytes + procs_bytes + 3 * table_bytes;
+        let len = rates_at + RATE_CELLS * std::mem::size_of::<AtomicU64>();
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let base = unsafe {
             libc::mmap(
@@ -86,10 +93,17 @@ impl Region {
                 // Zeroed memory is a valid AtomicU32 (0).
                 std::slice::from_raw_parts(p, SLOTS)
             };
+            // Zeroed memory is a valid AtomicU64 (0): an empty window.
+            let rates =
+                std::slice::from_raw_parts(base.add(rates_at).cast::<AtomicU64>(), RATE_CELLS);
             Ok(Region {
                 stats,
                 procs,
                 caps: [table(0), table(1), table(2)],
+                rates: sluice_rules::rates::SharedRates {
+                    cells: rates,
+                    epoch: std::time::Instant::now(),
+                },
             })
         }
     }
@@ -110,6 +124,7 @@ mod tests {
             r.stats[2].requests.fetch_add(7, Ordering::Relaxed);
             r.caps[1][42].fetch_add(3, Ordering::Relaxed);
             r.procs[1].open.fetch_add(5, Ordering::Relaxed);
+            r.rates.cells[RATE_CELLS - 1].fetch_add(9, Ordering::Relaxed);
             unsafe { libc::_exit(0) };
         }
         let mut status = 0;
@@ -119,5 +134,6 @@ mod tests {
         assert_eq!(r.caps[1][42].load(Ordering::Relaxed), 3);
         assert_eq!(r.procs[1].open.load(Ordering::Relaxed), 5);
         assert_eq!(r.procs[0].open.load(Ordering::Relaxed), 0);
+        assert_eq!(r.rates.cells[RATE_CELLS - 1].load(Ordering::Relaxed), 9);
     }
 }

@@ -40,10 +40,15 @@ pub struct Site {
 impl Snapshot {
     /// Compile everything a validated config refers to. Errors are phrased for
     /// the operator; on reload they leave the old snapshot serving.
-    pub fn build(config: Valid) -> Result<Snapshot, String> {
+    /// `rates`: where the rules' rate conditions count (the server's shared cells;
+    /// `None`: each rule set its own table).
+    pub fn build(
+        config: Valid,
+        rates: Option<sluice_rules::rates::SharedRates>,
+    ) -> Result<Snapshot, String> {
         let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
-        for conf in confs {
+        for (i, conf) in confs.into_iter().enumerate() {
             let root = &conf.root;
             let what = if conf.names.is_empty() && sites.is_empty() {
                 String::new()
@@ -60,6 +65,8 @@ impl Snapshot {
             } else {
                 let opts = sluice_rules::LoadOptions {
                     lenient: conf.lenient,
+                    rates,
+                    rate_salt: i as u32,
                 };
                 let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts)
                     .map_err(|e| format!("{what}{e}"))?;

@@ -25,14 +25,18 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let activated = systemd::listen_fds()?;
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
-    let snap = Snapshot::build(cfg)?;
-    let workers = snap.config.worker_count();
-    let processes = snap.config.server.processes;
+    let workers = cfg.worker_count();
+    let processes = cfg.server.processes;
     if processes > workers {
         return Err(format!(
             "server.processes = {processes} is more than the {workers} workers: each process runs at least one worker"
         ));
     }
+    // The counters, cap tables and rate cells every serving process shares (one
+    // process: they are simply this process's). Before the rules are compiled: their
+    // rate conditions count in it.
+    let region = Region::map(workers, processes).map_err(|e| format!("shared memory: {e}"))?;
+    let snap = Snapshot::build(cfg, Some(region.rates))?;
     // HTTP and HTTPS listeners side by side; a worker tells them apart by address.
     let tls_addrs: Vec<SocketAddr> = snap.config.tls.listen.clone();
     let mut addrs: Vec<SocketAddr> = snap
@@ -139,9 +143,6 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
-    // The counters and cap tables every serving process shares (one process: they
-    // are simply this process's).
-    let region = Region::map(workers, processes).map_err(|e| format!("shared memory: {e}"))?;
     let start = Start {
         config_path,
         ov,
@@ -421,7 +422,7 @@ fn clone_listener(l: &mio::net::TcpListener) -> std::io::Result<mio::net::TcpLis
 }
 
 fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
-    let result = load_config(path, ov).and_then(Snapshot::build);
+    let result = load_config(path, ov).and_then(|c| Snapshot::build(c, Some(shared.rates)));
     match result {
         Ok(snap) => {
             let (old, _) = shared.current();

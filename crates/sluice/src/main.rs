@@ -75,7 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_tracing("warn");
             let cfg = sluice_server::load_config(Some(&config), &Default::default())
                 .map_err(anyhow::Error::msg)?;
-            let snap = sluice_server::Snapshot::build(cfg).map_err(anyhow::Error::msg)?;
+            let snap = sluice_server::Snapshot::build(cfg, None).map_err(anyhow::Error::msg)?;
             println!("{}: OK", config.display());
             let (lines, warnings) = snap.describe();
             for w in warnings {
@@ -170,8 +170,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 } else {
                     (vec![file.clone()], None, lenient)
                 };
-            let set =
-                sluice_rules::RuleSet::load_files(&files, &sluice_rules::LoadOptions { lenient })?;
+            let set = sluice_rules::RuleSet::load_files(
+                &files,
+                &sluice_rules::LoadOptions {
+                    lenient,
+                    ..Default::default()
+                },
+            )?;
             for w in &set.warnings {
                 eprintln!("warning: {w}");
             }

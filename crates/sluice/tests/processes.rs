@@ -205,3 +205,25 @@ fn more_processes_than_workers_is_refused() {
         "{err}"
     );
 }
+
+/// A rate condition counts a client's requests whichever process answers them:
+/// `rate=5/10s` lets exactly five of twenty fresh connections (spread over both
+/// processes) through, not five per process.
+#[test]
+fn a_rate_limit_holds_across_processes() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("api"), b"api answer\n").unwrap();
+    std::fs::write(
+        dir.path().join(".limit.rules"),
+        "prefix /api limit rate=5/10s\n",
+    )
+    .unwrap();
+    let cfg = config_in(&dir, "[rules]\nfiles = [\".limit.rules\"]\n");
+    let srv = Server::start_in(dir, &["--config", &cfg, "--processes", "2"]);
+    let codes: Vec<u16> = (0..20)
+        .map(|_| srv.get("GET /api HTTP/1.0\r\n\r\n").status)
+        .collect();
+    let passed = codes.iter().filter(|&&c| c == 200).count();
+    assert_eq!(passed, 5, "{codes:?}");
+    assert!(codes[5..].iter().all(|&c| c == 429), "{codes:?}");
+}
