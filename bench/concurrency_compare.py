@@ -12,6 +12,11 @@ availability, time to first byte and a 1 KiB probe's latency. Past 15,000
 connections the load runs in several processes over several 127.0.1.x addresses.
 
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
+                                 [--sluice-processes N]
+
+--sluice-processes splits sluice's 2 workers over N serving processes (each with its
+own descriptor limit, as nginx's worker processes have): past 20,000 connections
+one process cannot hold them.
 """
 import argparse, os, subprocess, sys
 
@@ -25,10 +30,17 @@ def main():
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--servers", default="sluice,nginx,lighttpd")
     ap.add_argument("--out", default=f"{compare.WORK}/concurrency-out")
+    ap.add_argument("--sluice-processes", type=int, default=1)
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     compare.configs()
+    if a.sluice_processes > 1:
+        conf = f"{compare.WORK}/sluice.toml"
+        with open(conf) as f:
+            text = f.read().replace("workers = 2\n", f"workers = 2\nprocesses = {a.sluice_processes}\n")
+        with open(conf, "w") as f:
+            f.write(text)
     procs = {}
     try:
         for s in a.servers.split(","):
