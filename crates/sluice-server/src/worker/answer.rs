@@ -184,7 +184,15 @@ impl Worker {
                     Phase::Head { started, .. } => started,
                     _ => self.now_ms,
                 };
-                c.rbuf = rbuf;
+                // It keeps only its bytes: the pooled 4 KiB buffer goes back (20,000
+                // held keep-alives asking at once would hold 80 MiB of them).
+                c.rbuf = if rbuf.capacity() > 2 * rbuf.len() {
+                    let bytes = rbuf.to_vec();
+                    recycle(&mut self.pool, rbuf);
+                    bytes
+                } else {
+                    rbuf
+                };
                 c.phase = Phase::Ready { started };
                 return Step::Wait;
             }
