@@ -27,6 +27,9 @@ pub struct Shared {
     /// Connections held by `tarpit`/`oversize` answers (not counted in `open`).
     pub drips: std::sync::atomic::AtomicUsize,
     pub max_open: usize,
+    /// Workers in this process (they share `max_open`); `stats` has every
+    /// process's.
+    pub local_workers: usize,
     pub stop: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
@@ -54,6 +57,7 @@ impl Shared {
         snap: Arc<Snapshot>,
         region: &crate::shm::Region,
         process: usize,
+        local_workers: usize,
         max_connections: usize,
         server_connections: usize,
         nofile: u64,
@@ -78,6 +82,7 @@ impl Shared {
             rates: region.rates,
             drips: std::sync::atomic::AtomicUsize::new(0),
             max_open: max_connections,
+            local_workers,
             caps: sluice_condition::RangeCaps::over(
                 [limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)],
                 region.caps,

@@ -205,6 +205,7 @@ pub(crate) fn run_process(
         start.snap.clone(),
         &start.region,
         part.process,
+        workers,
         max_conns,
         max_conns * start.processes,
         start.nofile,

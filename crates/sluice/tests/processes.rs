@@ -227,3 +227,33 @@ fn a_rate_limit_holds_across_processes() {
     assert_eq!(passed, 5, "{codes:?}");
     assert!(codes[5..].iter().all(|&c| c == 429), "{codes:?}");
 }
+
+/// The incomplete-connection budget is each process's own (a fraction of its own
+/// descriptors, shared by its workers): 300 half-sent heads fit two processes of
+/// 208 connections each without one being evicted.
+#[test]
+fn half_heads_count_against_their_own_processes_budget() {
+    let dir = docroot();
+    let cfg = config_in(&dir, CAPS_OFF);
+    let srv = Server::start_with_nofile(dir, 400, &["--config", &cfg, "--processes", "2"]);
+    let held: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = srv.connect();
+            std::io::Write::write_all(&mut s, b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let j = srv.status_json();
+    assert_eq!(
+        j["closes_by_reason"]["evicted_incomplete"], 0,
+        "{}",
+        j["closes_by_reason"]
+    );
+    assert!(
+        j["open_connections"].as_u64().unwrap() >= 300,
+        "{}",
+        j["open_connections"]
+    );
+    drop(held);
+}

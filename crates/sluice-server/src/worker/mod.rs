@@ -202,7 +202,10 @@ impl Worker {
         let files = snap.static_handlers()?;
         let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
+        // `max_active` is the whole server's (every process's workers share it);
+        // the connection limit is this process's.
         let shared_workers = shared.stats.len().max(1);
+        let local_workers = shared.local_workers.max(1);
         let max_active = active_share(&snap, shared_workers);
         let ready_per_turn = snap.config.condition.ready_per_turn;
         let now = Instant::now();
@@ -251,8 +254,9 @@ impl Worker {
             answered: 0,
             ready_per_turn,
             admit_one: false,
-            // A worker's share of the server's incomplete-connection budget.
-            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / shared_workers)
+            // A worker's share of its process's incomplete-connection budget
+            // (`max_conns` is the process's limit, shared by its workers).
+            max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / local_workers)
                 .max(1),
         })
     }
