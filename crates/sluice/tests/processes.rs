@@ -257,3 +257,30 @@ fn half_heads_count_against_their_own_processes_budget() {
     );
     drop(held);
 }
+
+/// A master killed outright (SIGKILL: no chance to pass anything on) does not leave
+/// serving processes behind: each gets SIGTERM from the kernel (`PR_SET_PDEATHSIG`)
+/// and drains.
+#[test]
+fn serving_processes_stop_when_the_master_is_killed() {
+    let srv = Server::start(&["--processes", "2"]);
+    let kids = srv.children();
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    srv.signal(libc::SIGKILL);
+    let t = Instant::now();
+    for pid in kids {
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        }) {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "serving process {pid} outlived its master"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
