@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Everything the serving processes start from, prepared once (as root, before
-/// privileges are dropped) by [`serve`]. With `server.processes > 1` each forked
+/// privileges are dropped) by `supervisor::serve`. With `server.processes > 1` each forked
 /// process inherits it: the compiled snapshot is shared copy-on-write.
 pub(crate) struct Start {
     pub config_path: Option<PathBuf>,
