@@ -248,6 +248,11 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
             v.process.max_connections as f64,
         ),
         (
+            "sluice_processes",
+            "Serving processes (server.processes) summed on this page.",
+            v.process.processes as f64,
+        ),
+        (
             "sluice_open_fds",
             "Open file descriptors.",
             v.process.open_fds as f64,

@@ -110,6 +110,17 @@ fn the_status_page_counts_every_processes_requests() {
         assert!((40..=44).contains(&n), "requests_total {n}");
         assert!(by200 >= 40, "200s {by200}");
     }
+    let m = srv
+        .get("GET /server-status/metrics HTTP/1.0\r\n\r\n")
+        .text();
+    assert!(
+        m.lines().any(|l| l == "sluice_processes 2"),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("processes"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 /// A serving process killed outright is forked again; the server keeps answering;

@@ -538,3 +538,32 @@ fn a_handshake_flood_gives_way_to_real_clients() {
     }
     drop(flood);
 }
+
+/// With `server.processes = 2` the ticket key is the master's, so a ticket from one
+/// serving process resumes on either: eight fresh connections (spread over both by
+/// `SO_REUSEPORT`) all resume. HTTPS itself works the same on both.
+#[test]
+fn tickets_resume_on_every_serving_process() {
+    let pki = Pki::new(&["localhost"]);
+    let (srv, tls) = https_server(docroot(), &pki, &["--processes", "2"]);
+    assert_eq!(srv.children().len(), 2);
+    let ca = pki.s("ca.pem");
+    for _ in 0..6 {
+        let o = curl_tls(&pki, &tls, &[], "/hello.txt");
+        assert_eq!(o.stdout, b"hello world\n");
+    }
+    for v in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.path(&format!("sess-procs{v}"));
+        let s = sess.to_str().unwrap();
+        let first = s_client_talk(
+            &tls,
+            &["-ign_eof", v, "-CAfile", &ca, "-sess_out", s],
+            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        assert!(first.contains("New, TLS"), "{first}");
+        for i in 0..8 {
+            let again = s_client(&tls, &[v, "-CAfile", &ca, "-sess_in", s]);
+            assert!(again.contains("Reused, TLS"), "{v} #{i}: {again}");
+        }
+    }
+}
