@@ -33,12 +33,12 @@
 
 use crate::settings::load_config;
 use crate::snapshot::Snapshot;
-use crate::start::{Part, Start};
+use crate::start::{Deaths, Part, Start};
 use crate::systemd;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The signals the master handles (blocked in it, and in a process until that
 /// process has its own handlers).
@@ -99,8 +99,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     }
     start.announce();
 
-    const MAX_RESTARTS: usize = 5;
-    let mut deaths: std::collections::VecDeque<Instant> = Default::default();
+    let mut deaths = Deaths::default();
     let mut failure: Option<String> = None;
     let set = handled();
     'main: loop {
@@ -135,18 +134,13 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 continue;
             };
             let part = children.remove(i).part;
-            let now = Instant::now();
-            deaths.retain(|t| now.duration_since(*t) < Duration::from_secs(60));
-            deaths.push_back(now);
-            if deaths.len() > MAX_RESTARTS {
+            if let Some(n) = deaths.record() {
                 tracing::error!(
                     pid,
-                    "serving process {how}; {} deaths within a minute: stopping the server",
-                    deaths.len()
+                    "serving process {how}; {n} deaths within a minute: stopping the server"
                 );
                 failure = Some(format!(
-                    "serving processes died {} times within a minute (last: {how})",
-                    deaths.len()
+                    "serving processes died {n} times within a minute (last: {how})"
                 ));
                 break 'main;
             }

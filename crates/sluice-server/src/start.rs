@@ -1,7 +1,8 @@
 //! What serving starts from ([`Start`]): everything `supervisor::serve` prepares
 //! once (listeners, logs, the compiled snapshot, the shared region) before any worker
-//! or serving process exists, and which workers one process runs ([`Part`]).
-//! Data only: `supervisor` runs a process from it, `processes` forks several.
+//! or serving process exists, which workers one process runs ([`Part`]), and the
+//! restart budget both supervisors keep ([`Deaths`]). Data only: `supervisor` runs a
+//! process from it, `processes` forks several.
 
 use crate::accesslog;
 use crate::settings::Overrides;
@@ -98,5 +99,23 @@ impl Part {
             first,
             count: (p + 1) * workers / n - first,
         }
+    }
+}
+
+/// How often something that is restarted when it dies (a worker thread, a serving
+/// process) may die: more than [`Deaths::MAX`] deaths within a minute means something
+/// is badly wrong, and the supervisor stops instead of restarting again.
+#[derive(Default)]
+pub(crate) struct Deaths(std::collections::VecDeque<std::time::Instant>);
+
+impl Deaths {
+    pub const MAX: usize = 5;
+
+    /// Count one death now. `Some(n)`: `n` deaths within the last minute, too many.
+    pub fn record(&mut self) -> Option<usize> {
+        let now = std::time::Instant::now();
+        self.0.retain(|t| now.duration_since(*t).as_secs() < 60);
+        self.0.push_back(now);
+        (self.0.len() > Self::MAX).then_some(self.0.len())
     }
 }

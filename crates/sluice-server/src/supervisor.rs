@@ -11,7 +11,7 @@ use crate::settings::{load_config, raise_nofile_limit, Overrides};
 use crate::shared::Shared;
 use crate::shm::Region;
 use crate::snapshot::Snapshot;
-use crate::start::{Part, Start};
+use crate::start::{Deaths, Part, Start};
 use crate::{accesslog, listener, privileges, systemd, worker};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -266,11 +266,10 @@ pub(crate) fn run_process(
     // The main thread's loop: signals, and worker supervision. A worker that panics
     // (a bug: nothing a client sends should do that) is logged loudly and replaced
     // at once; its connections are lost, the listeners are not. More than
-    // MAX_RESTARTS deaths within a minute means something is badly wrong: the process
+    // `Deaths::MAX` deaths within a minute means something is badly wrong: the process
     // stops and exits non-zero, so a supervisor (systemd, or the master of several
     // serving processes) restarts it whole.
-    const MAX_RESTARTS: usize = 5;
-    let mut deaths: std::collections::VecDeque<std::time::Instant> = Default::default();
+    let mut deaths = Deaths::default();
     let mut failure: Option<String> = None;
     let mut next_sample = std::time::Instant::now();
     'main: loop {
@@ -310,18 +309,13 @@ pub(crate) fn run_process(
                 if let Some(t) = threads[i].take() {
                     let _ = t.join();
                 }
-                let now = std::time::Instant::now();
-                deaths.retain(|t| now.duration_since(*t).as_secs() < 60);
-                deaths.push_back(now);
-                if deaths.len() > MAX_RESTARTS {
+                if let Some(n) = deaths.record() {
                     tracing::error!(
                         worker = id,
-                        "worker died ({msg}); {} deaths within a minute: stopping the server",
-                        deaths.len()
+                        "worker died ({msg}); {n} deaths within a minute: stopping the server"
                     );
                     failure = Some(format!(
-                        "workers died {} times within a minute (last: {msg})",
-                        deaths.len()
+                        "workers died {n} times within a minute (last: {msg})"
                     ));
                     break 'main;
                 }
