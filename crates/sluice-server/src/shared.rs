@@ -91,7 +91,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(snap),
             stats: region.stats,
-            board: sluice_status::Board::new(region.stats.len()),
+            board: sluice_status::Board::new(region.tops),
             nofile,
             from: None,
             disk,

@@ -1,6 +1,7 @@
 //! Memory every serving process shares (`server.processes`): one anonymous
 //! `MAP_SHARED` mapping, made before the serving processes are forked, holding the
-//! whole server's per-worker counters ([`Stats`], for the status page), one
+//! whole server's per-worker counters ([`Stats`], for the status page) and top-list
+//! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
 //! [`ProcSlot`] per process (its pid and open connections, so the status page sums
 //! them), the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
 //! cap holds across processes as it holds across threads) and the rate cells of the
@@ -12,7 +13,8 @@
 //! leaves a counter one off, never a structure broken), or be unmapped (the slices
 //! it hands out are `'static`; the mapping lives as long as the process).
 //! Cost: nothing per request beyond the atomics it replaces: the same relaxed
-//! `fetch_add`s, in pages that happen to be shared. About 4.6 KiB per worker, 768 KiB
+//! `fetch_add`s, in pages that happen to be shared. About 4.6 KiB of counters and a
+//! 64 KiB top-list slot (a few KiB of it touched) per worker, 768 KiB
 //! of cap tables and 8 MiB of rate cells, mapped once; pages are only backed by
 //! memory once touched (the rate cells: only with rate conditions).
 //!
@@ -20,6 +22,7 @@
 
 use sluice_condition::caps::SLOTS;
 use sluice_rules::rates::CELLS as RATE_CELLS;
+use sluice_status::slot::TopSlot;
 use sluice_status::Counters as Stats;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 
@@ -36,6 +39,8 @@ pub struct ProcSlot {
 pub struct Region {
     /// One per worker of the whole server (every process's), by global worker id.
     pub stats: &'static [Stats],
+    /// One per worker of the whole server, by global worker id.
+    pub tops: &'static [TopSlot],
     /// One per serving process, by its index.
     pub procs: &'static [ProcSlot],
     /// The /8, /16, /24 (IPv6 /32, /48, /64) cap tables.
@@ -49,9 +54,12 @@ impl Region {
     /// before any fork.
     pub fn map(workers: usize, processes: usize) -> std::io::Result<Region> {
         let stats_bytes = workers * std::mem::size_of::<Stats>();
+        let tops_bytes = (workers * std::mem::size_of::<TopSlot>()).next_multiple_of(64);
         let procs_bytes = (processes * std::mem::size_of::<ProcSlot>()).next_multiple_of(64);
         let table_bytes = SLOTS * std::mem::size_of::<AtomicU32>();
-        let rates_at = stats_bytes + procs_bytes + 3 * table_bytes;
+        let procs_at = stats_bytes + tops_bytes;
+        let tables_at = procs_at + procs_bytes;
+        let rates_at = tables_at + 3 * table_bytes;
         let len = rates_at + RATE_CELLS * std::mem::size_of::<AtomicU64>();
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let base = unsafe {
@@ -69,8 +77,9 @@ impl Region {
         }
         let base = base.cast::<u8>();
         // The mapping is page-aligned, so the counters (64-byte aligned, their size a
-        // multiple of it) start aligned and the tables after them are 4-byte aligned.
+        // multiple of it) start aligned, and every part after them starts on 64 bytes.
         debug_assert_eq!(stats_bytes % std::mem::align_of::<Stats>(), 0);
+        debug_assert_eq!(stats_bytes % 64, 0);
         // SAFETY: the mapping is `len` bytes, zeroed, readable and writable, never
         // unmapped; each slice below covers its own part of it. Every counter is
         // written with a valid value before a reference to it exists, and atomics
@@ -81,15 +90,15 @@ impl Region {
                 stats.add(i).write(Stats::default());
             }
             let stats = std::slice::from_raw_parts(stats, workers);
-            let procs = base.add(stats_bytes).cast::<ProcSlot>();
+            // Zeroed memory is a valid, empty TopSlot (atomics only).
+            let tops = std::slice::from_raw_parts(base.add(stats_bytes).cast::<TopSlot>(), workers);
+            let procs = base.add(procs_at).cast::<ProcSlot>();
             for i in 0..processes {
                 procs.add(i).write(ProcSlot::default());
             }
             let procs = std::slice::from_raw_parts(procs, processes);
             let table = |k: usize| -> &'static [AtomicU32] {
-                let p = base
-                    .add(stats_bytes + procs_bytes + k * table_bytes)
-                    .cast::<AtomicU32>();
+                let p = base.add(tables_at + k * table_bytes).cast::<AtomicU32>();
                 // Zeroed memory is a valid AtomicU32 (0).
                 std::slice::from_raw_parts(p, SLOTS)
             };
@@ -98,6 +107,7 @@ impl Region {
                 std::slice::from_raw_parts(base.add(rates_at).cast::<AtomicU64>(), RATE_CELLS);
             Ok(Region {
                 stats,
+                tops,
                 procs,
                 caps: [table(0), table(1), table(2)],
                 rates: sluice_rules::rates::SharedRates {
@@ -125,6 +135,9 @@ mod tests {
             r.caps[1][42].fetch_add(3, Ordering::Relaxed);
             r.procs[1].open.fetch_add(5, Ordering::Relaxed);
             r.rates.cells[RATE_CELLS - 1].fetch_add(9, Ordering::Relaxed);
+            let mut l = sluice_status::top::TopList::default();
+            l.urls_by_requests.push(("/from-the-child".into(), 11));
+            r.tops[2].write(&l);
             unsafe { libc::_exit(0) };
         }
         let mut status = 0;
@@ -135,5 +148,10 @@ mod tests {
         assert_eq!(r.procs[1].open.load(Ordering::Relaxed), 5);
         assert_eq!(r.procs[0].open.load(Ordering::Relaxed), 0);
         assert_eq!(r.rates.cells[RATE_CELLS - 1].load(Ordering::Relaxed), 9);
+        assert_eq!(
+            r.tops[2].read().urls_by_requests,
+            vec![("/from-the-child".to_string(), 11)]
+        );
+        assert!(r.tops[1].read().urls_by_requests.is_empty());
     }
 }

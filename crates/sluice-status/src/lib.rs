@@ -12,6 +12,7 @@
 pub mod counters;
 pub mod rates;
 pub mod render;
+pub mod slot;
 pub mod top;
 
 pub use counters::{Counters, Totals};
@@ -20,17 +21,19 @@ use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Shared by the workers and the main thread: the rates ring (written once a second
-/// by the main thread) and each worker's published top list (written once a second
-/// by that worker).
+/// by the main thread) and where each worker of the whole server, in any serving
+/// process, publishes its top list once a second ([`slot::TopSlot`], one per
+/// worker, in memory the processes share).
 pub struct Board {
     pub started: Instant,
     pub started_unix: f64,
     ring: Mutex<rates::Ring>,
-    tops: Vec<Mutex<top::TopList>>,
+    tops: &'static [slot::TopSlot],
 }
 
 impl Board {
-    pub fn new(workers: usize) -> Board {
+    /// `tops`: one slot per worker of the whole server, by global worker id.
+    pub fn new(tops: &'static [slot::TopSlot]) -> Board {
         Board {
             started: Instant::now(),
             started_unix: SystemTime::now()
@@ -38,7 +41,7 @@ impl Board {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
             ring: Mutex::new(rates::Ring::default()),
-            tops: (0..workers).map(|_| Mutex::default()).collect(),
+            tops,
         }
     }
 
@@ -66,9 +69,9 @@ impl Board {
     }
 
     /// Worker `id`, once a second.
-    pub fn publish(&self, id: usize, list: top::TopList) {
-        if let Some(m) = self.tops.get(id) {
-            *m.lock().unwrap_or_else(|p| p.into_inner()) = list;
+    pub fn publish(&self, id: usize, list: &top::TopList) {
+        if let Some(s) = self.tops.get(id) {
+            s.write(list);
         }
     }
 
@@ -78,11 +81,7 @@ impl Board {
             let r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
             (r.rates(), r.series(60))
         };
-        let lists: Vec<top::TopList> = self
-            .tops
-            .iter()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .collect();
+        let lists: Vec<top::TopList> = self.tops.iter().map(slot::TopSlot::read).collect();
         View {
             uptime_s: self.started.elapsed().as_secs_f64(),
             started_unix: self.started_unix,

@@ -490,7 +490,7 @@ mod tests {
             w[0].response(404);
         }
         w[0].timings(300, 1_500_000);
-        let b = Board::new(1);
+        let b = Board::new(crate::slot::TopSlot::leak(1));
         b.view(Totals::sum(&w), Process::default(), 3)
     }
 

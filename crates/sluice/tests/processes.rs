@@ -123,6 +123,46 @@ fn the_status_page_counts_every_processes_requests() {
     );
 }
 
+/// Top lists are published into memory the processes share: a URL fetched over
+/// connections that both processes answered shows its whole count, whichever
+/// process serves the status page.
+#[test]
+fn the_top_lists_count_every_processes_requests() {
+    let srv = Server::start(&["--processes", "2"]);
+    // New connections each: the kernel spreads them over both processes'
+    // listeners (all 60 on one of two would be a 2^-59 chance).
+    for _ in 0..60 {
+        assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
+    }
+    let count = |j: &serde_json::Value| {
+        j["top_urls_by_requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["path"] == "/hello.txt")
+            .and_then(|u| u["requests"].as_u64())
+    };
+    // Each worker publishes once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let n = count(&srv.status_json());
+        seen.push(n);
+        if seen
+            .iter()
+            .rev()
+            .take(6)
+            .filter(|n| **n == Some(60))
+            .count()
+            == 6
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("/hello.txt on the status page, reading by reading: {seen:?}");
+}
+
 /// A serving process killed outright is forked again; the server keeps answering;
 /// the restart is counted; SIGTERM to the master stops every process and exits 0.
 #[test]

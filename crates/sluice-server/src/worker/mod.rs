@@ -411,7 +411,7 @@ impl Worker {
         for (a, n) in st.states.iter().zip(states) {
             a.store(n, Ordering::Relaxed);
         }
-        self.shared.board.publish(self.id, list);
+        self.shared.board.publish(self.id, &list);
     }
 
     fn refresh_snapshot(&mut self) {
