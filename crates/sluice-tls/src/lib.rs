@@ -174,6 +174,9 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
+/// Plaintext bytes of the throwaway ticket that primes the ticketer (see [`ticketer`]).
+const TICKET_PRIME: usize = 2048;
+
 /// The process's ticket key (rotated by rustls every 6 hours), kept across
 /// reloads so that tickets issued before a SIGHUP still resume.
 fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
@@ -182,6 +185,12 @@ fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
         return Ok(t.clone());
     }
     let t = provider::Ticketer::new().map_err(|e| format!("tls: ticket key: {e}"))?;
+    // rustls refuses to decrypt a ticket longer than the longest this ticketer has
+    // encrypted. A serving process forked from the master has encrypted nothing, so
+    // it would refuse every ticket another process issued until its own first full
+    // handshake. One throwaway ticket, longer than any real one (a session's state is
+    // a few hundred bytes), sets that bound before the fork.
+    let _ = t.encrypt(&[0u8; TICKET_PRIME]);
     Ok(T.get_or_init(|| t).clone())
 }
 
