@@ -128,6 +128,15 @@ impl Config {
                 .unwrap_or(1)
         }
     }
+
+    /// Serving processes: `server.processes`, or with 0 one per worker (at most the
+    /// bound's maximum).
+    pub fn process_count(&self) -> usize {
+        match self.server.processes {
+            0 => self.worker_count().min(crate::bounds::PROCESSES.1 as usize),
+            n => n,
+        }
+    }
 }
 
 fn text_mentions(text: &str, key: &str) -> bool {

@@ -42,7 +42,8 @@ pub struct ServerSection {
     #[serde(deserialize_with = "crate::de::workers")]
     pub workers: usize,
     /// Serving processes the workers are split over (each with its own descriptor
-    /// limit; `SO_REUSEPORT` spreads connections over all of them).
+    /// limit; `SO_REUSEPORT` spreads connections over all of them). 0 (the default):
+    /// one per worker, as nginx's `worker_processes auto` ([`Config::process_count`]).
     #[serde(deserialize_with = "crate::de::processes")]
     pub processes: usize,
     #[serde(deserialize_with = "crate::de::duration")]
@@ -313,7 +314,7 @@ impl Default for ServerSection {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             root: PathBuf::from("."),
             workers: 0,
-            processes: 1,
+            processes: 0,
             shutdown_grace: Duration::from_secs(10),
             user: None,
             allow_root: false,

@@ -20,12 +20,15 @@ pub struct Shared {
     /// Connections open in this process (its slot in the shared region), and the
     /// most it holds.
     pub open: &'static std::sync::atomic::AtomicUsize,
+    /// This process's slot's copy of its regex compile failures (see `shm::ProcSlot`).
+    pub regex_failures: &'static AtomicU64,
     /// Every serving process's slot (pid, open connections), for the status page.
     pub procs: &'static [crate::shm::ProcSlot],
     /// Where rule sets compiled on a reload count their rate conditions.
     pub rates: sluice_rules::rates::SharedRates,
-    /// Connections held by `tarpit`/`oversize` answers (not counted in `open`).
-    pub drips: std::sync::atomic::AtomicUsize,
+    /// Tarpits and oversize replies this process drips (its slot in the shared
+    /// region; the cap is on the sum, [`Shared::drips_open`]).
+    pub drips: &'static std::sync::atomic::AtomicUsize,
     pub max_open: usize,
     /// Workers in this process (they share `max_open`); `stats` has every
     /// process's.
@@ -65,7 +68,9 @@ impl Shared {
         region.procs[process]
             .pid
             .store(std::process::id(), Ordering::Relaxed);
+        // A process forked again after one died starts from nothing.
         region.procs[process].open.store(0, Ordering::Relaxed);
+        region.procs[process].drips.store(0, Ordering::Relaxed);
         let c = &snap.config.condition;
         let limit = |f: f64| ((server_connections as f64 * f).ceil() as u32).max(1);
         let disk = match snap.config.files.disk_threads {
@@ -78,9 +83,10 @@ impl Shared {
         };
         Arc::new(Shared {
             open: &region.procs[process].open,
+            regex_failures: &region.procs[process].regex_failures,
             procs: region.procs,
             rates: region.rates,
-            drips: std::sync::atomic::AtomicUsize::new(0),
+            drips: &region.procs[process].drips,
             max_open: max_connections,
             local_workers,
             caps: sluice_condition::RangeCaps::over(
@@ -107,5 +113,13 @@ impl Shared {
         let mut g = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         *g = Arc::new(snap);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Tarpits and oversize replies open in the whole server (every process's).
+    pub fn drips_open(&self) -> usize {
+        self.procs
+            .iter()
+            .map(|p| p.drips.load(Ordering::Relaxed))
+            .sum()
     }
 }

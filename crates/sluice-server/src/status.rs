@@ -73,7 +73,13 @@ pub fn answer(
         shared.max_open as u64 * n,
         open as u64,
     );
-    process.rule_regex_failures = sluice_rules::pattern::compile_failures();
+    // Every process compiles the same rules, each regex on its first use there: the
+    // most any process has seen (others' figures are up to a second old).
+    process.rule_regex_failures = shared
+        .procs
+        .iter()
+        .map(|p| p.regex_failures.load(Ordering::Relaxed))
+        .fold(sluice_rules::pattern::compile_failures(), u64::max);
     let view = shared
         .board
         .view(totals, process, shared.generation.load(Ordering::Relaxed));

@@ -26,7 +26,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let workers = cfg.worker_count();
-    let processes = cfg.server.processes;
+    let processes = cfg.process_count();
     if processes > workers {
         return Err(format!(
             "server.processes = {processes} is more than the {workers} workers: each process runs at least one worker"
@@ -279,6 +279,9 @@ pub(crate) fn run_process(
             shared
                 .board
                 .sample(&sluice_status::Totals::sum(shared.stats));
+            shared
+                .regex_failures
+                .store(sluice_rules::pattern::compile_failures(), Ordering::Relaxed);
         }
         for sig in signals.pending() {
             match sig {

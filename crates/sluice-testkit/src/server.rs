@@ -226,19 +226,42 @@ impl Server {
         v
     }
 
-    /// Names of the server's worker threads (`sluice-w0`, …) alive right now.
-    pub fn worker_threads(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
-            .map(|d| {
-                d.filter_map(|e| {
-                    let e = e.ok()?;
-                    let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-                    let comm = comm.trim().to_string();
-                    comm.starts_with("sluice-w").then_some(comm)
-                })
-                .collect()
+    /// The processes that serve: the children of a master (`server.processes > 1`,
+    /// the default with more than one worker), or the server itself.
+    pub fn serving_pids(&self) -> Vec<u32> {
+        match self.children() {
+            v if v.is_empty() => vec![self.child.id()],
+            v => v,
+        }
+    }
+
+    /// Descriptors open in the serving processes, summed.
+    pub fn open_fds(&self) -> usize {
+        self.serving_pids()
+            .iter()
+            .map(|p| {
+                std::fs::read_dir(format!("/proc/{p}/fd"))
+                    .map(|d| d.count())
+                    .unwrap_or(0)
             })
-            .unwrap_or_default();
+            .sum()
+    }
+
+    /// Names of the server's worker threads (`sluice-w0`, …) alive right now, in
+    /// every serving process (worker ids are global).
+    pub fn worker_threads(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for pid in self.serving_pids() {
+            let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            v.extend(d.filter_map(|e| {
+                let e = e.ok()?;
+                let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                let comm = comm.trim().to_string();
+                comm.starts_with("sluice-w").then_some(comm)
+            }));
+        }
         v.sort();
         v
     }

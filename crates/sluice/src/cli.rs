@@ -190,7 +190,8 @@ pub struct ServeArgs {
     /// Worker threads (0 = one per core).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Serving processes the workers are split over (overrides server.processes).
+    /// Serving processes the workers are split over (0 = one per worker; overrides
+    /// server.processes).
     #[arg(long)]
     pub processes: Option<usize>,
     /// TOML config file.

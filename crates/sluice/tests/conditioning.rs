@@ -250,12 +250,7 @@ fn slowhttptest_slowloris_and_slow_read_leave_the_server_available() {
     // stays available and cuts them (below 4 KiB/s over 2 s) with a reset, so their
     // descriptors are gone while the attack still runs. (slowhttptest's own count of
     // closed connections does not see resets in this mode, hence the descriptors.)
-    let pid = srv.child.id();
-    let fds = || {
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .unwrap()
-            .count()
-    };
+    let fds = || srv.open_fds();
     let mut peak = 0;
     let mut late = usize::MAX;
     let avail = slowhttptest(

@@ -335,11 +335,7 @@ fn the_open_file_cache_respects_its_cap() {
         "[files]\ncache_entries = 8\nsmall_file_max = 0\ncache_validity = \"60s\"\n",
         &[],
     );
-    let fds = || {
-        std::fs::read_dir(format!("/proc/{}/fd", srv.child.id()))
-            .unwrap()
-            .count()
-    };
+    let fds = || srv.open_fds();
     let before = fds();
     let mut c = srv.client();
     for i in 0..200 {

@@ -67,8 +67,9 @@ fn thread_ids(pid: u32) -> Vec<(String, String)> {
     out
 }
 
-fn assert_all_threads_are(pid: u32, uid: u32, gid: u32, threads: usize) {
-    let ids = thread_ids(pid);
+/// Every thread of every process in `pids`; `threads` at least, in all.
+fn assert_all_threads_are(pids: &[u32], uid: u32, gid: u32, threads: usize) {
+    let ids: Vec<_> = pids.iter().flat_map(|p| thread_ids(*p)).collect();
     assert!(
         ids.len() >= threads,
         "main, log and worker threads: {ids:?}"
@@ -96,8 +97,11 @@ fn user_flag_drops_every_thread_and_root_only_files_are_refused() {
         shared_root(),
         &["--user", "nobody", "--access-log", log.to_str().unwrap()],
     );
-    // main, the log writer and two workers
-    assert_all_threads_are(srv.child.id(), uid, gid, 4);
+    // The master (with two workers, two serving processes by default) and in the
+    // serving processes main, the log writer and two workers.
+    let mut pids = srv.serving_pids();
+    pids.push(srv.pid());
+    assert_all_threads_are(&pids, uid, gid, 4);
     assert_eq!(
         srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").text(),
         "hello world\n"
@@ -137,7 +141,7 @@ fn root_without_a_user_serves_as_nobody_and_root_user_needs_allow_root() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("serving"), "{line:?}");
-    assert_all_threads_are(child.id(), uid, gid, 2);
+    assert_all_threads_are(&[child.id()], uid, gid, 2);
     let _ = child.kill();
     let _ = child.wait();
 

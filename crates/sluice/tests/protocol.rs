@@ -320,12 +320,6 @@ fn half_closed_client_still_gets_its_answer() {
     assert!(closed_within(&mut s, Duration::from_secs(2)));
 }
 
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 #[test]
 fn aborted_and_stalled_clients_leak_no_descriptors() {
     let dir = docroot();
@@ -341,7 +335,6 @@ fn aborted_and_stalled_clients_leak_no_descriptors() {
     )
     .unwrap();
     let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
-    let pid = srv.child.id();
     // Let the server settle, then take its baseline.
     assert_eq!(
         srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
@@ -349,10 +342,10 @@ fn aborted_and_stalled_clients_leak_no_descriptors() {
         200
     );
     // Baseline once the count is steady (the close of that request may lag).
-    let mut baseline = open_fds(pid);
+    let mut baseline = srv.open_fds();
     loop {
         std::thread::sleep(Duration::from_millis(50));
-        let now = open_fds(pid);
+        let now = srv.open_fds();
         if now == baseline {
             break;
         }
@@ -385,15 +378,15 @@ fn aborted_and_stalled_clients_leak_no_descriptors() {
         }
     }
     assert!(
-        open_fds(pid) > baseline,
+        srv.open_fds() > baseline,
         "the held connections should be open now"
     );
     let t = Instant::now();
-    while open_fds(pid) > baseline {
+    while srv.open_fds() > baseline {
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "descriptors leaked: {} open, baseline {baseline}",
-            open_fds(pid)
+            srv.open_fds()
         );
         std::thread::sleep(Duration::from_millis(100));
     }

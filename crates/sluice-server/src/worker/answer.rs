@@ -30,7 +30,7 @@ impl Worker {
         const TARPIT_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
         /// An oversize body goes out 4 KiB every 250 ms: 16 KiB/s, 1 MiB in 64 s.
         const OVERSIZE_PIECE: usize = 4096;
-        let full = self.shared.drips.load(Ordering::Relaxed) >= self.snap.config.rules.tarpit_max;
+        let full = self.shared.drips_open() >= self.snap.config.rules.tarpit_max;
         let (head, piece, every, budget, for_ms): (&[u8], std::sync::Arc<[u8]>, Ms, u64, u64) =
             match e {
                 Errant::Tarpit {
