@@ -16,6 +16,9 @@ the kernel's scheduling of the four busy threads more than the server's ordering
 It is for latency experiments whose measuring client mostly sleeps (heavy-range): a
 closed-loop client at SCHED_FIFO would keep the attackers on its core from running.
 
+--sluice-processes N sets sluice's serving processes (default: sluice's own default,
+one per worker; 1 runs both workers as threads of one process).
+
 --apache adds Debian's Apache 2.4 (mpm_event, 2 processes, 150 workers, the
 defaults' mod_reqtimeout), as seed 004 measured Apache beside the paper's server.
 
@@ -106,8 +109,9 @@ def main():
     ap.add_argument("--sweep-max", type=int, default=32000)
     ap.add_argument("--apache", action="store_true")
     ap.add_argument("--isolate", action="store_true")
-    ap.add_argument("--sluice-processes", type=int, default=1,
-                    help="server.processes for sluice (its 2 workers split over that many processes)")
+    ap.add_argument("--sluice-processes", type=int, default=0,
+                    help="server.processes for sluice (its workers split over that many processes; "
+                         "0, the default, is sluice's own: one per worker)")
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1", "chrt", "-f", "1"] if a.isolate else []

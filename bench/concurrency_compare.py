@@ -14,9 +14,9 @@ connections the load runs in several processes over several 127.0.1.x addresses.
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
                                  [--sluice-processes N]
 
---sluice-processes splits sluice's 2 workers over N serving processes (each with its
-own descriptor limit, as nginx's worker processes have): past 20,000 connections
-one process cannot hold them.
+--sluice-processes N sets sluice's serving processes (each with its own descriptor
+limit, as nginx's worker processes have; past 20,000 connections one process cannot
+hold them). Without it sluice runs its default: one process per worker, two here.
 """
 import argparse, os, subprocess, sys
 
@@ -30,12 +30,13 @@ def main():
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--servers", default="sluice,nginx,lighttpd")
     ap.add_argument("--out", default=f"{compare.WORK}/concurrency-out")
-    ap.add_argument("--sluice-processes", type=int, default=1)
+    ap.add_argument("--sluice-processes", type=int, default=0,
+                    help="server.processes (0, the default: sluice's own, one per worker)")
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     compare.configs()
-    if a.sluice_processes > 1:
+    if a.sluice_processes > 0:
         conf = f"{compare.WORK}/sluice.toml"
         with open(conf) as f:
             text = f.read().replace("workers = 2\n", f"workers = 2\nprocesses = {a.sluice_processes}\n")
