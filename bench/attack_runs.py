@@ -6,6 +6,7 @@ descriptors the attackers run in several processes from 127.66.x.
 
     bench/attack_runs.py [--duration 5] [--experiments incomplete,half-heads,...]
                          [--sweep-max 32000] [--apache] [--isolate] [--sluice-processes N]
+                         [--rounds N]
 
 --isolate gives the servers a core of their own, as the paper's server had its own
 machine: each server runs one worker (nginx one worker process) pinned to CPU 0, and
@@ -26,7 +27,7 @@ Each experiment also prints every server's memory: RSS of its process tree befor
 the experiment and the peak during it (sampled twice a second), and the growth per
 attacking connection.
 """
-import argparse, os, subprocess, sys, threading, time
+import argparse, os, statistics, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attacks  # noqa: E402  (sluice with its defaults, as in the attack table)
@@ -109,6 +110,9 @@ def main():
     ap.add_argument("--sweep-max", type=int, default=32000)
     ap.add_argument("--apache", action="store_true")
     ap.add_argument("--isolate", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the experiment list this many times, interleaved (round 1 of every "
+                         "experiment, then round 2, ...), and end with each ratio's median and rounds")
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes for sluice (its workers split over that many processes; "
                          "0, the default, is sluice's own: one per worker)")
@@ -131,7 +135,8 @@ def main():
     if a.apache:
         targets += ["--target", f"apache=http://127.0.0.1:{APACHE_PORT}/"]
     names = ["sluice", "nginx"] + (["apache"] if a.apache else [])
-    for e in a.experiments.split(","):
+    ratios = {}  # (experiment, target) -> [ratio per round]
+    for e in [e for _ in range(a.rounds) for e in a.experiments.split(",")]:
         # Fresh servers for every experiment: memory a process took for one attack
         # stays in its RSS and would hide the next attack's.
         procs = []
@@ -150,6 +155,9 @@ def main():
             watch = RssWatch(dict(zip(names, (p.pid for p in procs))))
             r = subprocess.run(cmd, capture_output=True, text=True)
             print(r.stdout + r.stderr, flush=True)
+            if e != "incomplete-sweep":
+                for t, x in table_ratios(r.stdout):
+                    ratios.setdefault((e, t), []).append(x)
             watch.report(e, n if e != "incomplete-sweep" else 0)
         finally:
             for p in procs:
@@ -162,6 +170,26 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
         time.sleep(2)
+    if a.rounds > 1:
+        print("\nratio (heavy-range: p99 under load / alone), median and every round:")
+        for (e, t), xs in ratios.items():
+            print(f"{e:18} {t:8} median {statistics.median(xs):6.2f}   rounds: "
+                  f"{' '.join(f'{x:.2f}' for x in xs)}")
+
+
+def table_ratios(out):
+    """(target, ratio) of each row of a `sluice bench run` table with a ratio column."""
+    rows, col = [], None
+    for line in out.splitlines():
+        f = line.split()
+        if f and f[0] == "target" and "ratio" in f:
+            col = f.index("ratio")
+        elif col is not None and len(f) > col:
+            try:
+                rows.append((f[0], float(f[col])))
+            except ValueError:
+                col = None
+    return rows
 
 
 if __name__ == "__main__":
