@@ -92,12 +92,12 @@ class RssWatch:
             for n, p in self.servers.items():
                 self.peak[n] = max(self.peak[n], compare.rss_bytes(p))
 
-    def report(self, experiment, n):
+    def report(self, experiment, n, what="attacking connection"):
         self.stop.set()
         self.t.join()
         for name in self.servers:
             grow = self.peak[name] - self.base[name]
-            per = f", {grow / n:.0f} B per attacking connection" if n else ""
+            per = f", {grow / n:.0f} B per {what}" if n else ""
             print(f"memory {experiment} {name}: RSS {self.base[name] / 2**20:.1f} MiB before, "
                   f"peak {self.peak[name] / 2**20:.1f} MiB during (+{grow / 2**20:.1f} MiB{per})", flush=True)
 

@@ -8,7 +8,9 @@ own loopback port, descriptor limit raised to the hard limit), then runs
         --docroot /tmp/sluice-bench/www --max-concurrency N -d D
 
 which ramps slow downloads (256 KiB at 64 KiB/s each) and reports, per step,
-availability, time to first byte and a 1 KiB probe's latency. Past 15,000
+availability, time to first byte and a 1 KiB probe's latency; this script adds each
+server's RSS (process tree, before and at its peak) and the growth per download held
+at the top step. Past 15,000
 connections the load runs in several processes over several 127.0.1.x addresses.
 
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
@@ -21,6 +23,7 @@ hold them). Without it sluice runs its default: one process per worker, two here
 import argparse, os, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attack_runs  # noqa: E402  (RssWatch)
 import compare  # noqa: E402  (server configs and start-up are shared)
 
 
@@ -51,7 +54,11 @@ def main():
         for s in procs:
             cmd += ["--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
         print("$", " ".join(cmd), flush=True)
+        # RSS of each server's process tree, twice a second: its growth at the top
+        # step over the downloads held there is the RSS per download.
+        watch = attack_runs.RssWatch({s: p.pid for s, p in procs.items()})
         subprocess.run(cmd, check=True, preexec_fn=compare.raise_nofile)
+        watch.report("concurrency", a.max, "download at the top step")
     finally:
         for p in procs.values():
             p.terminate()
