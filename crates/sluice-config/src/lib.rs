@@ -156,6 +156,19 @@ mod tests {
     }
 
     #[test]
+    fn processes_default_to_one_per_worker() {
+        let c = Config::parse("[server]\nworkers = 3\n", "x.toml").unwrap();
+        assert_eq!((c.server.processes, c.process_count()), (0, 3));
+        let c = Config::parse("[server]\nworkers = 3\nprocesses = 1\n", "x.toml").unwrap();
+        assert_eq!(c.process_count(), 1);
+        // One per core when workers are, at most the bound.
+        let c = Config::parse("", "x.toml").unwrap();
+        assert_eq!(c.process_count(), c.worker_count().min(64));
+        let c = Config::parse("[server]\nworkers = 200\n", "x.toml").unwrap();
+        assert_eq!(c.process_count(), 64);
+    }
+
+    #[test]
     fn values_and_durations() {
         let c = Config::parse(
             "[server]\nlisten=[\"[::1]:9\"]\n[http]\nkeepalive_timeout=\"500ms\"\nheader_timeout=3\n[files]\nio=\"mmap\"\nsymlinks=\"never\"\n",
