@@ -1,6 +1,7 @@
 //! Socket reads and writes the worker, the TLS layer and the front process share,
 //! and the pool of read buffers: [`read_into`] (bounded reads into a pooled
 //! buffer), [`recycle`] (a buffer back to the pool, so idle connections hold none),
+//! [`keep_bytes`] (a waiting connection keeps its few bytes, not a pooled buffer),
 //! one-shot `send`, draining and peeking input, and the reset-on-close option.
 //! Raw libc where std has no call for it (`MSG_PEEK`, `SO_LINGER` 0).
 
@@ -28,9 +29,7 @@ pub fn read_into(
     limit: usize,
     until_eof: bool,
 ) -> io::Result<ReadOutcome> {
-    if buf.capacity() == 0 {
-        *buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(READ_CHUNK));
-    }
+    pooled(buf, pool, READ_CHUNK);
     loop {
         if buf.len() >= limit {
             return Ok(ReadOutcome::Full);
@@ -144,10 +143,65 @@ pub fn drain_input(sock: &TcpStream) -> bool {
     }
 }
 
+/// Before a read: a buffer of at least `chunk` bytes, from the pool, holding what
+/// `buf` held (nothing, or the bytes [`keep_bytes`] kept).
+pub fn pooled(buf: &mut Vec<u8>, pool: &mut Vec<Vec<u8>>, chunk: usize) {
+    if buf.capacity() < chunk {
+        let mut big = pool.pop().unwrap_or_else(|| Vec::with_capacity(chunk));
+        big.extend_from_slice(buf);
+        *buf = big;
+    }
+}
+
+/// What a connection that waits (a head still arriving, a complete request waiting
+/// its turn) keeps: its bytes in a buffer their size, the pooled one given back if
+/// it is mostly empty. 16,000 half heads would otherwise hold 64 MiB of 4 KiB
+/// buffers for a few dozen bytes each. Costs one small copy per wait; the next read
+/// takes a pooled buffer again ([`pooled`]).
+pub fn keep_bytes(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) -> Vec<u8> {
+    if buf.capacity() > 2 * buf.len() {
+        let bytes = buf.to_vec();
+        recycle(pool, buf);
+        bytes
+    } else {
+        buf
+    }
+}
+
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
 pub fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     if buf.capacity() > 0 && buf.capacity() <= 64 * 1024 && pool.len() < POOL_MAX {
         buf.clear();
         pool.push(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_head_keeps_its_bytes_and_the_next_read_gets_a_pooled_buffer() {
+        let mut pool = Vec::new();
+        let mut buf = Vec::with_capacity(READ_CHUNK);
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\nHo");
+        let kept = keep_bytes(&mut pool, buf);
+        assert_eq!(kept, b"GET / HTTP/1.1\r\nHo");
+        assert!(
+            kept.capacity() < 64,
+            "kept {} bytes of room",
+            kept.capacity()
+        );
+        assert_eq!(pool.len(), 1, "the 4 KiB buffer went back");
+        let mut buf = kept;
+        pooled(&mut buf, &mut pool, READ_CHUNK);
+        assert_eq!(buf, b"GET / HTTP/1.1\r\nHo");
+        assert!(buf.capacity() >= READ_CHUNK);
+        assert!(pool.is_empty(), "taken from the pool");
+        // A buffer mostly full stays as it is.
+        let mut full = Vec::with_capacity(READ_CHUNK);
+        full.resize(3000, b'x');
+        let p = full.as_ptr();
+        assert_eq!(keep_bytes(&mut pool, full).as_ptr(), p);
     }
 }

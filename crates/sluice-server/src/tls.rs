@@ -65,9 +65,7 @@ pub(crate) fn read_into(
         if buf.len() >= limit {
             return Ok(ReadOutcome::Full);
         }
-        if buf.capacity() == 0 {
-            *buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(chunk));
-        }
+        crate::io::pooled(buf, pool, chunk);
         if buf.capacity() - buf.len() < 512 {
             buf.reserve(chunk);
         }

@@ -5,7 +5,7 @@
 use super::conn::*;
 use super::*;
 use crate::accesslog::Pending;
-use crate::io::recycle;
+use crate::io::{keep_bytes, recycle};
 use crate::phases::{self, PhaseCtx};
 use sluice_condition::slowread::RateWindow;
 use sluice_condition::CloseReason;
@@ -150,7 +150,9 @@ impl Worker {
         let mut discard_body = 0u32;
         let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
-                self.conns[key].rbuf = rbuf;
+                // Waits for the rest keeping only its bytes (slowloris and half
+                // heads would each hold a 4 KiB buffer otherwise).
+                self.conns[key].rbuf = keep_bytes(&mut self.pool, rbuf);
                 return Step::NeedMore;
             }
             Err(e) => {
@@ -186,13 +188,7 @@ impl Worker {
                 };
                 // It keeps only its bytes: the pooled 4 KiB buffer goes back (20,000
                 // held keep-alives asking at once would hold 80 MiB of them).
-                c.rbuf = if rbuf.capacity() > 2 * rbuf.len() {
-                    let bytes = rbuf.to_vec();
-                    recycle(&mut self.pool, rbuf);
-                    bytes
-                } else {
-                    rbuf
-                };
+                c.rbuf = keep_bytes(&mut self.pool, rbuf);
                 c.phase = Phase::Ready { started };
                 return Step::Wait;
             }
