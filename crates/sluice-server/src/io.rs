@@ -202,6 +202,7 @@ mod tests {
         let mut full = Vec::with_capacity(READ_CHUNK);
         full.resize(3000, b'x');
         let p = full.as_ptr();
-        assert_eq!(keep_bytes(&mut pool, full).as_ptr(), p);
+        let kept = keep_bytes(&mut pool, full);
+        assert_eq!(kept.as_ptr(), p);
     }
 }
