@@ -169,8 +169,10 @@ pub fn keep_bytes(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) -> Vec<u8> {
 }
 
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
+/// Only read-sized buffers are kept: a small one ([`keep_bytes`]'s) is freed, or
+/// the pool would hand it out to be grown again.
 pub fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
-    if buf.capacity() > 0 && buf.capacity() <= 64 * 1024 && pool.len() < POOL_MAX {
+    if buf.capacity() >= READ_CHUNK && buf.capacity() <= 64 * 1024 && pool.len() < POOL_MAX {
         buf.clear();
         pool.push(buf);
     }
