@@ -2,8 +2,8 @@
 //! `MAP_SHARED` mapping, made before the serving processes are forked, holding the
 //! whole server's per-worker counters ([`Stats`], for the status page) and top-list
 //! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
-//! [`ProcSlot`] per process (its pid and open connections, so the status page sums
-//! them), the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
+//! [`ProcSlot`] per process (its pid, open connections and regex failures, so the
+//! status page sums them, and its tarpits, so `tarpit_max` caps their sum), the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
 //! cap holds across processes as it holds across threads) and the rate cells of the
 //! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
 //! requests whichever process answers them).
