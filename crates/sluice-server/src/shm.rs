@@ -3,8 +3,9 @@
 //! whole server's per-worker counters ([`Stats`], for the status page) and top-list
 //! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
 //! [`ProcSlot`] per process (its pid, open connections and regex failures, so the
-//! status page sums them, and its tarpits, so `tarpit_max` caps their sum), the three range-cap tables (`sluice_condition::RangeCaps`, so a /24's
-//! cap holds across processes as it holds across threads) and the rate cells of the
+//! status page sums them, and its tarpits, so `tarpit_max` caps their sum), the
+//! three range-cap tables (`sluice_condition::RangeCaps`, so a /24's cap holds
+//! across processes as it holds across threads) and the rate cells of the
 //! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
 //! requests whichever process answers them).
 //!
