@@ -113,6 +113,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the experiment list this many times, interleaved (round 1 of every "
                          "experiment, then round 2, ...), and end with each ratio's median and rounds")
+    ap.add_argument("--sluice-toml", default="",
+                    help="TOML appended to sluice's config, e.g. '[condition]\\ndefer_accept = \"0\"' "
+                         "(\\n for a newline)")
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes for sluice (its workers split over that many processes; "
                          "0, the default, is sluice's own: one per worker)")
@@ -142,7 +145,7 @@ def main():
         procs = []
         try:
             procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2, server_prefix,
-                                              a.sluice_processes))
+                                              a.sluice_processes, a.sluice_toml.replace("\\n", "\n") + "\n"))
             procs.append(compare.start("nginx", sluice_bin, server_prefix))
             if a.apache:
                 procs.append(start_apache())

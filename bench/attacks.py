@@ -174,13 +174,13 @@ def rss(pid):
     return total
 
 
-def start_sluice(sluice_bin, workers=2, prefix=(), processes=0):
+def start_sluice(sluice_bin, workers=2, prefix=(), processes=0, extra=""):
     port = compare.PORTS["sluice"]
     with open(f"{compare.WORK}/sluice-attack.toml", "w") as f:
         # Defaults, except where it listens, what it serves, and how many workers in
         # how many processes (0: sluice's default, one per worker).
         f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{compare.WWW}"\nworkers = {workers}\n'
-                f'processes = {processes}\n')
+                f'processes = {processes}\n' + extra)
     log = open(f"{compare.WORK}/sluice-attack.out", "w")
     p = subprocess.Popen([*prefix, sluice_bin, "serve", "--allow-root", "--config", f"{compare.WORK}/sluice-attack.toml"],
                          stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,

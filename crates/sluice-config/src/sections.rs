@@ -191,9 +191,12 @@ pub struct ConditionSection {
     /// clients are the machine itself (local proxies, monitoring, benchmarks).
     pub cap_exempt: Vec<String>,
     /// Let the kernel hold a new connection that has sent nothing (TCP_DEFER_ACCEPT)
-    /// for this long before sluice accepts it ("0" = off). Silent connections then
-    /// cost no descriptor; one that stays silent is handed over after it and closed
-    /// after `http.header_timeout` more.
+    /// for this long before sluice accepts it ("0", the default: off). Silent
+    /// connections then cost no descriptor; one that stays silent is handed over
+    /// after it and closed after `http.header_timeout` more. Off by default: the
+    /// kernel keeps each deferred connection in the listener's SYN queue, so a burst
+    /// of new clients overflows it into SYN cookies, whose MSS table caps a loopback
+    /// or jumbo-frame connection at 1460 bytes (docs/CONDITIONING.md).
     #[serde(deserialize_with = "crate::de::duration")]
     pub defer_accept: Duration,
 }
@@ -211,7 +214,7 @@ impl Default for ConditionSection {
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
-            defer_accept: Duration::from_secs(10),
+            defer_accept: Duration::ZERO,
         }
     }
 }

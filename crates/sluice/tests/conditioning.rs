@@ -90,7 +90,11 @@ fn silent_connections_from_one_range_do_not_lock_out_others() {
 
 #[test]
 fn deferred_accept_keeps_silent_connections_out_of_the_server() {
-    let srv = Server::start_with_config(docroot(), "[condition]\nmax_connections = 40\n", &[]);
+    let srv = Server::start_with_config(
+        docroot(),
+        "[condition]\nmax_connections = 40\ndefer_accept = \"10s\"\n",
+        &[],
+    );
     let mut silent = Vec::new();
     for i in 0..200 {
         if let Ok(s) = connect_from(&format!("127.66.2.{}", 1 + i % 8), &srv.addr) {
