@@ -98,6 +98,10 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             let l = std::net::TcpListener::from(fd);
             l.set_nonblocking(true)
                 .map_err(|e| format!("LISTEN_FDS: {e}"))?;
+            // Inherited by every accepted socket (see `listener::bind`).
+            socket2::SockRef::from(&l)
+                .set_nodelay(true)
+                .map_err(|e| format!("LISTEN_FDS: {e}"))?;
             addrs.push(l.local_addr().map_err(|e| format!("LISTEN_FDS: {e}"))?);
             shared_ls.push(mio::net::TcpListener::from_std(l));
         }

@@ -108,7 +108,8 @@ impl Worker {
         } else {
             None
         };
-        let _ = sock.set_nodelay(true);
+        // TCP_NODELAY: inherited from the listener (`listener::bind`); a socket
+        // handed over by a front process had it set there.
         self.gen = self.gen.wrapping_add(1);
         let now = self.now_ms;
         // Slow-read prevention: count it against its ranges (shared by all workers).
