@@ -237,14 +237,7 @@ impl Server {
 
     /// Descriptors open in the serving processes, summed.
     pub fn open_fds(&self) -> usize {
-        self.serving_pids()
-            .iter()
-            .map(|p| {
-                std::fs::read_dir(format!("/proc/{p}/fd"))
-                    .map(|d| d.count())
-                    .unwrap_or(0)
-            })
-            .sum()
+        self.serving_pids().into_iter().map(open_fds_of).sum()
     }
 
     /// Names of the server's worker threads (`sluice-w0`, …) alive right now, in
@@ -370,4 +363,11 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Descriptors process `pid` has open (0 once it is gone).
+pub fn open_fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }

@@ -34,12 +34,6 @@ fn hold_idle(srv: &Server, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The reason sluice has processes: with a descriptor limit of 400 per process
 /// (room for 208 connections each), one process must evict idle connections to hold
 /// 300, two hold all 300 and both take a share.
@@ -54,7 +48,7 @@ fn two_processes_hold_what_one_processes_descriptors_cannot() {
         let base: Vec<(u32, usize)> = srv
             .children()
             .into_iter()
-            .map(|p| (p, open_fds(p)))
+            .map(|p| (p, open_fds_of(p)))
             .collect();
         let held = hold_idle(&srv, 300);
         std::thread::sleep(Duration::from_millis(300));
@@ -73,7 +67,7 @@ fn two_processes_hold_what_one_processes_descriptors_cannot() {
             // connection to one of the two workers' sockets).
             assert_eq!(base.len(), 2, "two serving processes");
             for (pid, before) in base {
-                let now = open_fds(pid);
+                let now = open_fds_of(pid);
                 assert!(
                     now >= before + 75,
                     "process {pid} holds {} connections of 300",

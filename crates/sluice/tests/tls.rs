@@ -285,6 +285,18 @@ fn sni_picks_the_certificate_for_the_name() {
     assert_eq!(o.stdout, b"hello world\n");
 }
 
+/// A full handshake with protocol `v` (`-tls1_2`, `-tls1_3`) and one request, the
+/// session saved to `path`; s_client's output. TLS 1.3 tickets arrive after the
+/// handshake: it stays until the server closes, so s_client has read them when it
+/// saves.
+fn save_session(tls: &str, v: &str, ca: &str, path: &str) -> String {
+    s_client_talk(
+        tls,
+        &["-ign_eof", v, "-CAfile", ca, "-sess_out", path],
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+}
+
 #[test]
 fn sessions_resume_with_tickets() {
     let pki = Pki::new(&["localhost"]);
@@ -293,13 +305,7 @@ fn sessions_resume_with_tickets() {
     for v in ["-tls1_2", "-tls1_3"] {
         let sess = pki.path(&format!("sess{v}"));
         let s = sess.to_str().unwrap();
-        // TLS 1.3 tickets arrive after the handshake: make one request and stay
-        // until the server closes, so s_client has read them when it saves.
-        let first = s_client_talk(
-            &tls,
-            &["-ign_eof", v, "-CAfile", &ca, "-sess_out", s],
-            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        );
+        let first = save_session(&tls, v, &ca, s);
         assert!(
             first.contains("New, TLS") && first.contains("hello world"),
             "{first}"
@@ -554,11 +560,7 @@ fn tickets_resume_on_every_serving_process() {
     for v in ["-tls1_2", "-tls1_3"] {
         let sess = pki.path(&format!("sess-procs{v}"));
         let s = sess.to_str().unwrap();
-        let first = s_client_talk(
-            &tls,
-            &["-ign_eof", v, "-CAfile", &ca, "-sess_out", s],
-            b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        );
+        let first = save_session(&tls, v, &ca, s);
         assert!(first.contains("New, TLS"), "{first}");
         for i in 0..8 {
             let again = s_client(&tls, &[v, "-CAfile", &ca, "-sess_in", s]);
