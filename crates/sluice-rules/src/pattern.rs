@@ -10,10 +10,20 @@ use std::sync::OnceLock;
 
 static COMPILE_FAILURES: AtomicU64 = AtomicU64::new(0);
 
+/// Where this process's failures are counted as well (see [`count_failures_in`]).
+static ALSO_COUNT_IN: OnceLock<&'static AtomicU64> = OnceLock::new();
+
 /// Regexes that parsed at load time but failed to compile on first use, in this
 /// process (each counted once); the status page and `explain` can show it.
 pub fn compile_failures() -> u64 {
     COMPILE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// Count this process's failures in `cell` too, from now on (the first call wins):
+/// a serving process passes its slot in memory the server's processes share, so
+/// whichever process answers the status page sees them at once.
+pub fn count_failures_in(cell: &'static AtomicU64) {
+    let _ = ALSO_COUNT_IN.set(cell);
 }
 
 /// A regex, parsed at load time (so syntax errors are reported with file and line)
@@ -80,6 +90,9 @@ impl RegexPattern {
                     Ok(r) => Some(r),
                     Err(e) => {
                         COMPILE_FAILURES.fetch_add(1, Ordering::Relaxed);
+                        if let Some(cell) = ALSO_COUNT_IN.get() {
+                            cell.fetch_add(1, Ordering::Relaxed);
+                        }
                         tracing::warn!(
                             regex = %self.source,
                             error = %first_line(&e.to_string()),

@@ -20,8 +20,6 @@ pub struct Shared {
     /// Connections open in this process (its slot in the shared region), and the
     /// most it holds.
     pub open: &'static std::sync::atomic::AtomicUsize,
-    /// This process's slot's copy of its regex compile failures (see `shm::ProcSlot`).
-    pub regex_failures: &'static AtomicU64,
     /// Every serving process's slot (pid, open connections), for the status page.
     pub procs: &'static [crate::shm::ProcSlot],
     /// Where rule sets compiled on a reload count their rate conditions.
@@ -71,6 +69,10 @@ impl Shared {
         // A process forked again after one died starts from nothing.
         region.procs[process].open.store(0, Ordering::Relaxed);
         region.procs[process].drips.store(0, Ordering::Relaxed);
+        region.procs[process]
+            .regex_failures
+            .store(0, Ordering::Relaxed);
+        sluice_rules::pattern::count_failures_in(&region.procs[process].regex_failures);
         let c = &snap.config.condition;
         let limit = |f: f64| ((server_connections as f64 * f).ceil() as u32).max(1);
         let disk = match snap.config.files.disk_threads {
@@ -83,7 +85,6 @@ impl Shared {
         };
         Arc::new(Shared {
             open: &region.procs[process].open,
-            regex_failures: &region.procs[process].regex_failures,
             procs: region.procs,
             rates: region.rates,
             drips: &region.procs[process].drips,

@@ -34,8 +34,8 @@ pub struct ProcSlot {
     pub pid: AtomicU32,
     /// Connections it holds (its `Shared::open`).
     pub open: AtomicUsize,
-    /// Its rule regexes that failed to compile (`sluice_rules::pattern::
-    /// compile_failures`), copied once a second by its main thread.
+    /// Its rule regexes that failed to compile, counted here as they fail
+    /// (`sluice_rules::pattern::count_failures_in`).
     pub regex_failures: AtomicU64,
     /// Tarpits and oversize replies it is dripping (`[rules] tarpit_max` caps the
     /// sum over every process: `Shared::drips_open`).

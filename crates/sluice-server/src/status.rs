@@ -74,12 +74,13 @@ pub fn answer(
         open as u64,
     );
     // Every process compiles the same rules, each regex on its first use there: the
-    // most any process has seen (others' figures are up to a second old).
+    // most any process has seen.
     process.rule_regex_failures = shared
         .procs
         .iter()
         .map(|p| p.regex_failures.load(Ordering::Relaxed))
-        .fold(sluice_rules::pattern::compile_failures(), u64::max);
+        .max()
+        .unwrap_or(0);
     let view = shared
         .board
         .view(totals, process, shared.generation.load(Ordering::Relaxed));

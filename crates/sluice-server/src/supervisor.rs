@@ -283,9 +283,6 @@ pub(crate) fn run_process(
             shared
                 .board
                 .sample(&sluice_status::Totals::sum(shared.stats));
-            shared
-                .regex_failures
-                .store(sluice_rules::pattern::compile_failures(), Ordering::Relaxed);
         }
         for sig in signals.pending() {
             match sig {
