@@ -9,6 +9,7 @@ the run, divided by the requests wrk completed).
 
     bench/compare.py [--rounds 3] [--duration 10] [--servers sluice,h2o,lighttpd,nginx]
                      [--tests small1k,small100,random10k,download,wrk1m,idle]
+                     (also: close1k, close10k: a new connection per request)
 
 Needs: wrk, curl, nginx, h2o, lighttpd (apt-get install wrk curl nginx-light h2o lighttpd)
 and a release build of sluice (cargo build --release).
@@ -31,6 +32,7 @@ def make_files():
             with open(p, "wb") as f:
                 f.write(os.urandom(size))
     put("f1k.bin", 1024)
+    put("f10k.bin", 10240)
     put("f100.bin", 100)
     put("f1m.bin", 1 << 20)
     put("f100m.bin", 100 << 20)
@@ -196,10 +198,12 @@ def rss_bytes(pid):
 UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "KB": 1024, "MB": 1 << 20, "GB": 1 << 30, "B": 1}
 
 
-def wrk(url, conns, duration, script=None):
+def wrk(url, conns, duration, script=None, header=None):
     cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     if script:
         cmd += ["-s", script]
+    if header:
+        cmd += ["-H", header]
     out = subprocess.run(cmd + [url], capture_output=True, text=True, preexec_fn=raise_nofile).stdout
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -292,6 +296,10 @@ def main():
                     c0 = cpu_seconds(pid)
                     if t == "small1k":
                         res = wrk(url + "/f1k.bin", 50, a.duration)
+                    elif t in ("close1k", "close10k"):
+                        # A new connection per request (issue 11: accept to first byte).
+                        f = "/f1k.bin" if t == "close1k" else "/f10k.bin"
+                        res = wrk(url + f, 50, a.duration, header="Connection: close")
                     elif t == "small100":
                         res = wrk(url + "/f100.bin", 50, a.duration)
                     elif t == "random10k":

@@ -23,6 +23,27 @@ fn pipelined_requests_are_answered_in_order() {
     assert!(closed_within(&mut c.s, Duration::from_secs(2)));
 }
 
+/// A client that says `Connection: close` and sends nothing after it is closed at
+/// once (no peek); one that sends more anyway still gets its whole answer and an
+/// orderly close, not a reset that would drop the answer's tail.
+#[test]
+fn bytes_after_a_close_request_do_not_cut_its_answer() {
+    let srv = Server::start(&[]);
+    for trailing in [&b""[..], b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n"] {
+        let mut c = srv.client();
+        let mut req = b"GET /big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".to_vec();
+        req.extend_from_slice(trailing);
+        c.send(&req);
+        // Read slowly at first, so the response is still going out when the
+        // server reaches the close.
+        std::thread::sleep(Duration::from_millis(200));
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), 300000, "trailing {} bytes", trailing.len());
+        assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+    }
+}
+
 #[test]
 fn request_split_byte_by_byte() {
     let srv = Server::start(&[]);
