@@ -43,6 +43,7 @@
 
 pub mod addr;
 pub mod caps;
+pub mod defer;
 pub mod reason;
 pub mod slowread;
 pub mod tree;

@@ -84,6 +84,7 @@ macro_rules! bounded {
 }
 bounded!(workers, usize, bounds::WORKERS);
 bounded!(processes, usize, bounds::PROCESSES);
+bounded!(listen_sockets, usize, bounds::LISTEN_SOCKETS);
 bounded!(buffer_size, usize, bounds::BUFFER_SIZE);
 bounded!(disk_threads, usize, bounds::DISK_THREADS);
 bounded!(keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);

@@ -183,6 +183,32 @@ mod tests {
         assert_eq!(c.server.listen, vec!["127.0.0.1:9".parse().unwrap()]);
     }
 
+    #[test]
+    fn defer_accept_is_auto_a_duration_or_off() {
+        let h = Duration::from_secs(10);
+        let c = Config::parse("", "x").unwrap();
+        assert_eq!(c.condition.defer_accept, DeferAccept::Auto);
+        assert_eq!(c.condition.defer_accept.initial_secs(h), 10);
+        for (text, want, secs) in [
+            ("\"auto\"", DeferAccept::Auto, 10),
+            ("\"0\"", DeferAccept::Off, 0),
+            ("0", DeferAccept::Off, 0),
+            (
+                "\"1500ms\"",
+                DeferAccept::For(Duration::from_millis(1500)),
+                2,
+            ),
+            ("\"60s\"", DeferAccept::For(Duration::from_secs(60)), 10),
+        ] {
+            let c = Config::parse(&format!("[condition]\ndefer_accept = {text}\n"), "x").unwrap();
+            assert_eq!(c.condition.defer_accept, want, "{text}");
+            assert_eq!(c.condition.defer_accept.initial_secs(h), secs, "{text}");
+        }
+        let e = Config::parse("[condition]\ndefer_accept = \"sometimes\"\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("x.toml:2"), "{e}");
+        assert!(e.to_string().contains("auto"), "{e}");
+    }
+
     // Bad configs and their messages (`file:line: key: what`) are data:
     // testdata/config-bad/, run by tests/testdata.rs.
 

@@ -1,9 +1,11 @@
 //! Listening sockets: one per worker per address, with `SO_REUSEPORT`, so the
 //! kernel spreads new connections over workers without a shared accept lock.
 
+use sluice_condition::defer::DeferSwitch;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Is anyone else listening on `addr`? `SO_REUSEPORT` lets any process of the same
 /// user bind a port that is already served, and the kernel then splits new
@@ -55,20 +57,100 @@ pub fn bind(
         // Request packaging in the kernel: a connection that has sent no byte is not
         // handed to accept() for this long, so silent connections (the paper's
         // "incomplete" attack) hold no descriptor and no slot in the server.
-        let secs = defer_accept_s as libc::c_int;
-        // SAFETY: setsockopt with an int on our own socket.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&sock),
-                libc::IPPROTO_TCP,
-                libc::TCP_DEFER_ACCEPT,
-                (&secs as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        set_defer_accept(sock.as_raw_fd(), defer_accept_s)?;
     }
     sock.listen(backlog)?;
     Ok(mio::net::TcpListener::from_std(sock.into()))
+}
+
+/// TCP_DEFER_ACCEPT on a listening socket, in seconds (0: off). Linux applies it to
+/// connections that complete their handshake from then on.
+pub fn set_defer_accept(fd: RawFd, secs: u64) -> io::Result<()> {
+    let secs = secs.min(i32::MAX as u64) as libc::c_int;
+    // SAFETY: setsockopt with an int on a socket the caller owns.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Is TCP_DEFER_ACCEPT on for this listening socket?
+pub fn defer_accept_is_on(fd: RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into an int of the given length.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && v > 0
+}
+
+/// `defer_accept = "auto"` for one worker's listeners: every
+/// [`CHECK_MS`](sluice_condition::defer::CHECK_MS) it reads the kernel's SYN-queue
+/// overflow count and switches deferral as [`DeferSwitch`] decides (the policy and
+/// its reasons are in `sluice_condition::defer`). Each worker switches its own
+/// listeners; all see the same counters, so they switch together. Cost: one
+/// `/proc/net/netstat` read (~20 µs, into a reused buffer) per worker per check.
+pub struct AutoDefer {
+    fds: Vec<RawFd>,
+    secs: u64,
+    switch: DeferSwitch,
+    next_ms: u64,
+    text: String,
+}
+
+impl AutoDefer {
+    /// `fds`: the listeners to switch (the worker's own, bound by sluice; never
+    /// systemd's); `secs`: the deferral when on. What they have now is read back,
+    /// so a worker that replaces a dead one carries on from where it left them.
+    pub fn new(fds: Vec<RawFd>, secs: u64, now_ms: u64) -> AutoDefer {
+        let on = fds.first().is_some_and(|&fd| defer_accept_is_on(fd));
+        AutoDefer {
+            fds,
+            secs,
+            switch: DeferSwitch::new(on, now_ms),
+            next_ms: now_ms,
+            text: String::new(),
+        }
+    }
+
+    /// Called from the worker's loop; does something at most every `CHECK_MS`.
+    /// Returns the new state when it switched.
+    pub fn poll(&mut self, now_ms: u64) -> Option<bool> {
+        if now_ms < self.next_ms {
+            return None;
+        }
+        self.next_ms = now_ms + sluice_condition::defer::CHECK_MS;
+        self.text.clear();
+        let read = std::fs::File::open("/proc/net/netstat")
+            .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut self.text));
+        let overflows = read
+            .ok()
+            .and_then(|_| sluice_condition::defer::syn_queue_overflows(&self.text))?;
+        let on = self.switch.observe(overflows, now_ms)?;
+        for &fd in &self.fds {
+            if let Err(e) = set_defer_accept(fd, if on { self.secs } else { 0 }) {
+                tracing::warn!(error = %e, "cannot switch TCP_DEFER_ACCEPT");
+            }
+        }
+        Some(on)
+    }
 }
 
 #[cfg(test)]
@@ -88,5 +170,22 @@ mod tests {
             }
         };
         assert!(accepted.nodelay().unwrap(), "TCP_NODELAY not inherited");
+    }
+
+    #[test]
+    fn deferral_is_set_at_bind_and_switched_on_a_listening_socket() {
+        use std::os::fd::AsRawFd;
+        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 10).unwrap();
+        let fd = l.as_raw_fd();
+        assert!(super::defer_accept_is_on(fd));
+        super::set_defer_accept(fd, 0).unwrap();
+        assert!(!super::defer_accept_is_on(fd));
+        // A worker built now carries on from "off".
+        let a = super::AutoDefer::new(vec![fd], 10, 0);
+        assert!(!a.switch.is_on());
+        super::set_defer_accept(fd, 10).unwrap();
+        assert!(super::defer_accept_is_on(fd));
+        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0).unwrap();
+        assert!(!super::defer_accept_is_on(plain.as_raw_fd()));
     }
 }

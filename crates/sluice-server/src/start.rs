@@ -29,6 +29,8 @@ pub(crate) struct Start {
     /// Every worker's listening sockets (by global worker id), owned here so a
     /// worker (or a process) that dies does not close them.
     pub per_worker: Vec<Vec<mio::net::TcpListener>>,
+    /// `defer_accept = "auto"` on listeners sluice bound: the deferral when on.
+    pub auto_defer: Option<u64>,
     pub logs: Vec<(String, accesslog::LogFile)>,
     pub addrs: Vec<SocketAddr>,
     pub tls_addrs: Vec<SocketAddr>,

@@ -66,7 +66,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
 
     // Bind everything before spawning, so a taken port is one clear error.
     let mut per_worker = Vec::with_capacity(workers);
-    if activated.is_empty() {
+    let activated_none = activated.is_empty();
+    if activated_none {
         for a in &addrs {
             listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
         }
@@ -78,13 +79,15 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
                     .config
                     .condition
                     .defer_accept
-                    .min(snap.config.http.header_timeout)
-                    .as_secs_f64()
-                    .ceil() as u64;
-                ls.push(
-                    listener::bind(*a, 4096, defer)
-                        .map_err(|e| format!("cannot listen on {a}: {e}"))?,
-                );
+                    .initial_secs(snap.config.http.header_timeout);
+                // Several sockets per address: each has its own SYN and accept
+                // queues, each capped by net.core.somaxconn (`listen_sockets`).
+                for _ in 0..snap.config.server.listen_sockets {
+                    ls.push(
+                        listener::bind(*a, 4096, defer)
+                            .map_err(|e| format!("cannot listen on {a}: {e}"))?,
+                    );
+                }
             }
             per_worker.push(ls);
         }
@@ -147,7 +150,19 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
+    // `defer_accept = "auto"` switches deferral on the listeners sluice bound
+    // (systemd's sockets keep what their unit says).
+    let auto_defer = (activated_none
+        && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto)
+        .then(|| {
+            snap.config
+                .condition
+                .defer_accept
+                .initial_secs(snap.config.http.header_timeout)
+        })
+        .filter(|&s| s > 0);
     let start = Start {
+        auto_defer,
         config_path,
         ov,
         snap: Arc::new(snap),
@@ -194,9 +209,18 @@ pub(crate) fn run_process(
         })
         .collect::<Result<Vec<(String, accesslog::Writer)>, String>>()?;
     let ov = &start.ov;
-    // Keep 64 descriptors for files, logs and the listeners themselves (each process
-    // has its own descriptor limit, and holds every worker's listeners).
-    let fd_room = start.nofile.saturating_sub(64 + 64 * start.workers as u64) as usize;
+    // Keep 64 descriptors for files and logs, 64 per worker, and the listeners
+    // themselves (each process has its own descriptor limit, and holds every
+    // worker's listeners as originals, and its own workers' as their copies).
+    let listener_fds: usize = start.per_worker.iter().map(|l| l.len()).sum::<usize>()
+        + start.per_worker[part.first..part.first + part.count]
+            .iter()
+            .map(|l| l.len())
+            .sum::<usize>();
+    let fd_room = start
+        .nofile
+        .saturating_sub(64 + 64 * start.workers as u64 + listener_fds as u64)
+        as usize;
     let wanted = match start.snap.config.condition.max_connections {
         0 => fd_room,
         n => n.div_ceil(start.processes).min(fd_room),
@@ -233,6 +257,7 @@ pub(crate) fn run_process(
         spawn_worker(WorkerSpawn {
             id,
             listeners: ls,
+            auto_defer: start.auto_defer,
             shared: shared.clone(),
             logs: log_writers
                 .iter()
@@ -368,6 +393,8 @@ enum WorkerExit {
 struct WorkerSpawn {
     id: usize,
     listeners: Vec<mio::net::TcpListener>,
+    /// `defer_accept = "auto"`: the deferral in seconds when on.
+    auto_defer: Option<u64>,
     shared: Arc<Shared>,
     logs: Vec<(String, accesslog::Handle)>,
     max_conns: usize,
@@ -386,8 +413,9 @@ fn spawn_worker(w: WorkerSpawn) -> Result<std::thread::JoinHandle<()>, String> {
             // shared state is atomics and the snapshot mutex (poison-tolerant).
             let body = std::panic::AssertUnwindSafe(move || {
                 let wl = accesslog::WorkerLog::new(w.logs);
-                let worker = worker::Worker::new(id, w.listeners, w.shared, wl, w.max_conns)
-                    .map_err(|e| e.to_string())?;
+                let worker =
+                    worker::Worker::new(id, w.listeners, w.auto_defer, w.shared, wl, w.max_conns)
+                        .map_err(|e| e.to_string())?;
                 let _ = w.exits.send(WorkerExit::Ready(id));
                 worker.run().map_err(|e| e.to_string())
             });

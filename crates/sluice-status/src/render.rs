@@ -86,6 +86,7 @@ pub fn json(v: &View) -> String {
         "closes_by_reason": closes,
         "worker_restarts_total": t.restarts,
         "disk_waits_total": t.disk_waits,
+        "defer_accept_offs_total": t.defer_offs,
         "rule_regex_failures_total": v.process.rule_regex_failures,
         "open_connections": v.process.open_connections,
         "max_connections": v.process.max_connections,
@@ -222,6 +223,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "File ranges not in the page cache, read by the disk threads while their response waited.",
     );
     let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
+    counter(
+        &mut o,
+        "sluice_defer_accept_offs_total",
+        "Times a worker switched TCP_DEFER_ACCEPT off because the kernel reported SYN-queue overflows (defer_accept = \"auto\").",
+    );
+    let _ = writeln!(o, "sluice_defer_accept_offs_total {}", t.defer_offs);
     counter(
         &mut o,
         "sluice_rule_regex_failures_total",

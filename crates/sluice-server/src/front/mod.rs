@@ -185,6 +185,8 @@ pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Valid) -> Re
 struct Front {
     poll: Poll,
     listener: TcpListener,
+    /// `defer_accept = "auto"`: deferral off while the kernel's SYN queues overflow.
+    auto_defer: Option<listener::AutoDefer>,
     unix: OwnedFd,
     unix_path: PathBuf,
     conns: Slab<FConn>,
@@ -224,9 +226,7 @@ impl Front {
         let defer = config
             .condition
             .defer_accept
-            .min(config.http.header_timeout)
-            .as_secs_f64()
-            .ceil() as u64;
+            .initial_secs(config.http.header_timeout);
         let mut tcp = listener::bind(listen, 4096, defer)
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
@@ -246,9 +246,13 @@ impl Front {
         let limit = |f: f64| ((max_conns as f64 * f).ceil() as u32).max(1);
         let cap_exempt = Cidr::parse_list(&c.cap_exempt, "condition.cap_exempt")?;
         let epoch = Instant::now();
+        let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
+            && defer > 0)
+            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, 0));
         Ok(Front {
             poll,
             listener: tcp,
+            auto_defer,
             unix,
             unix_path: unix_path.to_path_buf(),
             conns: Slab::with_capacity(max_conns.min(1 << 20)),
@@ -310,6 +314,12 @@ impl Front {
                 }
             }
             self.dispatch();
+            if let Some(on) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now)) {
+                tracing::info!(
+                    "sluice condition: TCP_DEFER_ACCEPT {} (defer_accept = \"auto\")",
+                    if on { "on" } else { "off" }
+                );
+            }
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + SWEEP;
                 self.evictions = 0;

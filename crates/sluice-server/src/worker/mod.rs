@@ -123,6 +123,9 @@ pub struct Worker {
     /// Evictions in the current tick (see `make_room`), and when the tick began.
     evictions: u32,
     eviction_tick_ms: Ms,
+    /// `defer_accept = "auto"`: deferral on this worker's listeners, off while the
+    /// kernel's SYN queues overflow (`listener::AutoDefer`).
+    auto_defer: Option<crate::listener::AutoDefer>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
     /// Responses in flight on this worker (`c.out` is some), and this worker's
@@ -160,6 +163,7 @@ impl Worker {
     pub fn new(
         id: usize,
         listeners: Vec<TcpListener>,
+        auto_defer: Option<u64>,
         shared: Arc<Shared>,
         log: WorkerLog,
         max_conns: usize,
@@ -172,6 +176,11 @@ impl Worker {
             poll.registry()
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
+        let auto_defer = auto_defer.map(|secs| {
+            use std::os::fd::AsRawFd;
+            let fds = listeners.iter().map(|l| l.as_raw_fd()).collect();
+            crate::listener::AutoDefer::new(fds, secs, 0)
+        });
         let (snap, snap_gen) = shared.current();
         // Which listeners are PROXY-protocol or HTTPS ones: by their address.
         let marked = |addrs: &[std::net::SocketAddr]| -> Vec<bool> {
@@ -249,6 +258,7 @@ impl Worker {
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
             eviction_tick_ms: 0,
+            auto_defer,
             active: 0,
             max_active,
             answered: 0,
@@ -345,6 +355,25 @@ impl Worker {
                 }
             }
             self.log.tick(self.now);
+            if let Some(a) = &mut self.auto_defer {
+                if let Some(on) = a.poll(self.now_ms) {
+                    tracing::info!(
+                        worker = self.id,
+                        "TCP_DEFER_ACCEPT {} (defer_accept = \"auto\": {})",
+                        if on { "on" } else { "off" },
+                        if on {
+                            "no SYN-queue overflow for a minute"
+                        } else {
+                            "the kernel reports SYN-queue overflows"
+                        }
+                    );
+                    if !on {
+                        self.shared.stats[self.id]
+                            .defer_offs
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
             if self.now_ms >= self.next_expire_ms {
                 self.next_expire_ms = self.now_ms + 1000;
                 for f in &mut self.files {

@@ -1,0 +1,148 @@
+//! `defer_accept = "auto"`: when to let the kernel defer new connections.
+//!
+//! With `TCP_DEFER_ACCEPT` a connection reaches `accept` together with its request:
+//! one wake-up of the worker instead of two, about a quarter less server CPU per
+//! new connection on small files, and silent connections cost no descriptor. The
+//! price is the SYN queue: the kernel keeps each deferred connection there until
+//! its first byte, and when the queue is full it answers new clients with SYN
+//! cookies, whose MSS table caps a connection at 1460 bytes (45× smaller segments
+//! than loopback's; a burst of thousands of new downloads then spends its time in
+//! retransmissions: docs/BENCHMARKS.md). So [`DeferSwitch`] keeps deferral on
+//! while the kernel reports no SYN-queue overflow, turns it off at the first one,
+//! and back on after [`QUIET_MS`] without another.
+//!
+//! Owns: the decision and the parsing of the kernel's counters. Must not: read
+//! files or touch sockets (`sluice-server`'s `listener::AutoDefer` reads
+//! `/proc/net/netstat` and sets the option on its listeners). The counters are the
+//! network namespace's, not one listener's: an overflow on any port of the machine
+//! turns deferral off, which errs on the safe side. Costs: one comparison per
+//! observation; the caller reads the counters every [`CHECK_MS`].
+
+/// How often the server asks the kernel (a `/proc/net/netstat` read, ~20 µs).
+pub const CHECK_MS: u64 = 100;
+/// Deferral comes back on after this long without a SYN-queue overflow.
+pub const QUIET_MS: u64 = 60_000;
+
+/// SYN-queue overflows so far: the kernel's `TcpExt` counters
+/// `TCPReqQFullDoCookies` (answered with a cookie) plus `TCPReqQFullDrop` (dropped,
+/// cookies being off), from the text of `/proc/net/netstat`. `None` if the text
+/// has neither.
+pub fn syn_queue_overflows(netstat: &str) -> Option<u64> {
+    let mut lines = netstat.lines();
+    while let Some(names) = lines.next() {
+        let values = lines.next()?;
+        let (Some(n), Some(v)) = (
+            names.strip_prefix("TcpExt:"),
+            values.strip_prefix("TcpExt:"),
+        ) else {
+            continue;
+        };
+        let mut found = None;
+        for (name, value) in n.split_whitespace().zip(v.split_whitespace()) {
+            if name == "TCPReqQFullDoCookies" || name == "TCPReqQFullDrop" {
+                let x: u64 = value.parse().ok()?;
+                found = Some(found.unwrap_or(0) + x);
+            }
+        }
+        return found;
+    }
+    None
+}
+
+/// Deferral on or off, from successive readings of [`syn_queue_overflows`].
+#[derive(Clone, Debug)]
+pub struct DeferSwitch {
+    on: bool,
+    last: Option<u64>,
+    last_overflow_ms: u64,
+}
+
+impl DeferSwitch {
+    /// `on`: what the listeners have now.
+    pub fn new(on: bool, now_ms: u64) -> DeferSwitch {
+        DeferSwitch {
+            on,
+            last: None,
+            last_overflow_ms: now_ms,
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// A new reading of the overflow count at `now_ms`. `Some(on)` when the
+    /// listeners should change to `on`. The first reading only sets the baseline
+    /// (overflows before the server started say nothing about it).
+    pub fn observe(&mut self, overflows: u64, now_ms: u64) -> Option<bool> {
+        let grew = self.last.is_some_and(|l| overflows > l);
+        self.last = Some(overflows);
+        if grew {
+            self.last_overflow_ms = now_ms;
+            if self.on {
+                self.on = false;
+                return Some(false);
+            }
+        } else if !self.on && now_ms.saturating_sub(self.last_overflow_ms) >= QUIET_MS {
+            self.on = true;
+            return Some(true);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NETSTAT: &str =
+        "TcpExt: SyncookiesSent SyncookiesRecv TCPReqQFullDoCookies TCPReqQFullDrop ListenDrops\n\
+TcpExt: 2606 12 2600 3 0\n\
+IpExt: InNoRoutes InTruncatedPkts\n\
+IpExt: 0 0\n";
+
+    #[test]
+    fn overflows_are_cookies_plus_drops_of_tcpext() {
+        assert_eq!(syn_queue_overflows(NETSTAT), Some(2603));
+        assert_eq!(syn_queue_overflows("IpExt: A B\nIpExt: 1 2\n"), None);
+        assert_eq!(syn_queue_overflows("TcpExt: A B\nTcpExt: 1 2\n"), None);
+        assert_eq!(syn_queue_overflows(""), None);
+        // Names and values out of step: no guess.
+        assert_eq!(
+            syn_queue_overflows("TcpExt: TCPReqQFullDrop\nTcpExt: x\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn this_machine_has_the_counters() {
+        // Linux has had both since 4.4; if this fails, "auto" never switches.
+        let text = std::fs::read_to_string("/proc/net/netstat").unwrap();
+        assert!(syn_queue_overflows(&text).is_some(), "{text}");
+    }
+
+    #[test]
+    fn off_at_the_first_overflow_on_after_a_quiet_minute() {
+        let mut s = DeferSwitch::new(true, 0);
+        // Overflows before the first reading are only the baseline.
+        assert_eq!(s.observe(500, 0), None);
+        assert_eq!(s.observe(500, 100), None);
+        assert_eq!(s.observe(501, 200), Some(false));
+        assert!(!s.is_on());
+        // Still overflowing: stays off, and the quiet minute starts again.
+        assert_eq!(s.observe(900, 30_000), None);
+        assert_eq!(s.observe(900, 89_999), None);
+        assert_eq!(s.observe(900, 90_000), Some(true));
+        assert!(s.is_on());
+        assert_eq!(s.observe(900, 200_000), None);
+    }
+
+    #[test]
+    fn listeners_found_off_come_on_after_the_quiet_minute() {
+        // A worker that restarts finds its listeners as its predecessor left them.
+        let mut s = DeferSwitch::new(false, 1_000);
+        assert_eq!(s.observe(7, 1_000), None);
+        assert_eq!(s.observe(7, 60_999), None);
+        assert_eq!(s.observe(7, 61_000), Some(true));
+    }
+}
