@@ -60,7 +60,7 @@ fn a_syn_queue_overflow_turns_deferral_off_and_more_sockets_prevent_it() {
     // deferral stays on and the silent connections never reach sluice.
     let srv = Server::start_with_config(
         docroot(),
-        "[server]\nlisten_sockets = 4\n",
+        "[server]\nlisten_sockets = 4\n[condition]\ndefer_accept = \"auto\"\n",
         &["--workers", "1"],
     );
     let held = silent(&srv.addr, burst);
@@ -78,7 +78,7 @@ fn a_syn_queue_overflow_turns_deferral_off_and_more_sockets_prevent_it() {
     // and sluice switches deferral off within a check or two.
     let srv = Server::start_with_config(
         docroot(),
-        "[server]\nlisten_sockets = 1\n",
+        "[server]\nlisten_sockets = 1\n[condition]\ndefer_accept = \"auto\"\n",
         &["--workers", "1"],
     );
     let held = silent(&srv.addr, burst);

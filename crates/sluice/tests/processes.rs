@@ -35,7 +35,7 @@ fn hold_idle(srv: &Server, n: usize) -> Vec<TcpStream> {
 }
 
 /// The reason sluice has processes: with a descriptor limit of 400 per process
-/// (room for 196 connections each), one process must evict idle connections to hold
+/// (room for 205 connections each), one process must evict idle connections to hold
 /// 300, two hold all 300 and both take a share.
 #[test]
 fn two_processes_hold_what_one_processes_descriptors_cannot() {
@@ -63,10 +63,10 @@ fn two_processes_hold_what_one_processes_descriptors_cannot() {
                 j["open_connections"]
             );
             // Per process: 400 less 64, 64 per worker (two in the server), and the
-            // listeners (4 sockets per worker: both workers' originals, its own copies).
+            // listeners (one socket per worker: both workers' originals, its own copy).
             assert_eq!(
                 j["max_connections"].as_u64().unwrap(),
-                2 * (400 - 64 - 64 * 2 - (2 * 4 + 4))
+                2 * (400 - 64 - 64 * 2 - (2 + 1))
             );
             // Both serving processes hold a good share (SO_REUSEPORT hashes each
             // connection to one of the two workers' sockets).
@@ -280,7 +280,7 @@ fn a_rate_limit_holds_across_processes() {
 
 /// The incomplete-connection budget is each process's own (a fraction of its own
 /// descriptors, shared by its workers): 300 half-sent heads fit two processes of
-/// 196 connections each without one being evicted.
+/// 205 connections each without one being evicted.
 #[test]
 fn half_heads_count_against_their_own_processes_budget() {
     let dir = docroot();
