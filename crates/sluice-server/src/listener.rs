@@ -1,5 +1,7 @@
-//! Listening sockets: one per worker per address, with `SO_REUSEPORT`, so the
-//! kernel spreads new connections over workers without a shared accept lock.
+//! Listening sockets: `server.listen_sockets` (1 by default) per worker per address,
+//! with `SO_REUSEPORT`, so the kernel spreads new connections over workers without a
+//! shared accept lock (and each socket has its own SYN and accept queues); and
+//! `TCP_DEFER_ACCEPT` on them, fixed or switched by [`AutoDefer`].
 
 use sluice_condition::defer::DeferSwitch;
 use socket2::{Domain, Protocol, Socket, Type};
