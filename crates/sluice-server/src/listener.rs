@@ -134,8 +134,9 @@ impl AutoDefer {
         }
     }
 
-    /// Called from the worker's loop; does something at most every `CHECK_MS`.
-    /// Returns the new state when it switched.
+    /// Called from the worker's (or the front's) loop; does something at most
+    /// every `CHECK_MS`. Returns the new state when it switched, and says so in the
+    /// log.
     pub fn poll(&mut self, now_ms: u64) -> Option<bool> {
         if now_ms < self.next_ms {
             return None;
@@ -162,6 +163,15 @@ impl AutoDefer {
                 tracing::warn!(error = %e, "cannot switch TCP_DEFER_ACCEPT");
             }
         }
+        tracing::info!(
+            "TCP_DEFER_ACCEPT {} (defer_accept = \"auto\": {})",
+            if on { "on" } else { "off" },
+            if on {
+                "no SYN-queue overflow for a minute"
+            } else {
+                "the kernel reports SYN-queue overflows"
+            }
+        );
         Some(on)
     }
 }

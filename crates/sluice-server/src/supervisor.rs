@@ -66,20 +66,25 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
 
     // Bind everything before spawning, so a taken port is one clear error.
     let mut per_worker = Vec::with_capacity(workers);
-    let activated_none = activated.is_empty();
-    if activated_none {
+    // Never longer than the head deadline it stands in front of.
+    let defer = snap
+        .config
+        .condition
+        .defer_accept
+        .initial_secs(snap.config.http.header_timeout);
+    // `defer_accept = "auto"` switches deferral on the listeners sluice binds
+    // (systemd's sockets keep what their unit says).
+    let auto_defer = (activated.is_empty()
+        && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto
+        && defer > 0)
+        .then_some(defer);
+    if activated.is_empty() {
         for a in &addrs {
             listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
         }
         for _ in 0..workers {
             let mut ls = Vec::new();
             for a in &addrs {
-                // Never longer than the head deadline it stands in front of.
-                let defer = snap
-                    .config
-                    .condition
-                    .defer_accept
-                    .initial_secs(snap.config.http.header_timeout);
                 // Several sockets per address: each has its own SYN and accept
                 // queues, each capped by net.core.somaxconn (`listen_sockets`).
                 for _ in 0..snap.config.server.listen_sockets {
@@ -150,17 +155,6 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
-    // `defer_accept = "auto"` switches deferral on the listeners sluice bound
-    // (systemd's sockets keep what their unit says).
-    let auto_defer = (activated_none
-        && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto)
-        .then(|| {
-            snap.config
-                .condition
-                .defer_accept
-                .initial_secs(snap.config.http.header_timeout)
-        })
-        .filter(|&s| s > 0);
     let start = Start {
         auto_defer,
         config_path,

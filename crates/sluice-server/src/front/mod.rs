@@ -314,11 +314,8 @@ impl Front {
                 }
             }
             self.dispatch();
-            if let Some(on) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now)) {
-                tracing::info!(
-                    "sluice condition: TCP_DEFER_ACCEPT {} (defer_accept = \"auto\")",
-                    if on { "on" } else { "off" }
-                );
+            if let Some(a) = &mut self.auto_defer {
+                a.poll(self.now); // it logs a switch itself
             }
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + SWEEP;

@@ -355,24 +355,10 @@ impl Worker {
                 }
             }
             self.log.tick(self.now);
-            if let Some(a) = &mut self.auto_defer {
-                if let Some(on) = a.poll(self.now_ms) {
-                    tracing::info!(
-                        worker = self.id,
-                        "TCP_DEFER_ACCEPT {} (defer_accept = \"auto\": {})",
-                        if on { "on" } else { "off" },
-                        if on {
-                            "no SYN-queue overflow for a minute"
-                        } else {
-                            "the kernel reports SYN-queue overflows"
-                        }
-                    );
-                    if !on {
-                        self.shared.stats[self.id]
-                            .defer_offs
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+            if let Some(false) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now_ms)) {
+                self.shared.stats[self.id]
+                    .defer_offs
+                    .fetch_add(1, Ordering::Relaxed);
             }
             if self.now_ms >= self.next_expire_ms {
                 self.next_expire_ms = self.now_ms + 1000;
