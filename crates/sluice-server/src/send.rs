@@ -137,11 +137,6 @@ pub struct Outgoing {
     warm_to: u64,
     /// This response has met a cold range: check the next ones densely.
     was_cold: bool,
-    /// The client's own request ended the connection (`Connection: close`, or
-    /// HTTP/1.0 without keep-alive) and nothing followed it in the buffer: the
-    /// client has said it sends nothing more (RFC 9112 §9.6), so the close after
-    /// this response skips the peek for unread bytes.
-    pub client_done: bool,
 }
 
 impl Outgoing {
@@ -165,7 +160,6 @@ impl Outgoing {
         self.head_len = 0;
         self.warm_to = 0;
         self.was_cold = false;
-        self.client_done = false;
     }
 
     /// The file the next body bytes come from, if they come from a file.

@@ -23,9 +23,9 @@ fn pipelined_requests_are_answered_in_order() {
     assert!(closed_within(&mut c.s, Duration::from_secs(2)));
 }
 
-/// A client that says `Connection: close` and sends nothing after it is closed at
-/// once (no peek); one that sends more anyway still gets its whole answer and an
-/// orderly close, not a reset that would drop the answer's tail.
+/// A client that says `Connection: close` gets its whole answer and an orderly
+/// close, also when it sends more anyway (those bytes are drained, not left unread
+/// to turn the close into a reset that would drop the answer's tail).
 #[test]
 fn bytes_after_a_close_request_do_not_cut_its_answer() {
     let srv = Server::start(&[]);

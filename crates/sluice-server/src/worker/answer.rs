@@ -148,9 +148,6 @@ impl Worker {
         let mut errant: Option<sluice_rules::classify::Errant> = None;
         // A request body to read and throw away once the response is out.
         let mut discard_body = 0u32;
-        // The client's own request ends the connection (`Connection: close`, or
-        // HTTP/1.0 without keep-alive).
-        let mut client_closes = false;
         let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
                 // Waits for the rest keeping only its bytes (slowloris and half
@@ -273,7 +270,6 @@ impl Worker {
                     });
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
-                client_closes = !head.keep_alive;
                 let announce = keep && head.minor == 0;
                 head_started = match c.phase {
                     Phase::Head { started, .. } => started,
@@ -311,9 +307,6 @@ impl Worker {
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
         out.log = log;
         out.discard_after = discard_body;
-        // Nothing was sent after a request that ends the connection: close at once,
-        // without asking the socket (`finish_closing`).
-        out.client_done = close && client_closes && c.rbuf.is_empty() && discard_body == 0;
         out.head_started = head_started;
         out.ready_at = self.now_ms;
         out.rate = RateWindow::start(self.now_ms, 0);

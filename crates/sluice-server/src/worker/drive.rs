@@ -165,7 +165,6 @@ impl Worker {
                             self.now_ms.saturating_sub(head_started) * 1000,
                         );
                         let discard = out.discard_after;
-                        let client_done = out.client_done;
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                             self.active -= 1;
@@ -179,7 +178,7 @@ impl Worker {
                             return;
                         }
                         if c.flags.has(Flags::CLOSE_AFTER) {
-                            self.finish_closing(key, client_done);
+                            self.finish_closing(key);
                             return;
                         }
                         c.phase = if discard > 0 {
@@ -362,17 +361,13 @@ impl Worker {
     /// the socket would send a RST, and a RST makes the client's kernel drop
     /// response bytes it has not yet handed to the application.
     ///
-    /// "Nothing more in flight" is known when the client already sent EOF or
-    /// (`client_done`) its own request ended the connection with nothing after it:
-    /// a client that sends `Connection: close` must send no further requests (RFC
-    /// 9112 §9.6), and nginx closes such connections at once too. Otherwise it is
-    /// checked with one non-blocking peek (the server chose to close, e.g. at
-    /// `keepalive_requests`, and the client may have pipelined more meanwhile):
-    /// one `recv`, which for a new connection per request is 1 of ~7 system calls.
-    pub(super) fn finish_closing(&mut self, key: usize, client_done: bool) {
+    /// "Nothing more in flight" is known when the client already sent EOF, and
+    /// checked with one non-blocking peek otherwise (bytes sent after a
+    /// `Connection: close` request may have arrived while the response went out).
+    pub(super) fn finish_closing(&mut self, key: usize) {
         let c = &mut self.conns[key];
         if c.flags.has(Flags::PEER_CLOSED)
-            || (!c.flags.has(Flags::LINGER) && (client_done || !unread_bytes_waiting(&c.sock)))
+            || (!c.flags.has(Flags::LINGER) && !unread_bytes_waiting(&c.sock))
         {
             let why = c.why;
             self.close(key, why);
