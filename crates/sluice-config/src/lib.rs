@@ -16,7 +16,7 @@
 //! header_timeout = "10s"      # total deadline for a whole request head
 //!
 //! [files]
-//! io = "sendfile"             # or "mmap" or "read"
+//! io = "auto"                 # or "sendfile", "mmap", "read"
 //! buffer_size = 32768
 //!
 //! [log]
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn defaults_parse_from_empty() {
         let c = Config::parse("", "x.toml").unwrap();
-        assert_eq!(c.files.io, IoMode::Sendfile);
+        assert_eq!(c.files.io, IoMode::Auto);
         assert_eq!(c.server.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
     }
 

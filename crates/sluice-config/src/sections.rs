@@ -18,6 +18,11 @@ pub enum IoMode {
     Mmap,
     /// `pread` into a `buffer_size` buffer and `write` it.
     Read,
+    /// Per response: `sendfile` until the socket has taken a whole send turn at
+    /// once (a fast reader), then copy from a mapping, which costs about half the
+    /// CPU per byte on a fast path (docs/BENCHMARKS.md); back to `sendfile` when
+    /// the reader slows down. Slow readers, most of a mirror's, stay zero-copy.
+    Auto,
 }
 
 /// Which symlinks are followed when opening a path under the root.
@@ -410,7 +415,7 @@ impl Default for HttpSection {
 impl Default for FilesSection {
     fn default() -> Self {
         FilesSection {
-            io: IoMode::Sendfile,
+            io: IoMode::Auto,
             // Seed 003's sweep found the best read buffer near 30 KB; docs/BENCHMARKS.md
             // has this machine's figures.
             buffer_size: 32 * 1024,

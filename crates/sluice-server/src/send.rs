@@ -5,9 +5,16 @@
 //! - `read`: `pread` up to `buffer_size` bytes into the connection's write buffer,
 //!   then the same `sendmsg` path. Seed 003 showed the buffer size matters; it is
 //!   the knob `buffer_size` turns.
-//! - `mmap`: map a window of the file and send from it. A file truncated while
-//!   mapped would fault the process (SIGBUS), which is why it is never the default
-//!   and only meant for side-by-side experiments on files that do not change.
+//! - `mmap`: map a window of the file and send from it, up to [`MAP_SEND`] per
+//!   call. Only the kernel reads the mapping (inside `send`), so a file truncated
+//!   while mapped makes that `send` fail with `EFAULT` and the connection close, as
+//!   a short `sendfile` does; the process never touches the bytes and gets no
+//!   SIGBUS (checked: `tests/io_modes.rs`, the truncation test).
+//! - `auto`: per response, `sendfile` until the socket takes a whole turn at once,
+//!   then `mmap` sends until a flush blocks after little; see [`Outgoing::flush`].
+//!   Costs a fast 1 MiB download about half the CPU of `sendfile` on this machine
+//!   (docs/BENCHMARKS.md), while slow readers keep zero-copy sends that reference
+//!   the page cache instead of copying into socket buffers.
 //!
 //! Raw libc calls because these three are the product's hot path and need flags
 //! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
@@ -96,6 +103,12 @@ impl Drop for MapWindow {
 }
 
 const MAP_WINDOW: u64 = 4 << 20;
+/// The most one send from a mapping takes (`mmap`, and `auto` for a fast reader):
+/// one call and one turn for a 1 MiB file. On this machine's loopback the cost of a
+/// download is set by how many calls (each a push that wakes the reader) carry it:
+/// 1 MiB calls cost a fast 1 MiB download half the CPU that 256 KiB calls or
+/// `sendfile` do (docs/BENCHMARKS.md, "`io = "auto"`").
+const MAP_SEND: u64 = 1 << 20;
 /// `sendfile` calls end where the stream (head and body) reaches a multiple of
 /// this, and a turn ends there too: a response's bytes then leave in whole 256 KiB
 /// calls after the first, never a full call followed by a few hundred bytes (the
@@ -137,6 +150,9 @@ pub struct Outgoing {
     warm_to: u64,
     /// This response has met a cold range: check the next ones densely.
     was_cold: bool,
+    /// `io = "auto"`: the reader took a whole turn at once; file bytes go out
+    /// copied from a mapping until it slows down (see [`Outgoing::flush`]).
+    fast: bool,
 }
 
 impl Outgoing {
@@ -160,6 +176,7 @@ impl Outgoing {
         self.head_len = 0;
         self.warm_to = 0;
         self.was_cold = false;
+        self.fast = false;
     }
 
     /// The file the next body bytes come from, if they come from a file.
@@ -181,6 +198,11 @@ impl Outgoing {
     /// others wait. The head is not counted. With `check_cold`, file bodies of
     /// [`crate::disk::COLD_CHECK_MIN`] or more stop at bytes not in the page cache
     /// ([`Flush::Cold`]) instead of waiting for the disk.
+    ///
+    /// With [`IoMode::Auto`] this is also where a response learns whether its reader
+    /// is fast: a turn the socket took (at least half of it) at once makes the next
+    /// file bytes go out copied from a mapping; a flush that blocked after less than
+    /// a quarter turn sends them with `sendfile` again.
     pub fn flush(
         &mut self,
         wire: &mut impl Wire,
@@ -189,8 +211,33 @@ impl Outgoing {
         turn: u64,
         check_cold: bool,
     ) -> io::Result<Flush> {
+        let before = self.sent;
+        let r = self.flush_turn(wire, mode, buffer_size, turn, check_cold);
+        match r {
+            // A turn ends early at a stream edge (after a blocked flush resumed
+            // mid-way): only most of a turn taken at once says "fast".
+            Ok(Flush::Yield) if self.sent - before >= turn / 2 => self.fast = true,
+            Ok(Flush::Blocked) if self.sent - before < turn / 4 => self.fast = false,
+            _ => {}
+        }
+        r
+    }
+
+    fn flush_turn(
+        &mut self,
+        wire: &mut impl Wire,
+        mode: IoMode,
+        buffer_size: usize,
+        turn: u64,
+        check_cold: bool,
+    ) -> io::Result<Flush> {
         let fd = wire.fd();
-        let mode = if wire.zero_copy() { mode } else { IoMode::Read };
+        let mode = match mode {
+            _ if !wire.zero_copy() => IoMode::Read,
+            IoMode::Auto if self.fast => IoMode::Mmap,
+            IoMode::Auto => IoMode::Sendfile,
+            m => m,
+        };
         let sent_before = self.sent;
         let mut at_edge = false;
         loop {
@@ -234,7 +281,8 @@ impl Outgoing {
             }
             let remaining = len - self.off;
             let pos = start + self.off;
-            if check_cold && len >= crate::disk::COLD_CHECK_MIN && pos >= self.warm_to {
+            let checked = check_cold && len >= crate::disk::COLD_CHECK_MIN;
+            if checked && pos >= self.warm_to {
                 let span = remaining.min(crate::disk::PREFETCH);
                 if !crate::disk::resident(file.as_raw_fd(), pos, span, self.was_cold) {
                     self.was_cold = true;
@@ -245,11 +293,12 @@ impl Outgoing {
                 }
                 self.warm_to = pos + span;
             }
+            // Zero-copy and mapped sends go up to the next TURN_EDGE of the stream
+            // (head included).
+            let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
             match mode {
                 IoMode::Sendfile => {
                     let mut o = pos as libc::off_t;
-                    // Up to the next TURN_EDGE of the stream (head included).
-                    let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
                     let n = unsafe {
                         libc::sendfile(
@@ -340,7 +389,14 @@ impl Outgoing {
                     }
                     let m = self.map.as_ref().expect("mapped above");
                     let delta = (pos - m.base) as usize;
-                    let avail = (m.len - delta).min(remaining as usize);
+                    // Up to the window's end and MAP_SEND, and never past the
+                    // bytes found cached (a fault on a cold page would hold the
+                    // worker as a `sendfile` would).
+                    let mut want = remaining.min(MAP_SEND);
+                    if checked {
+                        want = want.min(self.warm_to.saturating_sub(pos).max(1));
+                    }
+                    let avail = (m.len - delta).min(want as usize);
                     // SAFETY: [delta, delta+avail) lies inside the mapping.
                     let n = unsafe {
                         libc::send(
@@ -361,6 +417,7 @@ impl Outgoing {
                     self.off += n as u64;
                     self.sent += n as u64;
                 }
+                IoMode::Auto => unreachable!("resolved above"),
             }
         }
     }
@@ -447,4 +504,111 @@ impl Outgoing {
 
 fn truncated() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::rc::Rc;
+
+    fn set_sndbuf(fd: i32, bytes: i32) {
+        // SAFETY: an int option on an open socket. FORCE: past wmem_max (tests run as
+        // root; the plain option is the fallback).
+        unsafe {
+            let v = &bytes as *const i32 as *const libc::c_void;
+            let n = std::mem::size_of::<i32>() as libc::socklen_t;
+            if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v, n) != 0 {
+                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v, n);
+            }
+        }
+    }
+
+    /// Read until `got` holds `total` bytes.
+    fn take(b: &mut TcpStream, got: &mut Vec<u8>, total: u64) {
+        let at = got.len();
+        got.resize(total as usize, 0);
+        b.read_exact(&mut got[at..]).unwrap();
+    }
+
+    /// `io = "auto"`: the first turn goes by `sendfile`; a socket that took it whole
+    /// gets the next bytes from a mapping, in one call of up to `MAP_SEND`; once a
+    /// flush blocks after a few KiB, the rest goes by `sendfile` again. The bytes
+    /// arrive whole and in order through every switch.
+    #[test]
+    fn auto_maps_for_a_reader_that_takes_whole_turns_and_not_for_a_slow_one() {
+        let dir = std::env::temp_dir().join(format!("sluice-send-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        let data: Vec<u8> = (0..6u32 << 20).map(|i| (i * 7 + i / 4093) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let file = Rc::new(std::fs::File::open(&p).unwrap());
+        // The reader's window is small and fixed (set before connecting); what the
+        // sender's socket takes is then set by its own send buffer.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        c.set_recv_buffer_size(64 << 10).unwrap();
+        c.connect(&l.local_addr().unwrap().into()).unwrap();
+        let mut b: TcpStream = c.into();
+        let (a, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        set_sndbuf(a.as_raw_fd(), 8 << 20);
+        let mut out = Outgoing::default();
+        out.chunks
+            .push_back(Chunk::File(file, 0, data.len() as u64));
+        let mut wire = Plain(a.as_raw_fd());
+        let turn = 256 << 10;
+        let mut got = Vec::new();
+
+        // Turn 1: sendfile, taken whole (into the large send buffer).
+        let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+        assert_eq!(
+            (r, out.sent, out.map.is_some()),
+            (Flush::Yield, turn, false)
+        );
+        assert!(out.fast, "a whole turn taken at once marks the reader fast");
+
+        // Turn 2: from a mapping, one call of MAP_SEND.
+        let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+        assert_eq!(r, Flush::Yield);
+        assert!(
+            out.map.is_some(),
+            "a fast reader's bytes come from a mapping"
+        );
+        assert_eq!(out.sent, turn + MAP_SEND, "one mapped call of MAP_SEND");
+        take(&mut b, &mut got, out.sent);
+
+        // The reader slows down (stops reading; a small send buffer): the socket
+        // takes its window's worth and blocks.
+        set_sndbuf(a.as_raw_fd(), 4096);
+        let before = out.sent;
+        let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+        assert_eq!(r, Flush::Blocked);
+        assert!(
+            out.sent - before < turn / 4,
+            "{} B taken",
+            out.sent - before
+        );
+        assert!(
+            !out.fast,
+            "a flush that blocked after little ends the fast mode"
+        );
+
+        // The rest goes by sendfile and arrives whole.
+        loop {
+            take(&mut b, &mut got, out.sent);
+            match out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap() {
+                Flush::Done => break,
+                r @ (Flush::Yield | Flush::Blocked) => {
+                    assert!(!out.fast, "{r:?} at {}", out.sent)
+                }
+                Flush::Cold { .. } => unreachable!("not checked"),
+            }
+        }
+        take(&mut b, &mut got, out.sent);
+        assert_eq!(got.len(), data.len());
+        assert!(got == data, "bytes differ");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
