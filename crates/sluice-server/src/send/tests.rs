@@ -1,0 +1,106 @@
+//! The send path's own tests: `io = "auto"` switching between `sendfile` and mapped
+//! sends as the reader speeds up and slows down, over a real TCP connection.
+
+use super::*;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+
+fn set_sndbuf(fd: i32, bytes: i32) {
+    // SAFETY: an int option on an open socket. FORCE: past wmem_max (tests run as
+    // root; the plain option is the fallback).
+    unsafe {
+        let v = &bytes as *const i32 as *const libc::c_void;
+        let n = std::mem::size_of::<i32>() as libc::socklen_t;
+        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v, n) != 0 {
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v, n);
+        }
+    }
+}
+
+/// Read until `got` holds `total` bytes.
+fn take(b: &mut TcpStream, got: &mut Vec<u8>, total: u64) {
+    let at = got.len();
+    got.resize(total as usize, 0);
+    b.read_exact(&mut got[at..]).unwrap();
+}
+
+/// `io = "auto"`: the first turn goes by `sendfile`; a socket that took it whole
+/// gets the next bytes from a mapping, in one call of up to `MAP_SEND`; once a
+/// flush blocks after a few KiB, the rest goes by `sendfile` again. The bytes
+/// arrive whole and in order through every switch.
+#[test]
+fn auto_maps_for_a_reader_that_takes_whole_turns_and_not_for_a_slow_one() {
+    let dir = std::env::temp_dir().join(format!("sluice-send-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("f");
+    let data: Vec<u8> = (0..6u32 << 20).map(|i| (i * 7 + i / 4093) as u8).collect();
+    std::fs::write(&p, &data).unwrap();
+    let file = Rc::new(std::fs::File::open(&p).unwrap());
+    // The reader's window is small and fixed (set before connecting); what the
+    // sender's socket takes is then set by its own send buffer.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    c.set_recv_buffer_size(64 << 10).unwrap();
+    c.connect(&l.local_addr().unwrap().into()).unwrap();
+    let mut b: TcpStream = c.into();
+    let (a, _) = l.accept().unwrap();
+    a.set_nonblocking(true).unwrap();
+    set_sndbuf(a.as_raw_fd(), 8 << 20);
+    let mut out = Outgoing::default();
+    out.chunks
+        .push_back(Chunk::File(file, 0, data.len() as u64));
+    let mut wire = Plain(a.as_raw_fd());
+    let turn = 256 << 10;
+    let mut got = Vec::new();
+
+    // Turn 1: sendfile, taken whole (into the large send buffer).
+    let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+    assert_eq!(
+        (r, out.sent, out.map.is_some()),
+        (Flush::Yield, turn, false)
+    );
+    assert!(out.fast, "a whole turn taken at once marks the reader fast");
+
+    // Turn 2: from a mapping, one call of MAP_SEND.
+    let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+    assert_eq!(r, Flush::Yield);
+    assert!(
+        out.map.is_some(),
+        "a fast reader's bytes come from a mapping"
+    );
+    assert_eq!(out.sent, turn + MAP_SEND, "one mapped call of MAP_SEND");
+    take(&mut b, &mut got, out.sent);
+
+    // The reader slows down (stops reading; a small send buffer): the socket
+    // takes its window's worth and blocks.
+    set_sndbuf(a.as_raw_fd(), 4096);
+    let before = out.sent;
+    let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+    assert_eq!(r, Flush::Blocked);
+    assert!(
+        out.sent - before < turn / 4,
+        "{} B taken",
+        out.sent - before
+    );
+    assert!(
+        !out.fast,
+        "a flush that blocked after little ends the fast mode"
+    );
+
+    // The rest goes by sendfile and arrives whole.
+    loop {
+        take(&mut b, &mut got, out.sent);
+        match out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap() {
+            Flush::Done => break,
+            r @ (Flush::Yield | Flush::Blocked) => {
+                assert!(!out.fast, "{r:?} at {}", out.sent)
+            }
+            Flush::Cold { .. } => unreachable!("not checked"),
+        }
+    }
+    take(&mut b, &mut got, out.sent);
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "bytes differ");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
