@@ -223,6 +223,29 @@ impl Outgoing {
         r
     }
 
+    /// `io = "auto"`: may the bytes at `pos` go out from a mapping? Only for a fast
+    /// reader, and only bytes known to be in the page cache, of a response that
+    /// has not met a cold range: copying from a mapping triggers none of the
+    /// kernel's readahead that `sendfile` does, so a cold file sent that way would
+    /// wait on the disk once per MiB. Without the disk check (`disk_threads = 0`)
+    /// this asks the page cache itself, once per [`crate::disk::PREFETCH`].
+    fn mapped_ok(&mut self, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
+        if !self.fast || self.was_cold {
+            return false;
+        }
+        if pos < self.warm_to {
+            return true;
+        }
+        let span = remaining.min(crate::disk::PREFETCH);
+        if crate::disk::resident(file.as_raw_fd(), pos, span, false) {
+            self.warm_to = pos + span;
+            true
+        } else {
+            self.was_cold = true;
+            false
+        }
+    }
+
     fn flush_turn(
         &mut self,
         wire: &mut impl Wire,
@@ -232,12 +255,7 @@ impl Outgoing {
         check_cold: bool,
     ) -> io::Result<Flush> {
         let fd = wire.fd();
-        let mode = match mode {
-            _ if !wire.zero_copy() => IoMode::Read,
-            IoMode::Auto if self.fast => IoMode::Mmap,
-            IoMode::Auto => IoMode::Sendfile,
-            m => m,
-        };
+        let mode = if wire.zero_copy() { mode } else { IoMode::Read };
         let sent_before = self.sent;
         let mut at_edge = false;
         loop {
@@ -293,10 +311,15 @@ impl Outgoing {
                 }
                 self.warm_to = pos + span;
             }
+            let how = match mode {
+                IoMode::Auto if self.mapped_ok(&file, pos, remaining) => IoMode::Mmap,
+                IoMode::Auto => IoMode::Sendfile,
+                m => m,
+            };
             // Zero-copy and mapped sends go up to the next TURN_EDGE of the stream
             // (head included).
             let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
-            match mode {
+            match how {
                 IoMode::Sendfile => {
                     let mut o = pos as libc::off_t;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
@@ -393,7 +416,7 @@ impl Outgoing {
                     // bytes found cached (a fault on a cold page would hold the
                     // worker as a `sendfile` would).
                     let mut want = remaining.min(MAP_SEND);
-                    if checked {
+                    if checked || mode == IoMode::Auto {
                         want = want.min(self.warm_to.saturating_sub(pos).max(1));
                     }
                     let avail = (m.len - delta).min(want as usize);

@@ -29,27 +29,57 @@ fn take(b: &mut TcpStream, got: &mut Vec<u8>, total: u64) {
 /// gets the next bytes from a mapping, in one call of up to `MAP_SEND`; once a
 /// flush blocks after a few KiB, the rest goes by `sendfile` again. The bytes
 /// arrive whole and in order through every switch.
-#[test]
-fn auto_maps_for_a_reader_that_takes_whole_turns_and_not_for_a_slow_one() {
-    let dir = std::env::temp_dir().join(format!("sluice-send-{}", std::process::id()));
+/// A file of `len` patterned bytes, the two ends of a loopback connection (the
+/// sender's non-blocking with a large send buffer; the reader's window small and
+/// fixed, set before connecting, so what the sender's socket takes is set by its own
+/// send buffer), and a response of the whole file.
+struct Setup {
+    dir: std::path::PathBuf,
+    data: Vec<u8>,
+    file: Rc<std::fs::File>,
+    reader: TcpStream,
+    sender: TcpStream,
+    out: Outgoing,
+}
+
+fn setup(name: &str, len: u32) -> Setup {
+    let dir = std::env::temp_dir().join(format!("sluice-send-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("f");
-    let data: Vec<u8> = (0..6u32 << 20).map(|i| (i * 7 + i / 4093) as u8).collect();
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4093) as u8).collect();
     std::fs::write(&p, &data).unwrap();
     let file = Rc::new(std::fs::File::open(&p).unwrap());
-    // The reader's window is small and fixed (set before connecting); what the
-    // sender's socket takes is then set by its own send buffer.
+    file.sync_all().unwrap();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     c.set_recv_buffer_size(64 << 10).unwrap();
     c.connect(&l.local_addr().unwrap().into()).unwrap();
-    let mut b: TcpStream = c.into();
-    let (a, _) = l.accept().unwrap();
-    a.set_nonblocking(true).unwrap();
-    set_sndbuf(a.as_raw_fd(), 8 << 20);
+    let (sender, _) = l.accept().unwrap();
+    sender.set_nonblocking(true).unwrap();
+    set_sndbuf(sender.as_raw_fd(), 8 << 20);
     let mut out = Outgoing::default();
     out.chunks
-        .push_back(Chunk::File(file, 0, data.len() as u64));
+        .push_back(Chunk::File(file.clone(), 0, data.len() as u64));
+    Setup {
+        dir,
+        data,
+        file,
+        reader: c.into(),
+        sender,
+        out,
+    }
+}
+
+#[test]
+fn auto_maps_for_a_reader_that_takes_whole_turns_and_not_for_a_slow_one() {
+    let Setup {
+        dir,
+        data,
+        reader: mut b,
+        sender: a,
+        mut out,
+        ..
+    } = setup("switch", 6 << 20);
     let mut wire = Plain(a.as_raw_fd());
     let turn = 256 << 10;
     let mut got = Vec::new();
@@ -101,6 +131,50 @@ fn auto_maps_for_a_reader_that_takes_whole_turns_and_not_for_a_slow_one() {
     }
     take(&mut b, &mut got, out.sent);
     assert_eq!(got.len(), data.len());
+    assert!(got == data, "bytes differ");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `io = "auto"` with a fast reader and a file that is not in the page cache: the
+/// bytes go by `sendfile` (whose reads start the kernel's readahead), never from a
+/// mapping (whose copies start none: each MiB would wait on the disk in turn).
+/// Here without the disk threads (`check_cold` off): `auto` asks the page cache
+/// itself.
+#[test]
+fn auto_sends_a_cold_file_by_sendfile_even_to_a_fast_reader() {
+    let Setup {
+        dir,
+        data,
+        file,
+        reader: mut b,
+        sender: a,
+        mut out,
+    } = setup("cold", 4 << 20);
+    let evict = || {
+        // SAFETY: advice on an open descriptor.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    };
+    let mut wire = Plain(a.as_raw_fd());
+    let turn = 256 << 10;
+    evict();
+    let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+    assert_eq!((r, out.fast), (Flush::Yield, true));
+    // What the first turn's reads brought in (readahead) goes too; the pages the
+    // socket still holds stay, and are behind `pos`.
+    evict();
+    let r = out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap();
+    assert_eq!(r, Flush::Yield);
+    assert!(out.map.is_none(), "cold bytes were sent from a mapping");
+    assert!(out.was_cold);
+    let mut got = Vec::new();
+    loop {
+        take(&mut b, &mut got, out.sent);
+        match out.flush(&mut wire, IoMode::Auto, 0, turn, false).unwrap() {
+            Flush::Done => break,
+            _ => assert!(out.map.is_none(), "mapped at {}", out.sent),
+        }
+    }
+    take(&mut b, &mut got, out.sent);
     assert!(got == data, "bytes differ");
     std::fs::remove_dir_all(&dir).unwrap();
 }
