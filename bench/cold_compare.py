@@ -5,7 +5,11 @@ nginx as configured everywhere else, and nginx with `aio threads`. One worker ea
 (one worker process for nginx), so a stall on the disk stalls everything the server
 does, as in the issue's measurement.
 
-    bench/cold_compare.py [--duration 10] [--rounds 1]
+    bench/cold_compare.py [--duration 10] [--rounds 1] [--servers ...] [--old BINARY]
+
+`--old BINARY` adds `sluice-old`: another sluice build (e.g. the commit before a
+change, built into another target directory) with the default config, interleaved
+with the rest, to tell what a change did from what the machine did.
 
 The experiment writes four 512 MiB files under the shared docroot once, then per
 server: the 1 KiB client's p99 while the four files download in a loop with the files
@@ -16,7 +20,8 @@ import argparse, os, subprocess, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
 
-PORTS = {"sluice": 18191, "sluice-nodisk": 18192, "nginx": 18193, "nginx-aio": 18194}
+PORTS = {"sluice": 18191, "sluice-nodisk": 18192, "nginx": 18193, "nginx-aio": 18194,
+         "sluice-old": 18195}
 
 
 def start(name, sluice_bin):
@@ -47,11 +52,12 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--servers", default="sluice,sluice-nodisk,nginx,nginx-aio")
+    ap.add_argument("--old", default=None, help="another sluice binary, run as sluice-old")
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
-    names = a.servers.split(",")
-    procs = [start(n, sluice_bin) for n in names]
+    names = a.servers.split(",") + (["sluice-old"] if a.old else [])
+    procs = [start(n, a.old if n == "sluice-old" else sluice_bin) for n in names]
     try:
         for r in range(a.rounds):
             # Interleaved: each round runs every server once, in a rotated order.
