@@ -109,6 +109,8 @@ const MAP_WINDOW: u64 = 4 << 20;
 /// 1 MiB calls cost a fast 1 MiB download half the CPU that 256 KiB calls or
 /// `sendfile` do (docs/BENCHMARKS.md, "`io = "auto"`").
 const MAP_SEND: u64 = 1 << 20;
+/// `auto` sends fewer bytes than this by `sendfile`, fast reader or not.
+const MAP_MIN: u64 = 64 << 10;
 /// `sendfile` calls end where the stream (head and body) reaches a multiple of
 /// this, and a turn ends there too: a response's bytes then leave in whole 256 KiB
 /// calls after the first, never a full call followed by a few hundred bytes (the
@@ -224,13 +226,15 @@ impl Outgoing {
     }
 
     /// `io = "auto"`: may the bytes at `pos` go out from a mapping? Only for a fast
-    /// reader, and only bytes known to be in the page cache, of a response that
+    /// reader, at least [`MAP_MIN`] of them, and only bytes known to be in the page cache, of a response that
     /// has not met a cold range: copying from a mapping triggers none of the
     /// kernel's readahead that `sendfile` does, so a cold file sent that way would
     /// wait on the disk once per MiB. Without the disk check (`disk_threads = 0`)
     /// this asks the page cache itself, once per [`crate::disk::PREFETCH`].
     fn mapped_ok(&mut self, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
-        if !self.fast || self.was_cold {
+        // A short tail (a 256 KiB file's last head-length bytes after its first
+        // turn) is cheaper as one `sendfile` than as a mapping made for it.
+        if !self.fast || self.was_cold || remaining < MAP_MIN {
             return false;
         }
         if pos < self.warm_to {
