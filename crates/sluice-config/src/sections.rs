@@ -19,9 +19,10 @@ pub enum IoMode {
     /// `pread` into a `buffer_size` buffer and `write` it.
     Read,
     /// Per response: `sendfile` until the socket has taken a whole send turn at
-    /// once (a fast reader), then copy from a mapping, which costs about half the
-    /// CPU per byte on a fast path (docs/BENCHMARKS.md); back to `sendfile` when
-    /// the reader slows down. Slow readers, most of a mirror's, stay zero-copy.
+    /// once (a fast reader); then, if the reader is on this machine (a loopback
+    /// peer: a cache or proxy in front, a benchmark), copy from a mapping, which
+    /// costs such a reader about half the CPU per byte (docs/BENCHMARKS.md); back
+    /// to `sendfile` when it slows down. Remote and slow readers stay zero-copy.
     Auto,
 }
 

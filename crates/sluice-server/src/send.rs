@@ -11,10 +11,10 @@
 //!   a short `sendfile` does; the process never touches the bytes and gets no
 //!   SIGBUS (checked: `tests/io_modes.rs`, the truncation test).
 //! - `auto`: per response, `sendfile` until the socket takes a whole turn at once,
-//!   then `mmap` sends until a flush blocks after little; see [`Outgoing::flush`].
-//!   Costs a fast 1 MiB download about half the CPU of `sendfile` on this machine
-//!   (docs/BENCHMARKS.md), while slow readers keep zero-copy sends that reference
-//!   the page cache instead of copying into socket buffers.
+//!   then, for a reader on this machine ([`peer_is_local`]), `mmap` sends until a
+//!   flush blocks after little; see [`Outgoing::flush`]. Costs a fast local 1 MiB
+//!   download about half the CPU of `sendfile` (docs/BENCHMARKS.md), while slow
+//!   and remote readers keep zero-copy sends that reference the page cache.
 //!
 //! Raw libc calls because these three are the product's hot path and need flags
 //! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
@@ -155,6 +155,8 @@ pub struct Outgoing {
     /// `io = "auto"`: the reader took a whole turn at once; file bytes go out
     /// copied from a mapping until it slows down (see [`Outgoing::flush`]).
     fast: bool,
+    /// `io = "auto"`: is the socket's peer on this machine? (`None`: not asked yet.)
+    local: Option<bool>,
 }
 
 impl Outgoing {
@@ -179,6 +181,7 @@ impl Outgoing {
         self.warm_to = 0;
         self.was_cold = false;
         self.fast = false;
+        self.local = None;
     }
 
     /// The file the next body bytes come from, if they come from a file.
@@ -226,15 +229,20 @@ impl Outgoing {
     }
 
     /// `io = "auto"`: may the bytes at `pos` go out from a mapping? Only for a fast
-    /// reader, at least [`MAP_MIN`] of them, and only bytes known to be in the page cache, of a response that
-    /// has not met a cold range: copying from a mapping triggers none of the
+    /// reader on this machine (see [`peer_is_local`]), at least [`MAP_MIN`] of
+    /// them, and only bytes known to be in the page cache, of a response that has
+    /// not met a cold range: copying from a mapping triggers none of the
     /// kernel's readahead that `sendfile` does, so a cold file sent that way would
     /// wait on the disk once per MiB. Without the disk check (`disk_threads = 0`)
     /// this asks the page cache itself, once per [`crate::disk::PREFETCH`].
-    fn mapped_ok(&mut self, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
+    fn mapped_ok(&mut self, sock: i32, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
         // A short tail (a 256 KiB file's last head-length bytes after its first
         // turn) is cheaper as one `sendfile` than as a mapping made for it.
         if !self.fast || self.was_cold || remaining < MAP_MIN {
+            return false;
+        }
+        // Asked once per response, when it first could be mapped.
+        if !*self.local.get_or_insert_with(|| peer_is_local(sock)) {
             return false;
         }
         if pos < self.warm_to {
@@ -316,7 +324,7 @@ impl Outgoing {
                 self.warm_to = pos + span;
             }
             let how = match mode {
-                IoMode::Auto if self.mapped_ok(&file, pos, remaining) => IoMode::Mmap,
+                IoMode::Auto if self.mapped_ok(fd, &file, pos, remaining) => IoMode::Mmap,
                 IoMode::Auto => IoMode::Sendfile,
                 m => m,
             };
@@ -531,6 +539,33 @@ impl Outgoing {
 
 fn truncated() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
+}
+
+/// Is the socket's peer on this machine (a loopback address, IPv4-mapped too)?
+/// `io = "auto"` maps only for such readers: what makes `sendfile` dear here is
+/// that each of its pushes wakes the reading process and runs its receive path on
+/// this machine's CPUs, which only happens when the reader is local (a cache, a
+/// proxy or TLS terminator in front of sluice, a benchmark). For a reader across a
+/// network the push is only a transmit, and `sendfile` saves the copy: the path
+/// every file server takes for remote clients. The socket's own peer, not the
+/// client a PROXY header names: behind a local load balancer the reader is local.
+pub fn peer_is_local(sock: i32) -> bool {
+    // SAFETY: the caller's open socket, borrowed for this call only.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(sock) };
+    socket2::SockRef::from(&fd)
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .is_some_and(|a| is_local(a.ip()))
+}
+
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -178,3 +178,25 @@ fn auto_sends_a_cold_file_by_sendfile_even_to_a_fast_reader() {
     assert!(got == data, "bytes differ");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Which readers `auto` may map for: those on this machine.
+#[test]
+fn only_loopback_peers_are_local() {
+    for (ip, local) in [
+        ("127.0.0.1", true),
+        ("127.88.0.1", true),
+        ("::1", true),
+        ("::ffff:127.0.0.1", true),
+        ("10.0.0.1", false),
+        ("192.0.2.7", false),
+        ("2001:db8::1", false),
+        ("::ffff:192.0.2.7", false),
+    ] {
+        assert_eq!(is_local(ip.parse().unwrap()), local, "{ip}");
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    assert!(peer_is_local(c.as_raw_fd()));
+    // Not a connected socket: not local (and not a panic).
+    assert!(!peer_is_local(l.as_raw_fd()));
+}
