@@ -77,6 +77,18 @@ impl Var {
         })
     }
 
+    /// The value as it is in the request, for the variables that are one field
+    /// of it (`None` for those that are built: an address, a root plus a path).
+    pub fn borrowed<'r>(self, req: &Request<'r>) -> Option<&'r str> {
+        match self {
+            Var::HttpHost => Some(req.host.unwrap_or("")),
+            Var::UserAgent => Some(req.user_agent.unwrap_or("")),
+            Var::QueryString => Some(req.query.unwrap_or("")),
+            Var::RequestUri => Some(req.path),
+            Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot => None,
+        }
+    }
+
     pub fn read(self, req: &Request, out: &mut String) {
         match self {
             Var::HttpHost => out.push_str(req.host.unwrap_or("")),

@@ -136,6 +136,15 @@ impl Template {
         out
     }
 
+    /// The expansion without copying, when the template is one request field that
+    /// is already a string (`%{REQUEST_URI}`, `%{HTTP_HOST}`, ...).
+    fn direct<'r>(&self, req: &Request<'r>) -> Option<&'r str> {
+        match &*self.parts {
+            [Part::Var(v)] => v.borrowed(req),
+            _ => None,
+        }
+    }
+
     pub fn expand_into(&self, ex: &Expand, out: &mut String) {
         for p in &self.parts {
             match p {
@@ -156,16 +165,26 @@ impl Template {
                 }
                 Part::Var(v) => v.read(ex.req, out),
                 Part::Map(m) => {
-                    // The key is expanded at the end of `out` and replaced there by
-                    // the value: a lookup allocates nothing (an "always" rule such as
-                    // `RewriteCond ${map:%{REQUEST_URI}}` runs on every request).
-                    let (name, key, default) = (&m.name, &m.key, &m.default);
+                    // The key is looked up where it already is when it is one
+                    // request field (`${map:%{REQUEST_URI}}`, the common "always"
+                    // rule), else expanded at the end of `out` and replaced there by
+                    // the value: a lookup allocates nothing (such a rule runs on
+                    // every request).
+                    let (key, default) = (&m.key, &m.default);
                     let start = out.len();
-                    key.expand_into(ex, out);
-                    let found: Option<&str> = match ex.maps.get(name.as_str()) {
-                        Some(MapDef::Txt(m)) => m.get(&out[start..]).map(String::as_str),
+                    let def = ex.maps.get(m.name.as_str());
+                    let direct = match def {
+                        Some(MapDef::Txt(_) | MapDef::Rnd(_)) => key.direct(ex.req),
+                        _ => None,
+                    };
+                    if direct.is_none() {
+                        key.expand_into(ex, out);
+                    }
+                    let k = direct.unwrap_or(&out[start..]);
+                    let found: Option<&str> = match def {
+                        Some(MapDef::Txt(m)) => m.get(k).map(String::as_str),
                         Some(MapDef::Rnd(m)) => m
-                            .get(&out[start..])
+                            .get(k)
                             .and_then(|v| v.choose(&mut rand::thread_rng()))
                             .map(String::as_str),
                         Some(MapDef::ToLower) => {

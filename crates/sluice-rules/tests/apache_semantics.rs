@@ -55,6 +55,67 @@ fn txt_and_rnd_maps_from_files() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Map keys that are one request field (`${map:%{REQUEST_URI}}`, the "always" rule)
+/// are looked up where they are, without a copy: the same answers as a key built
+/// from parts, for a hit, a miss with and without a default, an absent field (an
+/// empty key), an `int:` function (which must still rewrite its copy) and `rnd:`.
+#[test]
+fn map_keys_that_are_one_request_field() {
+    let d = std::env::temp_dir().join(format!("sluice-mapkeys-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("moved.txt"),
+        "/old/a.html /new/a.html\n/c.htmlx /built/c.html\nmirror.example /by-host\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("moved.rnd"), "/r /one|/two\n").unwrap();
+    let conf = d.join("r.conf");
+    std::fs::write(
+        &conf,
+        "RewriteEngine On\nRewriteMap moved txt:moved.txt\nRewriteMap pick rnd:moved.rnd\n\
+         RewriteMap lower int:tolower\n\
+         RewriteCond ${moved:%{REQUEST_URI}} !^$\n\
+         RewriteRule ^ ${moved:%{REQUEST_URI}} [R=301,L]\n\
+         RewriteCond ${moved:%{REQUEST_URI}x} !^$\n\
+         RewriteRule ^ ${moved:%{REQUEST_URI}x} [R=302,L]\n\
+         RewriteCond ${moved:%{HTTP_HOST}|none} !=none\n\
+         RewriteRule ^/h ${moved:%{HTTP_HOST}} [R=307,L]\n\
+         RewriteCond ${lower:%{HTTP_HOST}} =lower.example\n\
+         RewriteRule ^/l /lowered [R=308,L]\n\
+         RewriteRule ^/r$ ${pick:%{REQUEST_URI}} [R=303,L]\n",
+    )
+    .unwrap();
+    let set = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    let get = |path: &str, host: Option<&str>| {
+        set.lookup(&Request {
+            path,
+            host,
+            ..Default::default()
+        })
+    };
+    // Direct key, hit; a key built from the field and a literal, hit.
+    assert_eq!(get("/old/a.html", None), redirect(301, "/new/a.html"));
+    assert_eq!(get("/c.html", None), redirect(302, "/built/c.html"));
+    assert_eq!(get("/old/a.htm", None), Outcome::Pass);
+    // Host keys: present and found, absent (an empty key: the default), and a
+    // function of the host, which lowercases its own copy.
+    assert_eq!(get("/h", Some("mirror.example")), redirect(307, "/by-host"));
+    assert_eq!(get("/h", None), Outcome::Pass);
+    assert_eq!(get("/l", Some("LOWER.Example")), redirect(308, "/lowered"));
+    assert_eq!(get("/l", Some("other")), Outcome::Pass);
+    // rnd with a direct key: one of the two choices.
+    match get("/r", None) {
+        Outcome::Redirect {
+            status: 303,
+            location,
+        } => {
+            assert!(location == "/one" || location == "/two", "{location}")
+        }
+        o => panic!("{o:?}"),
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn lenient_skips_a_rule_with_its_conditions() {
     // Strict refusals and their file:line messages are data: testdata/rules-bad/.
