@@ -90,17 +90,19 @@ impl Var {
     }
 
     pub fn read(self, req: &Request, out: &mut String) {
+        if let Some(s) = self.borrowed(req) {
+            out.push_str(s);
+            return;
+        }
         match self {
-            Var::HttpHost => out.push_str(req.host.unwrap_or("")),
-            Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
+            // The fields, pushed above.
+            Var::HttpHost | Var::UserAgent | Var::QueryString | Var::RequestUri => {}
             Var::RemoteAddr => {
                 if let Some(a) = req.remote_addr {
                     use std::fmt::Write;
                     let _ = write!(out, "{a}");
                 }
             }
-            Var::QueryString => out.push_str(req.query.unwrap_or("")),
-            Var::RequestUri => out.push_str(req.path),
             Var::RequestFilename => {
                 if let Some(r) = req.root {
                     out.push_str(&r.to_string_lossy());
