@@ -14,8 +14,10 @@ machine: each server runs one worker (nginx one worker process) pinned to CPU 0,
 (the load and attacker processes it starts reset themselves to ordinary priority). Without it, the load
 generator and the servers share both cores and a latency figure (heavy-range) shows
 the kernel's scheduling of the four busy threads more than the server's ordering.
-It is for latency experiments whose measuring client mostly sleeps (heavy-range): a
-closed-loop client at SCHED_FIFO would keep the attackers on its core from running.
+It is for latency experiments whose measuring client mostly sleeps (heavy-range,
+request-flood): a closed-loop client at SCHED_FIFO would keep the attackers on its
+core from running. request-flood (not in the default list) is heavy-range with 200
+clients asking for 1 KiB files back to back instead of downloading 1 MiB files.
 
 --sluice-processes N sets sluice's serving processes (default: sluice's own default,
 one per worker; 1 runs both workers as threads of one process).

@@ -1,5 +1,7 @@
 //! `heavy-range` (seed 004 Figure 11): an infrequent client's p99 beside 200 heavy
-//! downloaders from one range.
+//! downloaders from one range; and `request-flood`, the same beside 200 clients from
+//! one range asking for small files as fast as they can (issue 8: the fair choice
+//! of which ready request a worker answers next).
 
 use super::common::*;
 use crate::report::{Summary, Table};
@@ -10,9 +12,23 @@ use std::time::Duration;
 /// 1 KiB file while 200 clients from one range pull 1 MiB files; its p99 with and
 /// without them.
 pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
+    beside(o, "heavy-range", 1 << 20)
+}
+
+/// The same infrequent client while 200 keep-alive clients from one range ask for
+/// 1 KiB files back to back: many more complete requests than a worker answers in
+/// one turn, all from one range.
+pub(super) fn run_flood(o: &ExpOptions) -> Result<String, String> {
+    beside(o, "request-flood", 1024)
+}
+
+/// The infrequent client's p99 alone and beside 200 clients from 127.88.0.1
+/// fetching `heavy_size`-byte files.
+fn beside(o: &ExpOptions, name: &str, heavy_size: usize) -> Result<String, String> {
+    let heavy_file = format!("size-{heavy_size}.bin");
     if let Some(d) = docroot_dir(o) {
         write_file(&d.join("size-1024.bin"), 1024)?;
-        write_file(&d.join("size-1048576.bin"), 1 << 20)?;
+        write_file(&d.join(&heavy_file), heavy_size)?;
     }
     let mut t = Table::new(&[
         "target",
@@ -20,6 +36,7 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         "p99_us_heavy",
         "ratio",
         "heavy_MiB_per_s",
+        "heavy_req_per_s",
     ]);
     for tg in &o.targets {
         let (mut opts, p) = options_for(&tg.url, o)?;
@@ -34,7 +51,7 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         let lasting = o.duration + Duration::from_secs(4);
         let heavy = bench_child(
             &[
-                &bench_file_url(tg, "size-1048576.bin")?,
+                &bench_file_url(tg, &heavy_file)?,
                 "--json",
                 "-c",
                 "200",
@@ -51,11 +68,9 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             .wait_with_output()
             .map_err(|e| format!("heavy clients: {e}"))?;
         let under = under?;
-        let mibs = serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .ok()
-            .and_then(|v| v["bytes_per_s"].as_f64())
-            .unwrap_or(0.0)
-            / 1048576.0;
+        let json = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
+        let field = |k: &str| json.as_ref().and_then(|v| v[k].as_f64()).unwrap_or(0.0);
+        let (mibs, rps) = (field("bytes_per_s") / 1048576.0, field("requests_per_s"));
         t.push(vec![
             tg.name.clone(),
             alone.latency_us.p99.to_string(),
@@ -65,7 +80,8 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
                 under.latency_us.p99 as f64 / alone.latency_us.p99.max(1) as f64
             ),
             fmt(mibs),
+            format!("{rps:.0}"),
         ]);
     }
-    finish(o, &Report::table("heavy-range", &t))
+    finish(o, &Report::table(name, &t))
 }

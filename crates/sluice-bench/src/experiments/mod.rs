@@ -101,6 +101,12 @@ pub const ALL: &[Experiment] = &[
         run: heavy_range::run,
     },
     Experiment {
+        name: "request-flood",
+        about:
+            "issue 8: an infrequent client beside 200 clients asking for 1 KiB files back to back",
+        run: heavy_range::run_flood,
+    },
+    Experiment {
         name: "incomplete-sweep",
         about: "seed 004 Figure 10: req/s against 100 to 32,000 incomplete connections",
         run: incomplete_sweep::run,
