@@ -111,6 +111,55 @@ fn experiments_write_tables_and_plots() {
     assert!(row.contains("1.0000"), "{text}");
 }
 
+/// `request-flood` (issue 8): the infrequent client's p99 alone and beside 200
+/// clients from 127.88.0.1 asking for 1 KiB files back to back, and the flood's own
+/// rate, all measured against the real server (a short run: the figures are the
+/// harness's, not a target).
+#[test]
+fn request_flood_measures_one_client_beside_a_flooding_range() {
+    let srv = Server::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = format!("sluice={}", srv.url("/"));
+    let o = sluice(&[
+        "bench",
+        "run",
+        "request-flood",
+        "--target",
+        &target,
+        "--docroot",
+        srv.root().to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+        "-d",
+        "1s",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    let head: Vec<&str> = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("target"))
+        .expect(&text)
+        .split_whitespace()
+        .collect();
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("sluice"))
+        .expect(&text)
+        .split_whitespace()
+        .collect();
+    let col = |name: &str| -> f64 {
+        let i = head.iter().position(|h| *h == name).expect(name);
+        row[i].parse().expect(name)
+    };
+    assert!(
+        col("p99_us_alone") > 0.0 && col("p99_us_heavy") > 0.0,
+        "{text}"
+    );
+    // 200 clients for a second and more, each asking back to back: thousands.
+    assert!(col("heavy_req_per_s") > 1000.0, "{text}");
+    assert!(col("heavy_MiB_per_s") > 0.0, "{text}");
+}
+
 /// Child processes of `pid` right now (from /proc/*/stat).
 fn children_of(pid: u32) -> usize {
     std::fs::read_dir("/proc")
