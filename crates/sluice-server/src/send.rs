@@ -234,7 +234,7 @@ impl Outgoing {
     /// not met a cold range: copying from a mapping triggers none of the
     /// kernel's readahead that `sendfile` does, so a cold file sent that way would
     /// wait on the disk once per MiB. Without the disk check (`disk_threads = 0`)
-    /// this asks the page cache itself, once per [`crate::disk::PREFETCH`].
+    /// this asks the page cache itself ([`Outgoing::cached_ahead`], as the check does).
     fn mapped_ok(&mut self, sock: i32, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
         // A short tail (a 256 KiB file's last head-length bytes after its first
         // turn) is cheaper as one `sendfile` than as a mapping made for it.
@@ -245,11 +245,18 @@ impl Outgoing {
         if !*self.local.get_or_insert_with(|| peer_is_local(sock)) {
             return false;
         }
+        self.cached_ahead(file, pos, remaining)
+    }
+
+    /// Are the bytes at `pos` in the page cache? Known up to `warm_to`; past it the
+    /// next [`crate::disk::PREFETCH`] bytes are asked for (densely once the response
+    /// has met a cold range) and `warm_to` moves on, or the response is marked cold.
+    fn cached_ahead(&mut self, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
         if pos < self.warm_to {
             return true;
         }
         let span = remaining.min(crate::disk::PREFETCH);
-        if crate::disk::resident(file.as_raw_fd(), pos, span, false) {
+        if crate::disk::resident(file.as_raw_fd(), pos, span, self.was_cold) {
             self.warm_to = pos + span;
             true
         } else {
@@ -312,16 +319,11 @@ impl Outgoing {
             let remaining = len - self.off;
             let pos = start + self.off;
             let checked = check_cold && len >= crate::disk::COLD_CHECK_MIN;
-            if checked && pos >= self.warm_to {
-                let span = remaining.min(crate::disk::PREFETCH);
-                if !crate::disk::resident(file.as_raw_fd(), pos, span, self.was_cold) {
-                    self.was_cold = true;
-                    return Ok(Flush::Cold {
-                        off: pos,
-                        len: span,
-                    });
-                }
-                self.warm_to = pos + span;
+            if checked && !self.cached_ahead(&file, pos, remaining) {
+                return Ok(Flush::Cold {
+                    off: pos,
+                    len: remaining.min(crate::disk::PREFETCH),
+                });
             }
             let how = match mode {
                 IoMode::Auto if self.mapped_ok(fd, &file, pos, remaining) => IoMode::Mmap,
