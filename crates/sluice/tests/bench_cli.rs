@@ -8,6 +8,26 @@ fn sluice(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
 }
 
+/// `sluice bench run EXPERIMENT` against `srv`, its files under the server's root,
+/// its tables and plots in `out`, for one second, with `extra` arguments.
+fn experiment(srv: &Server, out: &std::path::Path, name: &str, extra: &[&str]) -> Output {
+    let target = format!("sluice={}", srv.url("/"));
+    let root = srv.root().to_str().unwrap().to_string();
+    let out = out.to_str().unwrap();
+    let mut args = vec![
+        "bench",
+        "run",
+        name,
+        "--target",
+        &target,
+        "--docroot",
+        &root,
+    ];
+    args.extend(["--out", out, "-d", "1s"]);
+    args.extend_from_slice(extra);
+    sluice(&args)
+}
+
 #[test]
 fn bench_json_against_sluice_serve() {
     let srv = Server::start(&[]);
@@ -85,22 +105,7 @@ fn experiments_write_tables_and_plots() {
         assert!(out.path().join(f).exists(), "{f} missing: {text}");
     }
 
-    let target = format!("sluice={}", srv.url("/"));
-    let o = sluice(&[
-        "bench",
-        "run",
-        "random-files",
-        "--target",
-        &target,
-        "--docroot",
-        srv.root().to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-        "-d",
-        "1s",
-        "-c",
-        "4",
-    ]);
+    let o = experiment(&srv, out.path(), "random-files", &["-c", "4"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
     let row = text
@@ -119,20 +124,7 @@ fn experiments_write_tables_and_plots() {
 fn request_flood_measures_one_client_beside_a_flooding_range() {
     let srv = Server::start(&[]);
     let out = tempfile::tempdir().unwrap();
-    let target = format!("sluice={}", srv.url("/"));
-    let o = sluice(&[
-        "bench",
-        "run",
-        "request-flood",
-        "--target",
-        &target,
-        "--docroot",
-        srv.root().to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-        "-d",
-        "1s",
-    ]);
+    let o = experiment(&srv, out.path(), "request-flood", &[]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
     let head: Vec<&str> = text
