@@ -14,11 +14,15 @@ at the top step. Past 15,000
 connections the load runs in several processes over several 127.0.1.x addresses.
 
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
-                                 [--sluice-processes N]
+                                 [--sluice-processes N] [--probe-fifo]
 
 --sluice-processes N sets sluice's serving processes (each with its own descriptor
 limit, as nginx's worker processes have; past 20,000 connections one process cannot
 hold them). Without it sluice runs its default: one process per worker, two here.
+
+--probe-fifo runs the probe client's thread at real-time priority (the downloads stay
+ordinary): on two cores shared with 19,000 downloads' clients, an ordinary probe
+mostly measures its own wait for a CPU.
 """
 import argparse, os, subprocess, sys
 
@@ -33,6 +37,9 @@ def main():
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--servers", default="sluice,nginx,lighttpd")
     ap.add_argument("--out", default=f"{compare.WORK}/concurrency-out")
+    ap.add_argument("--probe-fifo", action="store_true",
+                    help="run the probe client at SCHED_FIFO (its own wait for a CPU on "
+                         "cores shared with the load then does not count)")
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes (0, the default: sluice's own, one per worker)")
     a = ap.parse_args()
@@ -51,6 +58,8 @@ def main():
             procs[s] = compare.start(s, sluice_bin)
         cmd = [sluice_bin, "bench", "run", "concurrency", "--docroot", compare.WWW,
                "--out", a.out, "--max-concurrency", str(a.max), "-d", a.duration]
+        if a.probe_fifo:
+            cmd.append("--probe-fifo")
         for s in procs:
             cmd += ["--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
         print("$", " ".join(cmd), flush=True)

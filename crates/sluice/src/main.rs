@@ -112,6 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_concurrency: a.max_concurrency,
                 download_size: a.download_size,
                 download_rate: a.download_rate,
+                probe_fifo: a.probe_fifo,
                 redirect_path: a.redirect_path,
                 ..Default::default()
             };

@@ -453,6 +453,71 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
     );
 }
 
+/// `--probe-fifo`: the probe runs at real-time priority and the downloads do not
+/// (seen in /proc while the experiment runs), and the step still reports a probe.
+#[test]
+fn concurrency_probe_fifo_raises_only_the_probe() {
+    let srv = Server::start(&[]);
+    let target = format!("sluice={}", srv.url("/"));
+    let root = srv.root().to_str().unwrap().to_string();
+    let out = tempfile::tempdir().unwrap();
+    let outp = out.path().to_str().unwrap().to_string();
+    let mut child = Command::new(bin())
+        .args([
+            "bench",
+            "run",
+            "concurrency",
+            "--target",
+            &target,
+            "--docroot",
+            &root,
+            "--out",
+            &outp,
+            "-d",
+            "300ms",
+            "--download-size",
+            "16384",
+            "--download-rate",
+            "8192",
+            "--max-concurrency",
+            "100",
+            "--probe-fifo",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Each thread's scheduling policy (field 41 of its stat: 0 other, 1 FIFO).
+    let policies = |pid: u32| -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+            .filter_map(|st| {
+                let rest = &st[st.rfind(')')? + 2..];
+                rest.split_whitespace().nth(38)?.parse().ok()
+            })
+            .collect()
+    };
+    let (mut fifo, mut other) = (0, 0);
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) && (fifo == 0 || other < 2) {
+        let p = policies(child.id());
+        fifo = fifo.max(p.iter().filter(|&&x| x == 1).count());
+        other = other.max(p.iter().filter(|&&x| x == 0).count());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(fifo >= 1, "no thread ran at SCHED_FIFO");
+    assert!(other >= 2, "the downloads ran at real-time priority too ({other} ordinary threads)");
+    let csv = std::fs::read_to_string(out.path().join("concurrency.csv")).unwrap();
+    let row = csv.lines().nth(1).expect("a step");
+    let probe_p99: f64 = row.split(',').nth(9).unwrap().parse().unwrap();
+    assert!(probe_p99 > 0.0, "no probe latency: {row}");
+}
+
 /// The conditioning experiments: attackers really hold their connections (seen on
 /// the server's status page while the experiment runs), the table reports the
 /// legitimate client before and under attack, and the sweep writes its plot.

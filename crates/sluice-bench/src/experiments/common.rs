@@ -60,6 +60,8 @@ pub struct ExpOptions {
     /// `concurrency`: bytes per download, and each downloader's read rate (bytes/s).
     pub download_size: usize,
     pub download_rate: u64,
+    /// `concurrency`: the probe client runs at `SCHED_FIFO` priority 1.
+    pub probe_fifo: bool,
     /// `redirects`: the path the last rule redirects.
     pub redirect_path: Option<String>,
 }
@@ -81,6 +83,7 @@ impl Default for ExpOptions {
             max_concurrency: 10_000,
             download_size: 256 * 1024,
             download_rate: 64 * 1024,
+            probe_fifo: false,
             redirect_path: None,
         }
     }

@@ -229,7 +229,22 @@ fn concurrency_step(
     popts.rate = Some(20.0);
     popts.timeout = len;
     let pw = Workload::single(&format!("{base}/sluice-bench/probe-1k.bin"), &popts);
-    let probe = std::thread::spawn(move || engine::run(&popts, &pw));
+    let fifo = o.probe_fifo;
+    let probe = std::thread::spawn(move || {
+        if fifo {
+            // This thread only (and the threads it starts): the downloads stay at
+            // ordinary priority.
+            let p = libc::sched_param { sched_priority: 1 };
+            // SAFETY: sets the calling thread's own policy; no pointers kept.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+                return Err(format!(
+                    "--probe-fifo: sched_setscheduler: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        engine::run(&popts, &pw).map_err(|e| e.to_string())
+    });
     let r = if c > PER_PROCESS {
         downloads_in_processes(&opts, &tg.url, &dl_path, c)?
     } else {
