@@ -511,7 +511,10 @@ fn concurrency_probe_fifo_raises_only_the_probe() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{o:?}");
     assert!(fifo >= 1, "no thread ran at SCHED_FIFO");
-    assert!(other >= 2, "the downloads ran at real-time priority too ({other} ordinary threads)");
+    assert!(
+        other >= 2,
+        "the downloads ran at real-time priority too ({other} ordinary threads)"
+    );
     let csv = std::fs::read_to_string(out.path().join("concurrency.csv")).unwrap();
     let row = csv.lines().nth(1).expect("a step");
     let probe_p99: f64 = row.split(',').nth(9).unwrap().parse().unwrap();
