@@ -462,7 +462,7 @@ fn concurrency_probe_fifo_raises_only_the_probe() {
     let root = srv.root().to_str().unwrap().to_string();
     let out = tempfile::tempdir().unwrap();
     let outp = out.path().to_str().unwrap().to_string();
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args([
             "bench",
             "run",
