@@ -185,6 +185,31 @@ pub struct ExperimentArgs {
     pub redirect_path: Option<String>,
 }
 
+impl ExperimentArgs {
+    /// What `sluice bench run` hands the experiment.
+    pub fn options(&self) -> anyhow::Result<sluice_bench::experiments::ExpOptions> {
+        use sluice_bench::experiments::Target;
+        Ok(sluice_bench::experiments::ExpOptions {
+            targets: self.targets.iter().map(|t| Target::parse(t)).collect(),
+            baselines: self.baselines.iter().map(|t| Target::parse(t)).collect(),
+            duration: sluice_config::parse_duration(&self.duration).map_err(anyhow::Error::msg)?,
+            connections: self.connections,
+            threads: self.threads,
+            out_dir: self.out.clone(),
+            docroot: self.docroot.clone(),
+            file: self.file.clone(),
+            buffer_max: self.buffer_max,
+            buffer_step: self.buffer_step,
+            max_concurrency: self.max_concurrency,
+            download_size: self.download_size,
+            download_rate: self.download_rate,
+            probe_fifo: self.probe_fifo,
+            redirect_path: self.redirect_path.clone(),
+            ..Default::default()
+        })
+    }
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// Directory to serve (overrides server.root).

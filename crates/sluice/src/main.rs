@@ -90,32 +90,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cmd: Some(BenchCmd::Run(a)),
             ..
         } => {
-            let o = sluice_bench::experiments::ExpOptions {
-                targets: a
-                    .targets
-                    .iter()
-                    .map(|t| sluice_bench::experiments::Target::parse(t))
-                    .collect(),
-                baselines: a
-                    .baselines
-                    .iter()
-                    .map(|t| sluice_bench::experiments::Target::parse(t))
-                    .collect(),
-                duration: sluice_config::parse_duration(&a.duration).map_err(anyhow::Error::msg)?,
-                connections: a.connections,
-                threads: a.threads,
-                out_dir: a.out,
-                docroot: a.docroot,
-                file: a.file,
-                buffer_max: a.buffer_max,
-                buffer_step: a.buffer_step,
-                max_concurrency: a.max_concurrency,
-                download_size: a.download_size,
-                download_rate: a.download_rate,
-                probe_fifo: a.probe_fifo,
-                redirect_path: a.redirect_path,
-                ..Default::default()
-            };
+            let o = a.options()?;
             let text =
                 sluice_bench::experiments::run(&a.experiment, &o).map_err(anyhow::Error::msg)?;
             print!("{text}");
