@@ -8,24 +8,35 @@ fn sluice(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
 }
 
-/// `sluice bench run EXPERIMENT` against `srv`, its files under the server's root,
-/// its tables and plots in `out`, for one second, with `extra` arguments.
+/// The arguments of `sluice bench run EXPERIMENT` against `srv`: its files under the
+/// server's root, its tables and plots in `out`, steps of `duration`, then `extra`.
+fn experiment_args(
+    srv: &Server,
+    out: &std::path::Path,
+    name: &str,
+    duration: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = ["bench", "run", name, "--target"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(format!("sluice={}", srv.url("/")));
+    args.push("--docroot".into());
+    args.push(srv.root().to_str().unwrap().to_string());
+    args.extend(["--out".into(), out.to_str().unwrap().to_string()]);
+    args.extend(["-d".into(), duration.to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `sluice bench run EXPERIMENT` against `srv` for one second (see
+/// [`experiment_args`]), waited for.
 fn experiment(srv: &Server, out: &std::path::Path, name: &str, extra: &[&str]) -> Output {
-    let target = format!("sluice={}", srv.url("/"));
-    let root = srv.root().to_str().unwrap().to_string();
-    let out = out.to_str().unwrap();
-    let mut args = vec![
-        "bench",
-        "run",
-        name,
-        "--target",
-        &target,
-        "--docroot",
-        &root,
-    ];
-    args.extend(["--out", out, "-d", "1s"]);
-    args.extend_from_slice(extra);
-    sluice(&args)
+    Command::new(bin())
+        .args(experiment_args(srv, out, name, "1s", extra))
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -386,27 +397,23 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
     // step that short would see no download end. No breaking point may be reported
     // (the step is stretched to two download times).
     let srv = Server::start(&[]);
-    let target = format!("sluice={}", srv.url("/"));
-    let root = srv.root().to_str().unwrap().to_string();
-    let o = sluice(&[
-        "bench",
-        "run",
-        "concurrency",
-        "--target",
-        &target,
-        "--docroot",
-        &root,
-        "--out",
-        &outp,
-        "-d",
-        "300ms",
-        "--download-size",
-        "8192",
-        "--download-rate",
-        "4096",
-        "--max-concurrency",
-        "100",
-    ]);
+    let o = Command::new(bin())
+        .args(experiment_args(
+            &srv,
+            out.path(),
+            "concurrency",
+            "300ms",
+            &[
+                "--download-size",
+                "8192",
+                "--download-rate",
+                "4096",
+                "--max-concurrency",
+                "100",
+            ],
+        ))
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "{o:?}");
     assert!(
@@ -458,31 +465,23 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
 #[test]
 fn concurrency_probe_fifo_raises_only_the_probe() {
     let srv = Server::start(&[]);
-    let target = format!("sluice={}", srv.url("/"));
-    let root = srv.root().to_str().unwrap().to_string();
     let out = tempfile::tempdir().unwrap();
-    let outp = out.path().to_str().unwrap().to_string();
     let child = Command::new(bin())
-        .args([
-            "bench",
-            "run",
+        .args(experiment_args(
+            &srv,
+            out.path(),
             "concurrency",
-            "--target",
-            &target,
-            "--docroot",
-            &root,
-            "--out",
-            &outp,
-            "-d",
             "300ms",
-            "--download-size",
-            "16384",
-            "--download-rate",
-            "8192",
-            "--max-concurrency",
-            "100",
-            "--probe-fifo",
-        ])
+            &[
+                "--download-size",
+                "16384",
+                "--download-rate",
+                "8192",
+                "--max-concurrency",
+                "100",
+                "--probe-fifo",
+            ],
+        ))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
