@@ -44,6 +44,48 @@ fn bytes_after_a_close_request_do_not_cut_its_answer() {
     }
 }
 
+/// The FIN of a connection the server closes after its answer leaves in the
+/// answer's last segment, not in a packet of its own (one packet and one client
+/// wake-up fewer per `Connection: close` request). Counted with the client's
+/// `TCP_INFO`: segments that carried no data, against a keep-alive answer on
+/// another connection (the same handshake and answer, and no FIN).
+#[test]
+fn the_fin_rides_in_the_last_segment_of_a_closing_answer() {
+    let srv = Server::start(&[]);
+    let non_data_segments_in = |close: bool| {
+        let mut s = srv.connect();
+        let conn = if close { "Connection: close\r\n" } else { "" };
+        s.write_all(format!("GET /hello.txt HTTP/1.1\r\nHost: a\r\n{conn}\r\n").as_bytes())
+            .unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+        if close {
+            assert!(closed_within(&mut s, Duration::from_secs(2)));
+        }
+        // Anything else the server sends has arrived by now.
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: getsockopt into a tcp_info of the size passed.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        info.tcpi_segs_in - info.tcpi_data_segs_in
+    };
+    let keep_alive = non_data_segments_in(false);
+    let closing = non_data_segments_in(true);
+    assert_eq!(
+        closing, keep_alive,
+        "segments without data: {closing} for the closing answer, {keep_alive} for the keep-alive one (a FIN of its own adds one)"
+    );
+}
+
 #[test]
 fn request_split_byte_by_byte() {
     let srv = Server::start(&[]);

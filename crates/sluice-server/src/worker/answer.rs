@@ -304,7 +304,11 @@ impl Worker {
         self.answered += 1;
         self.active += 1;
         self.admit_one = false;
+        // Closed by this process right after the response (a front process holds
+        // its own copy of the socket, so its close sends no FIN).
+        let fin_follows = close && c.front_id() == 0;
         let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
+        out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;
         out.head_started = head_started;
