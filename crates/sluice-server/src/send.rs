@@ -143,6 +143,10 @@ pub struct Outgoing {
     /// set where the socket stays open (keep-alive, or a front process holding it):
     /// there the held bytes would wait for the kernel's probe timer.
     pub fin_follows: bool,
+    /// This response has asked epoll for its socket's writable edges
+    /// (`Worker::arm_writable`): once per response that blocks, since a new
+    /// connection is registered for readable edges only.
+    pub armed: bool,
     /// When the request's head began (worker ms): a request body still being
     /// discarded after the response keeps this as its total deadline's start.
     pub head_started: u64,
@@ -182,6 +186,7 @@ impl Outgoing {
         self.sent = 0;
         self.wbuf_is_body = false;
         self.fin_follows = false;
+        self.armed = false;
         self.head_started = 0;
         self.ready_at = 0;
         self.rate = Default::default();

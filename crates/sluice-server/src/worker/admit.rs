@@ -140,14 +140,19 @@ impl Worker {
             deadline: now + ms(self.snap.config.http.header_timeout),
             wheel_at: NEVER,
         };
+        // Readable edges only: a new socket is writable at once, and that first
+        // writable edge would cost every short connection one more event. A
+        // response asks for writable edges when it first cannot write all it has
+        // (`arm_writable`); a TLS handshake may have to wait to write from the start.
+        let interest = if conn.via.is_some() {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
         if self
             .poll
             .registry()
-            .register(
-                &mut conn.sock,
-                Token(key),
-                Interest::READABLE | Interest::WRITABLE,
-            )
+            .register(&mut conn.sock, Token(key), interest)
             .is_err()
         {
             self.release_range(peer, cap);

@@ -145,6 +145,9 @@ impl Worker {
                     Ok(Flush::Blocked) => {
                         c.flags.set(Flags::WRITE_BLOCKED, true);
                         c.phase = Phase::Send { last: self.now_ms };
+                        if !std::mem::replace(&mut out.armed, true) {
+                            self.arm_writable(key);
+                        }
                         match self.check_rate(key) {
                             Some(d) => self.set_deadline(key, d),
                             None => self.close(key, CloseReason::SlowRead),
@@ -351,6 +354,21 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// Ask for the connection's writable edges (it was registered for readable ones
+    /// only, see `adopt`). Asking again when already asked changes nothing; the
+    /// kernel reports the socket at once if it became writable meanwhile.
+    fn arm_writable(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if let Err(e) = self.poll.registry().reregister(
+            &mut c.sock,
+            mio::Token(key),
+            mio::Interest::READABLE | mio::Interest::WRITABLE,
+        ) {
+            // Without writable edges the response stalls; its send deadline closes it.
+            tracing::debug!(peer = %c.peer, error = %e, "could not wait for writability");
         }
     }
 
