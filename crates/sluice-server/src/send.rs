@@ -95,13 +95,47 @@ pub struct MapWindow {
     base: u64,
 }
 
+impl MapWindow {
+    /// Map `len` bytes of `file` from `base` (page aligned), read-only.
+    fn map(file: &std::fs::File, base: u64, len: usize) -> io::Result<MapWindow> {
+        // SAFETY: read-only shared mapping of an open file; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                base as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        LIVE_WINDOWS.set(LIVE_WINDOWS.get() + 1);
+        Ok(MapWindow { ptr, len, base })
+    }
+}
+
 impl Drop for MapWindow {
     fn drop(&mut self) {
         // SAFETY: ptr/len came from a successful mmap and are unmapped once.
         unsafe { libc::munmap(self.ptr, self.len) };
+        LIVE_WINDOWS.set(LIVE_WINDOWS.get() - 1);
     }
 }
 
+thread_local! {
+    /// Mapped windows alive on this thread (a worker's responses never leave it).
+    static LIVE_WINDOWS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Windows a worker keeps mapped between flushes (see [`Outgoing::flush`]): eight
+/// fast local downloads keep theirs; 1,000 readers that stopped hold at most this
+/// many, about 64 MiB of RSS in all, instead of one each.
+const KEPT_WINDOWS: u32 = 64;
+
+/// The most of a file mapped at once.
 const MAP_WINDOW: u64 = 4 << 20;
 /// The most one send from a mapping takes (`mmap`, and `auto` for a fast reader):
 /// one call and one turn for a 1 MiB file. On this machine's loopback the cost of a
@@ -233,6 +267,17 @@ impl Outgoing {
     ) -> io::Result<Flush> {
         let before = self.sent;
         let r = self.flush_turn(wire, mode, buffer_size, turn, check_cold);
+        // Every page a mapped send touched counts in the process's RSS until its
+        // window is unmapped, and the next flush may be far off: on loopback a
+        // reader's first turns go at once whether or not it reads (its socket takes
+        // a megabyte or so), so 2,000 readers that then stopped held 1.4 GiB of RSS
+        // in windows kept between flushes. A worker keeps at most `KEPT_WINDOWS`
+        // between flushes; past that a flush gives its window up (the next mapped
+        // send maps again). Dropping every window after every flush cost fast local
+        // downloads 4% CPU (docs/BENCHMARKS.md).
+        if self.map.is_some() && LIVE_WINDOWS.get() > KEPT_WINDOWS {
+            self.map = None;
+        }
         match r {
             // A turn ends early at a stream edge (after a blocked flush resumed
             // mid-way): only most of a turn taken at once says "fast".
@@ -419,25 +464,7 @@ impl Outgoing {
                         self.map = None;
                         let base = pos & !4095;
                         let maplen = (start + len - base).min(MAP_WINDOW) as usize;
-                        // SAFETY: read-only private mapping of an open file; checked below.
-                        let p = unsafe {
-                            libc::mmap(
-                                std::ptr::null_mut(),
-                                maplen,
-                                libc::PROT_READ,
-                                libc::MAP_SHARED,
-                                file.as_raw_fd(),
-                                base as libc::off_t,
-                            )
-                        };
-                        if p == libc::MAP_FAILED {
-                            return Err(io::Error::last_os_error());
-                        }
-                        self.map = Some(MapWindow {
-                            ptr: p,
-                            len: maplen,
-                            base,
-                        });
+                        self.map = Some(MapWindow::map(&file, base, maplen)?);
                     }
                     let m = self.map.as_ref().expect("mapped above");
                     let delta = (pos - m.base) as usize;
