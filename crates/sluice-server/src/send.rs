@@ -31,7 +31,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 mod window;
-use window::{MapWindow, KEPT_WINDOWS, LIVE_WINDOWS};
+use window::MapWindow;
 
 /// Result of pushing bytes until the socket is full or the response is done.
 #[derive(Debug, PartialEq, Eq)]
@@ -226,11 +226,11 @@ impl Outgoing {
         // window is unmapped, and the next flush may be far off: on loopback a
         // reader's first turns go at once whether or not it reads (its socket takes
         // a megabyte or so), so 2,000 readers that then stopped held 1.4 GiB of RSS
-        // in windows kept between flushes. A worker keeps at most `KEPT_WINDOWS`
+        // in windows kept between flushes. A worker keeps at most 64 (`window.rs`)
         // between flushes; past that a flush gives its window up (the next mapped
         // send maps again). Dropping every window after every flush cost fast local
         // downloads 4% CPU (docs/BENCHMARKS.md).
-        if self.map.is_some() && LIVE_WINDOWS.get() > KEPT_WINDOWS {
+        if self.map.is_some() && window::over_kept() {
             self.map = None;
         }
         match r {

@@ -46,10 +46,16 @@ impl Drop for MapWindow {
 
 thread_local! {
     /// Mapped windows alive on this thread (a worker's responses never leave it).
-    pub(super) static LIVE_WINDOWS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static LIVE_WINDOWS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Windows a worker keeps mapped between flushes (see [`super::Outgoing::flush`]): eight
 /// fast local downloads keep theirs; 1,000 readers that stopped hold at most this
 /// many, about 64 MiB of RSS in all, instead of one each.
-pub(super) const KEPT_WINDOWS: u32 = 64;
+const KEPT_WINDOWS: u32 = 64;
+
+/// Does this worker hold more windows than it keeps between flushes? Then the
+/// flush that just ended gives its window up.
+pub(super) fn over_kept() -> bool {
+    LIVE_WINDOWS.get() > KEPT_WINDOWS
+}
