@@ -39,22 +39,19 @@ pub fn read_into(
         }
         let old = buf.len();
         let room = (buf.capacity() - old).min(limit - old);
-        // SAFETY: recv writes at most `room` bytes into the spare capacity, and
-        // set_len only covers what it wrote.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().add(old).cast(), room, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(ReadOutcome::Blocked),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        }
+        // rustix makes the system call itself (libc's `recv` is a cancellation
+        // point, with bookkeeping around every call; see `send::Plain`).
+        let spare = &mut buf.spare_capacity_mut()[..room];
+        let n = match rustix::net::recv(&*sock, spare, rustix::net::RecvFlags::empty()) {
+            Ok(((got, _), _)) => got.len(),
+            Err(rustix::io::Errno::AGAIN) => return Ok(ReadOutcome::Blocked),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             return Ok(ReadOutcome::Eof);
         }
-        let n = n as usize;
-        // SAFETY: the kernel initialized these n bytes.
+        // SAFETY: recv initialized these n bytes of the spare capacity.
         unsafe { buf.set_len(old + n) };
         if n < room && !until_eof {
             return Ok(ReadOutcome::Blocked);
@@ -168,6 +165,15 @@ pub fn keep_bytes(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// A buffer for a response's head: from the pool, or a new read-sized one, so that
+/// [`recycle`] keeps it afterwards. One grown from empty (to a head's ~256 bytes)
+/// would be too small to keep, and a pool that ran empty once would stay empty:
+/// five reallocations and a free on every request (≈3% of the server's CPU on
+/// keep-alive 1 KiB answers, docs/BENCHMARKS.md).
+pub fn take_buffer(pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    pool.pop().unwrap_or_else(|| Vec::with_capacity(READ_CHUNK))
+}
+
 /// Give a buffer back to the worker's pool (bounded), so idle connections hold none.
 /// Only read-sized buffers are kept: a small one ([`keep_bytes`]'s) is freed, or
 /// the pool would hand it out to be grown again.
@@ -206,5 +212,18 @@ mod tests {
         let p = full.as_ptr();
         let kept = keep_bytes(&mut pool, full);
         assert_eq!(kept.as_ptr(), p);
+    }
+
+    #[test]
+    fn a_head_buffer_taken_from_an_empty_pool_goes_back_to_it() {
+        let mut pool = Vec::new();
+        let mut head = take_buffer(&mut pool);
+        head.extend_from_slice(&[b'h'; 250]);
+        let p = head.as_ptr();
+        recycle(&mut pool, head);
+        assert_eq!(pool.len(), 1, "kept for the next response");
+        let again = take_buffer(&mut pool);
+        assert_eq!(again.as_ptr(), p, "the same allocation, reused");
+        assert!(again.is_empty());
     }
 }

@@ -55,7 +55,7 @@ pub trait Wire {
     /// Can file bodies go from the page cache to `fd` untouched?
     fn zero_copy(&self) -> bool;
     /// Take some of these bytes; how many were taken. `more`: more follows at once.
-    fn send(&mut self, iov: &[libc::iovec], more: bool) -> io::Result<usize>;
+    fn send(&mut self, iov: &[io::IoSlice<'_>], more: bool) -> io::Result<usize>;
     /// Push out what the wire itself holds (TLS records); `Ok(true)` when nothing is
     /// left, `Ok(false)` when the socket is full.
     fn drain(&mut self) -> io::Result<bool>;
@@ -71,19 +71,25 @@ impl Wire for Plain {
     fn zero_copy(&self) -> bool {
         true
     }
-    fn send(&mut self, iov: &[libc::iovec], more: bool) -> io::Result<usize> {
-        // SAFETY: msghdr is plain data; the iov entries point into live buffers
-        // the caller borrows for the call.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = iov.len() as _;
-        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
-        // SAFETY: fd is an open socket; msg is valid for the call.
-        let r = unsafe { libc::sendmsg(self.0, &msg, flags) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(r as usize)
+    fn send(&mut self, iov: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+        // rustix makes the system call itself: libc's `sendmsg` is a thread
+        // cancellation point, and its bookkeeping around every call was ~1% of the
+        // server's CPU on keep-alive 1 KiB answers (docs/BENCHMARKS.md).
+        let flags = SendFlags::NOSIGNAL
+            | if more {
+                SendFlags::MORE
+            } else {
+                SendFlags::empty()
+            };
+        // SAFETY: the worker owns the socket and keeps it open across this call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
+        Ok(sendmsg(
+            fd,
+            iov,
+            &mut SendAncillaryBuffer::default(),
+            flags,
+        )?)
     }
     fn drain(&mut self) -> io::Result<bool> {
         Ok(true)
@@ -458,16 +464,10 @@ impl Outgoing {
 
     /// One send of `wbuf[wpos..]` and the leading memory chunks.
     fn send_memory(&mut self, wire: &mut impl Wire) -> io::Result<usize> {
-        let mut iov: [libc::iovec; 16] = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; 16];
+        let mut iov = [io::IoSlice::new(&[]); 16];
         let mut n = 0;
         if self.wpos < self.wbuf.len() {
-            iov[0] = libc::iovec {
-                iov_base: self.wbuf[self.wpos..].as_ptr() as *mut _,
-                iov_len: self.wbuf.len() - self.wpos,
-            };
+            iov[0] = io::IoSlice::new(&self.wbuf[self.wpos..]);
             n = 1;
         }
         let mut more = false;
@@ -489,10 +489,7 @@ impl Outgoing {
             if s.is_empty() {
                 continue;
             }
-            iov[n] = libc::iovec {
-                iov_base: s.as_ptr() as *mut _,
-                iov_len: s.len(),
-            };
+            iov[n] = io::IoSlice::new(s);
             n += 1;
         }
         if n == 0 {

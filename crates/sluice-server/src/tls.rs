@@ -149,24 +149,13 @@ impl Wire for TlsWire<'_> {
     fn zero_copy(&self) -> bool {
         false
     }
-    fn send(&mut self, iov: &[libc::iovec], _more: bool) -> io::Result<usize> {
+    fn send(&mut self, iov: &[io::IoSlice<'_>], _more: bool) -> io::Result<usize> {
         // Earlier records first: plaintext is taken only when the socket has
         // drained them, so at most one batch of records is held per connection.
         if !push(self.sock, self.tls)? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let mut slices = [io::IoSlice::new(&[]); 16];
-        for (s, v) in slices.iter_mut().zip(iov) {
-            // SAFETY: each iovec points at `iov_len` initialized bytes that the
-            // caller (`Outgoing::send_memory`) borrows for this call.
-            *s = io::IoSlice::new(unsafe {
-                std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
-            });
-        }
-        let n = self
-            .tls
-            .writer()
-            .write_vectored(&slices[..iov.len().min(16)])?;
+        let n = self.tls.writer().write_vectored(iov)?;
         if n == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }

@@ -5,7 +5,7 @@
 use super::conn::*;
 use super::*;
 use crate::accesslog::Pending;
-use crate::io::{keep_bytes, recycle};
+use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
 use sluice_condition::slowread::RateWindow;
 use sluice_condition::CloseReason;
@@ -316,7 +316,7 @@ impl Worker {
         out.rate = RateWindow::start(self.now_ms, 0);
         let wbuf = &mut out.wbuf;
         if wbuf.capacity() == 0 {
-            *wbuf = self.pool.pop().unwrap_or_default();
+            *wbuf = take_buffer(&mut self.pool);
         }
         write_status_line(wbuf, resp.status);
         wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
