@@ -12,7 +12,6 @@ use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
 
 impl Worker {
     /// Carry out `drop`, `tarpit` or `oversize` for the request just parsed.
@@ -55,7 +54,7 @@ impl Worker {
                     let c = &mut self.conns[key];
                     if let Some(p) = log {
                         self.log.line(
-                            SystemTime::now(),
+                            self.wall,
                             c.peer,
                             &p.with_status(444).with_note("drop"),
                             0,
@@ -323,7 +322,7 @@ impl Worker {
         match &resp.date {
             // An errant-client rule's fixed Date (`date=`).
             Some(d) => wbuf.extend_from_slice(d.as_bytes()),
-            None => wbuf.extend_from_slice(self.date.get(SystemTime::now()).as_bytes()),
+            None => wbuf.extend_from_slice(self.date.get(self.wall).as_bytes()),
         }
         wbuf.extend_from_slice(b"\r\n");
         wbuf.extend_from_slice(resp.headers.as_bytes());

@@ -11,7 +11,6 @@ use sluice_condition::{Class, CloseReason};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
 
 impl Worker {
     /// Advance one connection as far as it can go, then tell conditioning where it
@@ -157,7 +156,7 @@ impl Worker {
                     Ok(Flush::Done) => {
                         let sent = out.sent;
                         if let Some(p) = out.log.take() {
-                            self.log.line(SystemTime::now(), c.peer, &p, sent);
+                            self.log.line(self.wall, c.peer, &p, sent);
                         }
                         self.shared.stats[self.id]
                             .bytes

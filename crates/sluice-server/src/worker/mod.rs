@@ -63,7 +63,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 const LISTENER_BASE: usize = usize::MAX / 2;
 /// The connection to a `sluice condition` front process (`serve --from`).
@@ -110,6 +110,9 @@ pub struct Worker {
     log: WorkerLog,
     gen: u32,
     now: Instant,
+    /// The wall clock at the same moment, for `Date` and log lines: read once per
+    /// loop turn, not once per response (a turn answers dozens under load).
+    wall: SystemTime,
     epoch: Instant,
     now_ms: Ms,
     /// Next sweep of the open-file cache.
@@ -239,6 +242,7 @@ impl Worker {
             log,
             gen: 0,
             now,
+            wall: SystemTime::now(),
             epoch: now,
             now_ms: 0,
             next_expire_ms: 1000,
@@ -291,6 +295,7 @@ impl Worker {
                 }
             }
             self.now = Instant::now();
+            self.wall = SystemTime::now();
             self.now_ms = self.now.duration_since(self.epoch).as_millis() as Ms;
             self.refresh_snapshot();
             for ev in events.iter() {

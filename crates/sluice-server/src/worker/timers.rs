@@ -11,7 +11,7 @@ use sluice_condition::slowread::RateVerdict;
 use sluice_condition::{Class, CloseReason};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 impl Worker {
     pub(super) fn on_timer(&mut self, key: usize, gen: u32) {
@@ -85,7 +85,7 @@ impl Worker {
                         408,
                         self.site_log[self.snap.hosts.default_site()],
                     );
-                    self.log.line(SystemTime::now(), c.peer, &p, 0);
+                    self.log.line(self.wall, c.peer, &p, 0);
                 }
             }
             self.close(key, reason);
@@ -209,7 +209,7 @@ impl Worker {
             self.shared.open.fetch_add(1, Ordering::Relaxed);
             self.shared.drips.fetch_sub(1, Ordering::Relaxed);
             if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
-                self.log.line(SystemTime::now(), c.peer, &p, d.sent);
+                self.log.line(self.wall, c.peer, &p, d.sent);
             }
             self.shared.stats[self.id]
                 .bytes
@@ -252,7 +252,7 @@ impl Worker {
                 // over) is logged too, with the bytes that did go out: on a mirror
                 // these aborted downloads are the lines an operator looks for.
                 if let Some(p) = out.log.take() {
-                    self.log.line(SystemTime::now(), c.peer, &p, out.sent);
+                    self.log.line(self.wall, c.peer, &p, out.sent);
                 }
                 self.shared.stats[self.id]
                     .bytes
