@@ -187,8 +187,8 @@ mod tests {
     fn defer_accept_is_auto_a_duration_or_off() {
         let h = Duration::from_secs(10);
         let c = Config::parse("", "x").unwrap();
-        assert_eq!(c.condition.defer_accept, DeferAccept::Off);
-        assert_eq!(c.condition.defer_accept.initial_secs(h), 0);
+        assert_eq!(c.condition.defer_accept, DeferAccept::Auto);
+        assert_eq!(c.condition.defer_accept.initial_secs(h), 10);
         for (text, want, secs) in [
             ("\"auto\"", DeferAccept::Auto, 10),
             ("\"0\"", DeferAccept::Off, 0),

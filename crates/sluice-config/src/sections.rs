@@ -52,14 +52,15 @@ pub struct ServerSection {
     /// one per worker, as nginx's `worker_processes auto` ([`Config::process_count`]).
     #[serde(deserialize_with = "crate::de::processes")]
     pub processes: usize,
-    /// Listening sockets per worker per address (default 1, `SO_REUSEPORT`). Each
+    /// Listening sockets per worker per address (default 4, `SO_REUSEPORT`). Each
     /// socket has its own SYN and accept queues, each capped by the kernel's
     /// `net.core.somaxconn` (4096 by default), so a burst of new connections (or
     /// connections the kernel holds under `condition.defer_accept`) has this many
     /// times the room before the kernel drops SYNs or answers with SYN cookies.
-    /// 4 with deferral on; without it the extra sockets measured no gain and ~3%
-    /// more CPU per new connection (more `accept` calls that find nothing). Not
-    /// used with systemd's sockets. Set at start.
+    /// 4 goes with deferral (the default); without it the extra sockets measured no
+    /// gain and ~3% more CPU per new connection (more `accept` calls that find
+    /// nothing), so set 1 with `defer_accept = "0"`. Not used with systemd's
+    /// sockets. Set at start.
     #[serde(deserialize_with = "crate::de::listen_sockets")]
     pub listen_sockets: usize,
     #[serde(deserialize_with = "crate::de::duration")]
@@ -207,17 +208,18 @@ pub struct ConditionSection {
     /// clients are the machine itself (local proxies, monitoring, benchmarks).
     pub cap_exempt: Vec<String>,
     /// Let the kernel hold a new connection that has sent nothing (TCP_DEFER_ACCEPT)
-    /// before sluice accepts it: `"0"` (off, the default), `"auto"`, or a duration.
+    /// before sluice accepts it: `"auto"` (the default), `"0"` (off), or a duration.
     /// A deferred connection arrives with its request (one wake-up instead of two:
     /// ~25% less server CPU per new connection), and silent connections cost no
     /// descriptor. But the kernel keeps each deferred connection in the listener's
     /// SYN queue, so a burst of new clients can overflow it into SYN cookies (whose
     /// MSS table caps a loopback or jumbo-frame connection at 1460 bytes), and a
     /// client slow to send its request after connecting leaves the connection with
-    /// an inflated RTT estimate (many slow downloaders then stall on long
-    /// retransmission timeouts). `"auto"` defers for 10 s and switches deferral off
-    /// while the kernel reports SYN-queue overflows, back on after a minute without
-    /// any (docs/CONDITIONING.md). Set at start.
+    /// an inflated RTT estimate, which deferring listeners bound by capping their
+    /// sockets' retransmission timeout at 1 s (`listener::set_rto_guard`; Linux
+    /// 6.14+). `"auto"` defers for 10 s and switches deferral off while the kernel
+    /// reports SYN-queue overflows, back on after a minute without any
+    /// (docs/CONDITIONING.md). Set at start.
     pub defer_accept: DeferAccept,
 }
 
@@ -283,7 +285,7 @@ impl Default for ConditionSection {
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
-            defer_accept: DeferAccept::Off,
+            defer_accept: DeferAccept::Auto,
         }
     }
 }
@@ -387,7 +389,7 @@ impl Default for ServerSection {
             root: PathBuf::from("."),
             workers: 0,
             processes: 0,
-            listen_sockets: 1,
+            listen_sockets: 4,
             shutdown_grace: Duration::from_secs(10),
             user: None,
             allow_root: false,
