@@ -11,12 +11,14 @@
 //! while the kernel reports no SYN-queue overflow, turns it off at the first one,
 //! and back on after [`QUIET_MS`] without another.
 //!
-//! It does not guard against deferral's other cost, which is why `"auto"` is not
-//! the default: the kernel drops the handshake's bare ACK, so a connection's first
-//! RTT sample comes from its request, and a client slow to get its request through
-//! leaves the connection with an RTT of seconds (measured: 2.1 s smoothed RTT, 7.2 s
-//! RTO at 19,000 slow downloads, where 15 ms and 216 ms without deferral). No
-//! counter shows that cheaply, so it is left to the operator's choice.
+//! It does not decide about deferral's other cost: the kernel drops the
+//! handshake's bare ACK, so a connection's first RTT sample comes from its request,
+//! and a client slow to get its request through leaves the connection with an RTT
+//! of seconds (measured: 2.1 s smoothed RTT, 7.2 s RTO at 19,000 slow downloads,
+//! where 15 ms and 216 ms without deferral). No counter shows that cheaply; instead
+//! every deferring listener caps its sockets' retransmission timeout at 1 s
+//! (`sluice-server`'s `listener::set_rto_guard`), which is what lets `"auto"` be the
+//! default.
 //!
 //! Owns: the decision and the parsing of the kernel's counters. Must not: read
 //! files or touch sockets (`sluice-server`'s `listener::AutoDefer` reads

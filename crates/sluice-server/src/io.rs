@@ -3,7 +3,8 @@
 //! buffer), [`recycle`] (a buffer back to the pool, so idle connections hold none),
 //! [`keep_bytes`] (a waiting connection keeps its few bytes, not a pooled buffer),
 //! one-shot `send`, draining and peeking input, and the reset-on-close option.
-//! Raw libc where std has no call for it (`MSG_PEEK`, `SO_LINGER` 0).
+//! The hot `recv` goes through rustix (a system call without libc's cancellation-point
+//! bookkeeping); raw libc where neither std nor that matters (`MSG_PEEK`, `SO_LINGER` 0).
 
 use mio::net::TcpStream;
 use std::io;

@@ -63,10 +63,11 @@ fn two_processes_hold_what_one_processes_descriptors_cannot() {
                 j["open_connections"]
             );
             // Per process: 400 less 64, 64 per worker (two in the server), and the
-            // listeners (one socket per worker: both workers' originals, its own copy).
+            // listeners (`listen_sockets`, 4 by default, per worker: both workers'
+            // originals, its own copies).
             assert_eq!(
                 j["max_connections"].as_u64().unwrap(),
-                2 * (400 - 64 - 64 * 2 - (2 + 1))
+                2 * (400 - 64 - 64 * 2 - (2 * 4 + 4))
             );
             // Both serving processes hold a good share (SO_REUSEPORT hashes each
             // connection to one of the two workers' sockets).
