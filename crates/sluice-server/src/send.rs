@@ -427,7 +427,7 @@ impl Outgoing {
                         let maplen = (start + len - base).min(MAP_WINDOW) as usize;
                         self.map = Some(MapWindow::map(&file, base, maplen)?);
                     }
-                    let m = self.map.as_ref().expect("mapped above");
+                    let m = self.map.as_mut().expect("mapped above");
                     let delta = (pos - m.base) as usize;
                     // Up to the window's end and MAP_SEND, and never past the
                     // bytes found cached (a fault on a cold page would hold the
@@ -437,6 +437,7 @@ impl Outgoing {
                         want = want.min(self.warm_to.saturating_sub(pos).max(1));
                     }
                     let avail = (m.len - delta).min(want as usize);
+                    m.populate(delta + avail);
                     // SAFETY: [delta, delta+avail) lies inside the mapping.
                     let n = unsafe {
                         libc::send(
