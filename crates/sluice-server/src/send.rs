@@ -31,6 +31,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 mod window;
+pub use window::forget_recent as forget_recent_windows;
 use window::MapWindow;
 
 /// Result of pushing bytes until the socket is full or the response is done.
@@ -122,7 +123,7 @@ pub struct Outgoing {
     pub chunks: VecDeque<Chunk>,
     /// Progress inside the front chunk (bytes written, or for `read` mode bytes read).
     pub off: u64,
-    pub map: Option<MapWindow>,
+    pub map: Option<std::rc::Rc<MapWindow>>,
     /// Body bytes the socket has taken so far (for the access log, also when the
     /// client goes away mid-transfer).
     pub sent: u64,
@@ -425,9 +426,9 @@ impl Outgoing {
                         self.map = None;
                         let base = pos & !4095;
                         let maplen = (start + len - base).min(MAP_WINDOW) as usize;
-                        self.map = Some(MapWindow::map(&file, base, maplen)?);
+                        self.map = Some(window::window_for(&file, base, maplen)?);
                     }
-                    let m = self.map.as_mut().expect("mapped above");
+                    let m = self.map.as_ref().expect("mapped above");
                     let delta = (pos - m.base) as usize;
                     // Up to the window's end and MAP_SEND, and never past the
                     // bytes found cached (a fault on a cold page would hold the

@@ -1,10 +1,14 @@
 //! Mapped windows of a file for `mmap` sends (`io = "mmap"`, and `auto` for fast
-//! local readers), and how many a worker keeps between flushes. Owns the mapping's
-//! lifetime and the per-thread count of live windows; what is sent from a window and
-//! when a window is given up is `send.rs`'s.
+//! local readers), how many a worker keeps between flushes, and the few it keeps
+//! after their responses end ([`window_for`]). Owns the mapping's lifetime and the
+//! per-thread count of live windows; what is sent from a window and when a response
+//! gives its window up is `send.rs`'s.
 
+use std::cell::{Cell, RefCell};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::rc::Rc;
 
 /// A mapped window of a file for `io = "mmap"`.
 pub struct MapWindow {
@@ -14,7 +18,7 @@ pub struct MapWindow {
     pub(super) base: u64,
     /// Bytes from the window's start whose page-table entries are filled
     /// ([`MapWindow::populate`]).
-    populated: usize,
+    populated: Cell<usize>,
 }
 
 impl MapWindow {
@@ -39,7 +43,7 @@ impl MapWindow {
             ptr,
             len,
             base,
-            populated: 0,
+            populated: Cell::new(0),
         })
     }
 
@@ -50,12 +54,12 @@ impl MapWindow {
     /// Only bytes a send is about to take, which the caller has found in the page
     /// cache: populating reads cold pages from the disk, as the send itself would.
     /// `MAP_POPULATE` at `mmap` would fill the whole window, cold parts included.
-    pub(super) fn populate(&mut self, end: usize) {
+    pub(super) fn populate(&self, end: usize) {
         let end = end.min(self.len);
-        if end <= self.populated {
+        if end <= self.populated.get() {
             return;
         }
-        let from = self.populated & !4095;
+        let from = self.populated.get() & !4095;
         // SAFETY: [from, end) lies inside this mapping; MADV_POPULATE_READ only
         // faults pages in (an error, e.g. before Linux 5.14, leaves the faults to
         // the send).
@@ -66,8 +70,54 @@ impl MapWindow {
                 libc::MADV_POPULATE_READ,
             )
         };
-        self.populated = end;
+        self.populated.set(end);
     }
+}
+
+/// Windows kept after their responses, most recent last, at most [`RECENT_MAX`].
+type Recent = Vec<(Rc<File>, Rc<MapWindow>)>;
+
+thread_local! {
+    static RECENT: RefCell<Recent> = const { RefCell::new(Vec::new()) };
+}
+
+/// Windows a worker keeps mapped after the responses that made them ended.
+const RECENT_MAX: usize = 8;
+
+/// A window of `file` from `base`, at least `len` bytes: one this worker already
+/// has (a concurrent response's, or a recent one's), else a new mapping, kept for
+/// the responses that follow. Mapping and unmapping a popular file's window for
+/// every response (with its page-table fill and TLB flush) was ~9% of the server's
+/// CPU on keep-alive 1 MiB downloads (docs/BENCHMARKS.md); responses reading the
+/// same window now share one mapping. What it holds: at most [`RECENT_MAX`] windows
+/// (32 MiB of mapping) and their files open, for at most a second after their last
+/// use ([`forget_recent`] runs with the open-file cache's sweep), so a deleted
+/// file's space is not held.
+pub(super) fn window_for(file: &Rc<File>, base: u64, len: usize) -> io::Result<Rc<MapWindow>> {
+    RECENT.with_borrow_mut(|recent| {
+        if let Some(i) = recent
+            .iter()
+            .position(|(f, w)| Rc::ptr_eq(f, file) && w.base == base && w.len >= len)
+        {
+            let hit = recent.remove(i);
+            let w = hit.1.clone();
+            recent.push(hit);
+            return Ok(w);
+        }
+        let w = Rc::new(MapWindow::map(file, base, len)?);
+        if recent.len() >= RECENT_MAX {
+            recent.remove(0);
+        }
+        recent.push((file.clone(), w.clone()));
+        Ok(w)
+    })
+}
+
+/// Let go of the windows kept after their responses (the worker's once-a-second
+/// sweep, and a worker over [`KEPT_WINDOWS`]).
+pub fn forget_recent() {
+    let old = RECENT.with_borrow_mut(std::mem::take);
+    drop(old);
 }
 
 impl Drop for MapWindow {
@@ -91,6 +141,9 @@ const KEPT_WINDOWS: u32 = 64;
 /// Does this worker hold more windows than it keeps between flushes? Then the
 /// flush that just ended gives its window up.
 pub(super) fn over_kept() -> bool {
+    if LIVE_WINDOWS.get() > KEPT_WINDOWS {
+        forget_recent();
+    }
     LIVE_WINDOWS.get() > KEPT_WINDOWS
 }
 
@@ -126,7 +179,7 @@ mod tests {
         assert_eq!(touch(&plain), 7 * 256);
         let unpopulated = minor_faults() - before;
         drop(plain);
-        let mut w = MapWindow::map(&file, 0, 1 << 20).unwrap();
+        let w = MapWindow::map(&file, 0, 1 << 20).unwrap();
         w.populate(1 << 20);
         let before = minor_faults();
         assert_eq!(touch(&w), 7 * 256);
@@ -137,5 +190,40 @@ mod tests {
             "reads of a fresh mapping fault: {unpopulated}"
         );
         assert!(populated <= 1, "populated, yet {populated} faults");
+    }
+
+    #[test]
+    fn responses_share_a_window_and_it_is_let_go_by_the_sweep() {
+        use super::{forget_recent, window_for, LIVE_WINDOWS};
+        use std::rc::Rc;
+        let dir = std::env::temp_dir().join(format!("sluice-recent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, vec![1u8; 3 << 20]).unwrap();
+        let file = Rc::new(std::fs::File::open(&path).unwrap());
+        let live = || LIVE_WINDOWS.get();
+        let start = live();
+        let a = window_for(&file, 0, 1 << 20).unwrap();
+        let b = window_for(&file, 0, 1 << 20).unwrap();
+        assert!(Rc::ptr_eq(&a, &b), "a second response reuses the mapping");
+        assert_eq!(live(), start + 1);
+        // Another part of the file, or the same path opened again (a replaced file
+        // is a new open file): a mapping of its own.
+        let c = window_for(&file, 1 << 20, 1 << 20).unwrap();
+        let other = Rc::new(std::fs::File::open(&path).unwrap());
+        let d = window_for(&other, 0, 1 << 20).unwrap();
+        assert!(!Rc::ptr_eq(&a, &d));
+        assert_eq!(live(), start + 3);
+        // The responses end: their windows stay mapped for the next ones...
+        drop((a, b, c, d));
+        assert_eq!(live(), start + 3);
+        let again = window_for(&file, 0, 1 << 20).unwrap();
+        assert_eq!(live(), start + 3, "found again, not mapped again");
+        drop(again);
+        // ...until the sweep lets them go, files and all.
+        forget_recent();
+        assert_eq!(live(), start);
+        assert_eq!(Rc::strong_count(&file), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -370,6 +370,7 @@ impl Worker {
                 for f in &mut self.files {
                     f.expire(self.now);
                 }
+                crate::send::forget_recent_windows();
                 self.publish_status();
             }
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
