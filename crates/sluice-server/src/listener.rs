@@ -83,6 +83,12 @@ pub fn set_defer_accept(fd: RawFd, secs: u64) -> io::Result<()> {
 
 /// The most a deferred connection's retransmission timeout may reach.
 pub const DEFERRED_RTO_MAX_MS: libc::c_int = 1000;
+/// With the guard on, unacknowledged data is given up after this long: about when
+/// the kernel's default (15 retransmissions backing off to 120 s) gives up.
+pub const DEFERRED_USER_TIMEOUT_MS: libc::c_int = 900_000;
+/// `TCP_RTO_MAX_MS` (Linux 6.14; not in the libc crate yet).
+const TCP_RTO_MAX_MS: libc::c_int = 44;
+
 /// What a socket has without the guard: the machine's `net.ipv4.tcp_rto_max_ms`
 /// (Linux's own `TCP_RTO_MAX`, 120 s, unless an operator changed it).
 fn kernel_rto_max_ms() -> libc::c_int {
@@ -91,11 +97,6 @@ fn kernel_rto_max_ms() -> libc::c_int {
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(120_000)
 }
-/// With the guard on, unacknowledged data is given up after this long: about when
-/// the kernel's default (15 retransmissions backing off to 120 s) gives up.
-pub const DEFERRED_USER_TIMEOUT_MS: libc::c_int = 900_000;
-/// `TCP_RTO_MAX_MS` (Linux 6.14; not in the libc crate yet).
-const TCP_RTO_MAX_MS: libc::c_int = 44;
 
 /// Deferral's guard, inherited by accepted sockets: `TCP_RTO_MAX_MS` capped at
 /// [`DEFERRED_RTO_MAX_MS`], and `TCP_USER_TIMEOUT` so that the cap does not shorten

@@ -438,7 +438,7 @@ impl Outgoing {
                         want = want.min(self.warm_to.saturating_sub(pos).max(1));
                     }
                     let avail = (m.len - delta).min(want as usize);
-                    m.populate(delta + avail);
+                    m.populate(delta, delta + avail);
                     // SAFETY: [delta, delta+avail) lies inside the mapping.
                     let n = unsafe {
                         libc::send(

@@ -16,9 +16,9 @@ pub struct MapWindow {
     pub(super) len: usize,
     /// File offset the window starts at (page aligned).
     pub(super) base: u64,
-    /// Bytes from the window's start whose page-table entries are filled
-    /// ([`MapWindow::populate`]).
-    populated: Cell<usize>,
+    /// Bytes of the window (from its start) whose page-table entries the last
+    /// sends filled, as one range ([`MapWindow::populate`]).
+    populated: Cell<(usize, usize)>,
 }
 
 impl MapWindow {
@@ -43,23 +43,28 @@ impl MapWindow {
             ptr,
             len,
             base,
-            populated: Cell::new(0),
+            populated: Cell::new((0, 0)),
         })
     }
 
-    /// Fill the page-table entries up to `end` (bytes from the window's start) in one
-    /// call, before a send reads them: otherwise the kernel's copy out of the mapping
-    /// takes a page fault per 16 pages (fault-around), 64 per MiB, and those faults
-    /// were ~10% of the server's CPU on keep-alive 1 MiB downloads (docs/BENCHMARKS.md).
-    /// Only bytes a send is about to take, which the caller has found in the page
-    /// cache: populating reads cold pages from the disk, as the send itself would.
-    /// `MAP_POPULATE` at `mmap` would fill the whole window, cold parts included.
-    pub(super) fn populate(&self, end: usize) {
+    /// Fill the page-table entries of `[start, end)` (bytes from the window's start)
+    /// in one call, before a send reads them: otherwise the kernel's copy out of the
+    /// mapping takes a page fault per 16 pages (fault-around), 64 per MiB, and those
+    /// faults were ~10% of the server's CPU on keep-alive 1 MiB downloads
+    /// (docs/BENCHMARKS.md). Only the bytes the send is about to take, which the
+    /// caller has found in the page cache: populating reads cold pages from the
+    /// disk, as the send itself would. So never the gap before `start` either (a
+    /// shared window's other reader may be further on than this one), and not
+    /// `MAP_POPULATE` at `mmap`, which would fill the whole window.
+    pub(super) fn populate(&self, start: usize, end: usize) {
         let end = end.min(self.len);
-        if end <= self.populated.get() {
+        let (lo, hi) = self.populated.get();
+        let continues = lo <= start && start <= hi;
+        if continues && end <= hi {
             return;
         }
-        let from = self.populated.get() & !4095;
+        // A send that carries on from the filled range fills only what follows it.
+        let from = if continues { hi } else { start } & !4095;
         // SAFETY: [from, end) lies inside this mapping; MADV_POPULATE_READ only
         // faults pages in (an error, e.g. before Linux 5.14, leaves the faults to
         // the send).
@@ -70,7 +75,8 @@ impl MapWindow {
                 libc::MADV_POPULATE_READ,
             )
         };
-        self.populated.set(end);
+        self.populated
+            .set(if continues { (lo, end) } else { (start, end) });
     }
 }
 
@@ -180,7 +186,7 @@ mod tests {
         let unpopulated = minor_faults() - before;
         drop(plain);
         let w = MapWindow::map(&file, 0, 1 << 20).unwrap();
-        w.populate(1 << 20);
+        w.populate(0, 1 << 20);
         let before = minor_faults();
         assert_eq!(touch(&w), 7 * 256);
         let populated = minor_faults() - before;
@@ -190,6 +196,42 @@ mod tests {
             "reads of a fresh mapping fault: {unpopulated}"
         );
         assert!(populated <= 1, "populated, yet {populated} faults");
+    }
+
+    #[test]
+    fn a_send_further_in_does_not_read_the_gap_before_it() {
+        use std::os::fd::AsRawFd;
+        const MIB: usize = 1 << 20;
+        let dir = std::env::temp_dir().join(format!("sluice-gap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, vec![3u8; 8 * MIB]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // The first 4 MiB leave the page cache; the rest stays (a reader of a
+        // shared window is further on, and found its bytes cached).
+        // SAFETY: advice on our own open file.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                0,
+                4 * MIB as i64,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        let w = MapWindow::map(&file, 0, 8 * MIB).unwrap();
+        w.populate(4 * MIB, 8 * MIB);
+        let mut vec = vec![0u8; 4 * MIB / 4096];
+        // SAFETY: mincore over the first 4 MiB of our mapping into a vector of one
+        // byte per page.
+        let r = unsafe { libc::mincore(w.ptr, 4 * MIB, vec.as_mut_ptr()) };
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(r, 0);
+        let resident = vec.iter().filter(|&&b| b & 1 == 1).count();
+        assert!(
+            resident <= 16,
+            "populating from 4 MiB read {resident} pages of the unchecked first 4 MiB"
+        );
     }
 
     #[test]
