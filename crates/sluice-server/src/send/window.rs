@@ -145,7 +145,8 @@ thread_local! {
 const KEPT_WINDOWS: u32 = 64;
 
 /// Does this worker hold more windows than it keeps between flushes? Then the
-/// flush that just ended gives its window up.
+/// flush that just ended gives its window up. Asking first lets go of the windows
+/// kept after their responses ([`forget_recent`]): those go before any response's.
 pub(super) fn over_kept() -> bool {
     if LIVE_WINDOWS.get() > KEPT_WINDOWS {
         forget_recent();
