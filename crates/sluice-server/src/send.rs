@@ -169,6 +169,15 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
+    /// The head's buffer, once the head is out and the rest goes without it (a file
+    /// by `sendfile` or from a mapping: `copies_body` false): the worker gives it back
+    /// to its pool, so a download in flight holds no buffer. With one each, 19,000
+    /// slow downloads held 4 KiB apiece (5.6 KB of RSS per download against 1.6).
+    pub fn spare_buffer(&mut self, copies_body: bool) -> Option<Vec<u8>> {
+        let spare = !copies_body && self.wbuf.is_empty() && self.wbuf.capacity() > 0;
+        spare.then(|| std::mem::take(&mut self.wbuf))
+    }
+
     pub fn is_idle(&self) -> bool {
         self.wpos >= self.wbuf.len() && self.chunks.is_empty()
     }

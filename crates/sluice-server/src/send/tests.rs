@@ -200,3 +200,34 @@ fn only_loopback_peers_are_local() {
     // Not a connected socket: not local (and not a panic).
     assert!(!peer_is_local(l.as_raw_fd()));
 }
+
+/// Once its head is out, a download that sends its file by `sendfile` gives the
+/// head's buffer up (the worker pools it); one that copies its body through the
+/// buffer (`read`, TLS) keeps it, and so does one whose head is still going out.
+#[test]
+fn a_download_gives_up_its_head_buffer_once_the_head_is_out() {
+    let Setup {
+        dir,
+        reader: _b,
+        sender: a,
+        mut out,
+        ..
+    } = setup("spare", 4 << 20);
+    out.wbuf = Vec::with_capacity(crate::io::READ_CHUNK);
+    out.wbuf
+        .extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n");
+    assert!(out.spare_buffer(false).is_none(), "the head is not out yet");
+    let mut wire = Plain(a.as_raw_fd());
+    let r = out
+        .flush(&mut wire, IoMode::Sendfile, 0, 256 << 10, false)
+        .unwrap();
+    assert_eq!(r, Flush::Yield, "more of the file to send");
+    assert!(
+        out.spare_buffer(true).is_none(),
+        "kept when the body is copied through it"
+    );
+    let spare = out.spare_buffer(false).expect("given up");
+    assert_eq!(spare.capacity(), crate::io::READ_CHUNK);
+    assert_eq!(out.wbuf.capacity(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

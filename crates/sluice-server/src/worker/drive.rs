@@ -117,6 +117,15 @@ impl Worker {
                         check_cold,
                     ),
                 };
+                // A response that goes on gives its head's buffer back once the head
+                // is out, unless body bytes are copied through it (`read`, TLS).
+                if !matches!(flushed, Ok(Flush::Done) | Err(_)) {
+                    let copies_body =
+                        cfg_io == sluice_config::IoMode::Read || tls_of(&mut c.via).is_some();
+                    if let Some(b) = out.spare_buffer(copies_body) {
+                        recycle(&mut self.pool, b);
+                    }
+                }
                 match flushed {
                     Ok(Flush::Cold { off, len }) => {
                         // Not in the page cache: a pool thread reads it and the
