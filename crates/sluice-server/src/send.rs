@@ -77,12 +77,10 @@ impl Wire for Plain {
         // rustix makes the system call itself: libc's `sendmsg` is a thread
         // cancellation point, and its bookkeeping around every call was ~1% of the
         // server's CPU on keep-alive 1 KiB answers (docs/BENCHMARKS.md).
-        let flags = SendFlags::NOSIGNAL
-            | if more {
-                SendFlags::MORE
-            } else {
-                SendFlags::empty()
-            };
+        let mut flags = SendFlags::NOSIGNAL;
+        if more {
+            flags |= SendFlags::MORE;
+        }
         // SAFETY: the worker owns the socket and keeps it open across this call.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
         Ok(sendmsg(

@@ -165,13 +165,24 @@ mod tests {
         u.ru_minflt
     }
 
-    #[test]
-    fn a_populated_window_is_read_without_page_faults() {
-        let dir = std::env::temp_dir().join(format!("sluice-window-{}", std::process::id()));
+    /// A file of `len` copies of `byte` in a directory of its own: its path and the
+    /// file, open. The caller removes `path`'s directory.
+    fn file_of(name: &str, byte: u8, len: usize) -> (std::path::PathBuf, std::fs::File) {
+        let dir = std::env::temp_dir().join(format!("sluice-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
-        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        std::fs::write(&path, vec![byte; len]).unwrap();
         let file = std::fs::File::open(&path).unwrap();
+        (path, file)
+    }
+
+    fn remove(path: &std::path::Path) {
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_populated_window_is_read_without_page_faults() {
+        let (path, file) = file_of("window", 7, 1 << 20);
         let touch = |w: &MapWindow| {
             let mut sum = 0u64;
             for off in (0..w.len).step_by(4096) {
@@ -191,7 +202,7 @@ mod tests {
         let before = minor_faults();
         assert_eq!(touch(&w), 7 * 256);
         let populated = minor_faults() - before;
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&path);
         assert!(
             unpopulated >= 8,
             "reads of a fresh mapping fault: {unpopulated}"
@@ -203,11 +214,7 @@ mod tests {
     fn a_send_further_in_does_not_read_the_gap_before_it() {
         use std::os::fd::AsRawFd;
         const MIB: usize = 1 << 20;
-        let dir = std::env::temp_dir().join(format!("sluice-gap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f");
-        std::fs::write(&path, vec![3u8; 8 * MIB]).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
+        let (path, file) = file_of("gap", 3, 8 * MIB);
         file.sync_all().unwrap();
         // The first 4 MiB leave the page cache; the rest stays (a reader of a
         // shared window is further on, and found its bytes cached).
@@ -226,7 +233,7 @@ mod tests {
         // SAFETY: mincore over the first 4 MiB of our mapping into a vector of one
         // byte per page.
         let r = unsafe { libc::mincore(w.ptr, 4 * MIB, vec.as_mut_ptr()) };
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&path);
         assert_eq!(r, 0);
         let resident = vec.iter().filter(|&&b| b & 1 == 1).count();
         assert!(
@@ -239,11 +246,8 @@ mod tests {
     fn responses_share_a_window_and_it_is_let_go_by_the_sweep() {
         use super::{forget_recent, window_for, LIVE_WINDOWS};
         use std::rc::Rc;
-        let dir = std::env::temp_dir().join(format!("sluice-recent-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f");
-        std::fs::write(&path, vec![1u8; 3 << 20]).unwrap();
-        let file = Rc::new(std::fs::File::open(&path).unwrap());
+        let (path, file) = file_of("recent", 1, 3 << 20);
+        let file = Rc::new(file);
         let live = || LIVE_WINDOWS.get();
         let start = live();
         let a = window_for(&file, 0, 1 << 20).unwrap();
@@ -267,6 +271,6 @@ mod tests {
         forget_recent();
         assert_eq!(live(), start);
         assert_eq!(Rc::strong_count(&file), 1);
-        std::fs::remove_dir_all(&dir).unwrap();
+        remove(&path);
     }
 }
