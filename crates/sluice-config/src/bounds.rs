@@ -5,6 +5,8 @@ pub const WORKERS: (u64, u64) = (0, 256);
 /// 0: one serving process per worker, at most the maximum.
 pub const PROCESSES: (u64, u64) = (0, 64);
 pub const LISTEN_SOCKETS: (u64, u64) = (1, 64);
+/// Scheduling priority (nice): -20 most favoured, 19 least.
+pub const PRIORITY: (i64, i64) = (-20, 19);
 pub const BUFFER_SIZE: (u64, u64) = (512, 16 << 20);
 pub const KEEPALIVE_REQUESTS: (u64, u64) = (1, 1 << 32);
 pub const MAX_REQUEST_LINE: (u64, u64) = (256, 1 << 20);

@@ -82,6 +82,18 @@ macro_rules! bounded {
         }
     };
 }
+/// `server.priority`: a signed nice value within [`bounds::PRIORITY`].
+pub(crate) fn priority<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    let v = i64::deserialize(d)?;
+    let (lo, hi) = bounds::PRIORITY;
+    if v < lo || v > hi {
+        return Err(serde::de::Error::custom(format!(
+            "{v} is out of range ({lo}..={hi})"
+        )));
+    }
+    Ok(v as i32)
+}
+
 bounded!(workers, usize, bounds::WORKERS);
 bounded!(processes, usize, bounds::PROCESSES);
 bounded!(listen_sockets, usize, bounds::LISTEN_SOCKETS);

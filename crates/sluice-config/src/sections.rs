@@ -65,6 +65,13 @@ pub struct ServerSection {
     pub listen_sockets: usize,
     #[serde(deserialize_with = "crate::de::duration")]
     pub shutdown_grace: Duration,
+    /// The serving processes' scheduling priority (nice value, -20 to 19), as
+    /// nginx's `worker_priority`; 0 (the default) keeps the one sluice started with.
+    /// On a machine that also runs other work, a negative value lets a worker that
+    /// wakes take a core from it at once (docs/OPERATIONS.md has the figures).
+    /// Raising it needs root at start (or `CAP_SYS_NICE`). Set at start.
+    #[serde(deserialize_with = "crate::de::priority")]
+    pub priority: i32,
     /// Started as root, serve as this user (default: `nobody`).
     pub user: Option<String>,
     /// Started as root with no `user`, keep serving as root (not recommended).
@@ -391,6 +398,7 @@ impl Default for ServerSection {
             processes: 0,
             listen_sockets: 4,
             shutdown_grace: Duration::from_secs(10),
+            priority: 0,
             user: None,
             allow_root: false,
             proxy_protocol: Vec::new(),

@@ -12,6 +12,12 @@
 //! the config says `allow_root = true` (`--allow-root`). Started as anyone else it
 //! stays who it is (naming a different user is then an error).
 //!
+//! The serving processes' scheduling priority (`server.priority`) is set here too,
+//! just before the switch: raising it needs root, and it is inherited by every
+//! thread and forked process started after it. Linux keeps a nice value per
+//! thread, so [`set_priority`] sets it on each thread that exists already (the
+//! access log writers).
+//!
 //! Written by hand on libc: it is five system calls; the crates that wrap them
 //! (`privdrop`, `nix`) would add more code than they save.
 
@@ -120,6 +126,30 @@ pub fn switch_to(a: &Account) -> Result<(), String> {
         }
         if libc::setuid(0) == 0 || libc::geteuid() != a.uid || libc::getegid() != a.gid {
             return Err("privileges were not dropped completely".into());
+        }
+    }
+    Ok(())
+}
+
+/// Give every thread of this process the nice value `prio` (threads and processes
+/// started later inherit it from the thread that starts them).
+pub fn set_priority(prio: i32) -> Result<(), String> {
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| format!("server.priority = {prio}: /proc/self/task: {e}"))?;
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        // SAFETY: plain system call on a thread id of this process.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, prio) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // A thread that ended between the listing and the call.
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                continue;
+            }
+            return Err(format!(
+                "server.priority = {prio}: {e} (a priority above the one sluice was started with needs root or CAP_SYS_NICE)"
+            ));
         }
     }
     Ok(())

@@ -136,6 +136,14 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             }
         }
     }
+    // A raised priority needs root too; every worker and process inherits it.
+    if snap.config.server.priority != 0 {
+        privileges::set_priority(snap.config.server.priority)?;
+        tracing::info!(
+            priority = snap.config.server.priority,
+            "serving at this scheduling priority"
+        );
+    }
     // Everything that needs root (ports below 1024, log files in /var/log) is open:
     // become the serving user before any worker exists.
     if let Some(acct) = privileges::plan(
@@ -452,10 +460,11 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
             };
             if old.config.server.listen != snap.config.server.listen
                 || old.config.server.workers != snap.config.server.workers
+                || old.config.server.priority != snap.config.server.priority
                 || logs(&old) != logs(&snap)
             {
                 tracing::warn!(
-                    "reload: listen, workers and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
+                    "reload: listen, workers, priority and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
                 );
             }
             shared.replace(snap);

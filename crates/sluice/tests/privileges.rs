@@ -167,3 +167,64 @@ fn root_without_a_user_serves_as_nobody_and_root_user_needs_allow_root() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("as user nobody"), "{err}");
 }
+
+/// The nice value of every thread of `pids` (field 19 of `/proc/PID/task/TID/stat`).
+fn thread_nice(pids: &[u32]) -> Vec<i32> {
+    let mut v = Vec::new();
+    for pid in pids {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
+            // Fields after the command name (which may hold spaces) start at field 3.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            v.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+        }
+    }
+    v
+}
+
+#[test]
+fn server_priority_reaches_every_thread_of_every_serving_process() {
+    // Lowering the priority needs no privilege; raising it needs root.
+    let (prio, user): (i32, &[&str]) = if euid() == 0 {
+        (-4, &["--user", "nobody"])
+    } else {
+        (6, &[])
+    };
+    let srv = Server::start_with_config(
+        shared_root(),
+        &format!("[server]\npriority = {prio}\n"),
+        user,
+    );
+    let mut pids = srv.serving_pids();
+    pids.push(srv.pid());
+    let nice = thread_nice(&pids);
+    // Two serving processes (main thread, log writer, worker, disk threads) and the master.
+    assert!(nice.len() >= 6, "{nice:?}");
+    assert!(nice.iter().all(|&n| n == prio), "{nice:?}");
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").text(),
+        "hello world\n"
+    );
+
+    // Out of range: a config error with its line, before anything starts.
+    let d = docroot();
+    let cfg = d.path().join("bad.toml");
+    std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:1\"\npriority = 20\n").unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null());
+    let out = bounded(&mut cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.toml:3") && err.contains("out of range"),
+        "{err}"
+    );
+    if euid() != 0 {
+        // Not root: a raised priority is refused at start, and says why.
+        std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:1\"\npriority = -1\n").unwrap();
+        let out = bounded(&mut cmd);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_SYS_NICE"));
+    }
+}
