@@ -6,7 +6,7 @@ descriptors the attackers run in several processes from 127.66.x.
 
     bench/attack_runs.py [--duration 5] [--experiments incomplete,half-heads,...]
                          [--sweep-max 32000] [--apache] [--isolate] [--sluice-processes N]
-                         [--rounds N]
+                         [--rounds N] [--client-fifo]
 
 --isolate gives the servers a core of their own, as the paper's server had its own
 machine: each server runs one worker (nginx one worker process) pinned to CPU 0, and
@@ -18,6 +18,11 @@ It is for latency experiments whose measuring client mostly sleeps (heavy-range,
 request-flood): a closed-loop client at SCHED_FIFO would keep the attackers on its
 core from running. request-flood (not in the default list) is heavy-range with 200
 clients asking for 1 KiB files back to back instead of downloading 1 MiB files.
+
+--client-fifo runs the measuring client at SCHED_FIFO (its load processes reset
+themselves to ordinary priority, as under --isolate) without pinning anything: the
+servers keep two workers on the two shared cores, and the latency figure no longer
+includes the measuring client's own wait for a core.
 
 --sluice-processes N sets sluice's serving processes (default: sluice's own default,
 one per worker; 1 runs both workers as threads of one process).
@@ -112,6 +117,7 @@ def main():
     ap.add_argument("--sweep-max", type=int, default=32000)
     ap.add_argument("--apache", action="store_true")
     ap.add_argument("--isolate", action="store_true")
+    ap.add_argument("--client-fifo", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the experiment list this many times, interleaved (round 1 of every "
                          "experiment, then round 2, ...), and end with each ratio's median and rounds")
@@ -124,6 +130,8 @@ def main():
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1", "chrt", "-f", "1"] if a.isolate else []
+    if a.client_fifo and not a.isolate:
+        client_prefix = ["chrt", "-f", "1"]
     if a.isolate:
         os.sched_setaffinity(0, {1})  # this script's RSS sampling stays off CPU 0 too
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
