@@ -1,6 +1,7 @@
 //! What every experiment is made of: the targets and options (`ExpOptions`), URL
 //! helpers, the files experiments write under `--docroot`, child `sluice bench`
-//! processes, and [`finish`], which writes an experiment's table as CSV and its chart
+//! processes, the kernel's count of dropped input packets ([`softnet_drops`]), and
+//! [`finish`], which writes an experiment's table as CSV and its chart
 //! as SVG/PNG. Experiments sit above this module and never depend on each other's
 //! internals except the attack helpers in `attacks`.
 
@@ -257,5 +258,60 @@ impl ExpOptions {
             self.connections,
             self.duration.as_secs_f64()
         )
+    }
+}
+
+/// Packets the kernel dropped from its per-CPU input backlogs since boot (the second
+/// column of `/proc/net/softnet_stat`, summed over CPUs); `None` where it cannot be
+/// read. Loopback traffic passes through that backlog (`net.core.netdev_max_backlog`
+/// packets per CPU), so a burst of connections can lose SYNs and requests there, and
+/// each loss costs its connection a retransmission timeout: a step's latency would
+/// then measure the machine's setting, not the server.
+pub fn softnet_drops() -> Option<u64> {
+    parse_softnet_drops(&std::fs::read_to_string("/proc/net/softnet_stat").ok()?)
+}
+
+fn parse_softnet_drops(text: &str) -> Option<u64> {
+    let mut sum = 0u64;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let col = line.split_whitespace().nth(1)?;
+        sum += u64::from_str_radix(col, 16).ok()?;
+    }
+    Some(sum)
+}
+
+/// A note for an experiment's output when steps lost packets in the input backlog:
+/// `lost` holds (step label, packets dropped during it).
+pub fn softnet_note(lost: &[(String, u64)]) -> String {
+    if lost.is_empty() {
+        return String::new();
+    }
+    let max = std::fs::read_to_string("/proc/sys/net/core/netdev_max_backlog")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let steps: Vec<String> = lost.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+    format!(
+        "note: the kernel dropped packets from its input backlog during these steps ({}; \
+         net.core.netdev_max_backlog = {max}). On loopback each lost SYN or request costs \
+         its connection a retransmission (~1 s), which shows in the time to first byte; \
+         raise net.core.netdev_max_backlog to measure the servers rather than the loss.\n",
+        steps.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softnet_drops_sum_the_second_column_over_cpus() {
+        let text = "0000a000 00000010 00000003 00000000\n0000b000 000000ff 00000000 00000000\n";
+        assert_eq!(parse_softnet_drops(text), Some(0x10 + 0xff));
+        assert_eq!(parse_softnet_drops("zz\n"), None);
+        // This machine's file reads (Linux).
+        assert!(softnet_drops().is_some());
+        assert_eq!(softnet_note(&[]), "");
+        let note = softnet_note(&[("10800".into(), 24_345)]);
+        assert!(note.contains("10800: 24345") && note.contains("netdev_max_backlog"));
     }
 }

@@ -88,12 +88,20 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
     );
     let mut breaking: Vec<Option<usize>> = vec![None; n];
     let mut short_steps: Vec<usize> = Vec::new();
+    // Steps whose packets the kernel dropped before any server saw them.
+    let mut lost: Vec<(String, u64)> = Vec::new();
     for &c in &steps {
         for (ti, tg) in o.targets.iter().enumerate() {
             if breaking[ti].is_some() {
                 continue;
             }
+            let before = softnet_drops();
             let st = concurrency_step(o, tg, c, step_len, &file)?;
+            if let (Some(b), Some(a)) = (before, softnet_drops()) {
+                if a > b {
+                    lost.push((format!("{} at {c}", tg.name), a - b));
+                }
+            }
             if st.availability.is_none() {
                 short_steps.push(c);
             }
@@ -132,7 +140,7 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             })
             .collect()
     };
-    let mut extra = String::new();
+    let mut extra = softnet_note(&lost);
     if !short_steps.is_empty() {
         extra += &format!(
             "note: no download ended within a {:.1} s step at concurrency {:?}: those steps say \
