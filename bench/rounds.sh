@@ -1,6 +1,7 @@
 # Interleaved rounds of `wrk` against several servers, with server CPU per request from /proc; sourced by
 # bench/ab_sluice.sh and bench/floor_uring.sh. The caller fills P[NAME]=port and PID[NAME]=pid.
 #   rounds ROUNDS SECONDS CONNS PATH NAME...   one line per server per round: NAME req/s CPU-µs-per-request
+#                                               (WRK_SCRIPT=FILE: wrk's Lua script picks the paths)
 #   summarize FILE BASE                         medians, every round, and each median ÷ BASE's
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 up() { for i in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
@@ -17,7 +18,7 @@ rounds() {
   hz=$(getconf CLK_TCK)
   for r in $(seq 1 "$n_rounds"); do
     for s in "$@"; do
-      c0=$(ticks "${PID[$s]}"); out=$(wrk -t1 -c"$conns" -d"${dur}s" "http://127.0.0.1:${P[$s]}$path" 2>&1); c1=$(ticks "${PID[$s]}")
+      c0=$(ticks "${PID[$s]}"); out=$(wrk -t1 -c"$conns" -d"${dur}s" ${WRK_SCRIPT:+-s "$WRK_SCRIPT"} "http://127.0.0.1:${P[$s]}$path" 2>&1); c1=$(ticks "${PID[$s]}")
       n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out"); rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       echo "$s $rps $(python3 -c "print(($c1-$c0)/$hz*1e6/max(${n:-0},1))")"
     done

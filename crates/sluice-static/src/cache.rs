@@ -8,10 +8,21 @@
 //! `MAX_CACHED_FDS` so the cache cannot eat the process's descriptor limit.
 //! Misses (404) are cached too, so a scan for absent files costs one hash lookup.
 //!
+//! An entry past its validity is not thrown away: its path is `fstatat`ed, and if
+//! the same inode is there with the same size and modification and change times
+//! ([`Stamp`]), the entry is trusted for another period. That is one system call
+//! where a reload costs `openat2`, `fstat`, a read, `close` and the entry's
+//! allocations (a tree of 10,000 small files requested at random reloaded every
+//! file once a second per worker; docs/BENCHMARKS.md). The once-a-second sweep
+//! drops expired entries that hold a descriptor (a deleted file's space must not
+//! stay held) and keeps expired in-memory ones for revalidation, within the same
+//! entry and byte bounds. Like nginx's `open_file_cache`, two writes of the same
+//! size within one tick of the file system's clock are not told apart.
+//!
 //! The cache is per worker (no locks); its cost per hit is one hash of the path.
 
 use crate::mime;
-use crate::open::Root;
+use crate::open::{Root, Stamp};
 use sluice_http::date;
 use std::collections::HashMap;
 use std::fs::File;
@@ -50,6 +61,8 @@ pub enum Entry {
 struct Slot {
     entry: Entry,
     until: Instant,
+    /// The file's identity and version when loaded (`File` entries only).
+    stamp: Option<Stamp>,
 }
 
 pub struct FileCache {
@@ -82,45 +95,54 @@ impl FileCache {
 
     /// Look `rel` up, from the cache when fresh, else from disk.
     pub fn lookup(&mut self, root: &Root, rel: &str, now: Instant) -> Entry {
-        if let Some(s) = self.map.get(rel) {
+        if let Some(s) = self.map.get_mut(rel) {
             if s.until > now {
                 return s.entry.clone();
             }
+            // Expired: still the same file, unchanged? Then trust it again.
+            if s.stamp.is_some() && root.stamp(rel).ok() == s.stamp {
+                s.until = now + self.validity;
+                return s.entry.clone();
+            }
         }
-        let entry = self.load(root, rel);
+        let (entry, stamp) = self.load(root, rel);
         if self.max_entries > 0 {
-            self.insert(rel, entry.clone(), now);
+            self.insert(rel, entry.clone(), stamp, now);
         }
         entry
     }
 
-    /// Drop entries past their validity, closing the descriptors they hold. Called
+    /// Drop entries past their validity that hold a descriptor, closing it, and
+    /// those with nothing to revalidate (misses, directories). Called
     /// about once a second: without it, a large file deleted from the tree (an old
     /// ISO on a mirror) would stay open, its disk space unreclaimed, until the same
     /// path was requested again. O(entries); a few microseconds per thousand.
     pub fn expire(&mut self, now: Instant) {
         let before = self.map.len();
-        self.map.retain(|_, s| s.until > now);
+        self.map
+            .retain(|_, s| s.until > now || kept_for_revalidation(s));
         if self.map.len() != before {
             self.recount();
         }
     }
 
-    fn load(&mut self, root: &Root, rel: &str) -> Entry {
+    /// Open and read `rel`; for a regular file also its [`Stamp`].
+    fn load(&mut self, root: &Root, rel: &str) -> (Entry, Option<Stamp>) {
         let file = match root.open(rel) {
             Ok(f) => f,
-            Err(e) => return classify(&e),
+            Err(e) => return (classify(&e), None),
         };
         let meta = match file.metadata() {
             Ok(m) => m,
-            Err(e) => return classify(&e),
+            Err(e) => return (classify(&e), None),
         };
         if meta.is_dir() {
-            return Entry::Dir;
+            return (Entry::Dir, None);
         }
         if !meta.is_file() {
-            return Entry::Forbidden;
+            return (Entry::Forbidden, None);
         }
+        let stamp = Some(Stamp::of(&meta));
         let len = meta.len();
         let mtime = meta.mtime().max(0) as u64;
         // mtime (with nanoseconds) and size, like nginx: no inode numbers leak, and
@@ -139,14 +161,14 @@ impl FileCache {
             let mut buf = vec![0u8; len as usize];
             if file.read_exact_at(&mut buf, 0).is_ok() {
                 info.data = Some(buf.into());
-                return Entry::File(Rc::new(info));
+                return (Entry::File(Rc::new(info)), stamp);
             }
         }
         info.file = Some(Rc::new(file));
-        Entry::File(Rc::new(info))
+        (Entry::File(Rc::new(info)), stamp)
     }
 
-    fn insert(&mut self, rel: &str, entry: Entry, now: Instant) {
+    fn insert(&mut self, rel: &str, entry: Entry, stamp: Option<Stamp>, now: Instant) {
         if self.map.len() >= self.max_entries {
             self.map.retain(|_, s| s.until > now);
             if self.map.len() >= self.max_entries {
@@ -165,6 +187,7 @@ impl FileCache {
             Slot {
                 entry,
                 until: now + self.validity,
+                stamp,
             },
         );
         if let Some(old) = old {
@@ -185,6 +208,12 @@ impl FileCache {
             self.bytes += b;
         }
     }
+}
+
+/// An expired entry the sweep keeps: file bytes in memory, no descriptor, and a
+/// stamp to check them against on their next request.
+fn kept_for_revalidation(s: &Slot) -> bool {
+    s.stamp.is_some() && matches!(&s.entry, Entry::File(f) if f.file.is_none())
 }
 
 fn cost(e: &Entry) -> (usize, usize) {
@@ -225,7 +254,64 @@ mod tests {
         c.expire(t0 + Duration::from_millis(50));
         assert_eq!(c.len(), 3, "still valid");
         c.expire(t0 + Duration::from_millis(150));
-        assert_eq!((c.len(), c.fds, c.bytes), (0, 0, 0));
+        // The descriptor is closed and the miss dropped; the small file's bytes stay,
+        // to be revalidated by its next request.
+        assert_eq!((c.len(), c.fds, c.bytes), (1, 0, 1));
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    fn info(e: Entry) -> Rc<FileInfo> {
+        match e {
+            Entry::File(f) => f,
+            other => panic!("not a file: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_expired_entry_is_kept_only_while_its_file_is_unchanged() {
+        let d = std::env::temp_dir().join(format!("sluice-reval-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("f");
+        std::fs::write(&p, b"one").unwrap();
+        let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+        let mut c = FileCache::new(Duration::from_millis(100), 100, 1024);
+        let mut t = Instant::now();
+        let a = info(c.lookup(&root, "f", t));
+        // Expired and swept, but unchanged: the same entry, not a reload.
+        t += Duration::from_millis(150);
+        c.expire(t);
+        let b = info(c.lookup(&root, "f", t));
+        assert!(Rc::ptr_eq(&a, &b), "an unchanged file was loaded again");
+        // Rewritten in place with the same size: its times change, so it is reloaded
+        // once the entry expires (and not before).
+        std::fs::write(&p, b"two").unwrap();
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+            .unwrap();
+        assert!(Rc::ptr_eq(&b, &info(c.lookup(&root, "f", t))));
+        t += Duration::from_millis(150);
+        let e = info(c.lookup(&root, "f", t));
+        assert_eq!(&e.data.as_deref().unwrap()[..], b"two");
+        // Replaced by another file (a new inode, renamed over it).
+        std::fs::write(d.join("new"), b"three").unwrap();
+        std::fs::rename(d.join("new"), &p).unwrap();
+        t += Duration::from_millis(150);
+        let g = info(c.lookup(&root, "f", t));
+        assert_eq!(&g.data.as_deref().unwrap()[..], b"three");
+        // Replaced by a symlink to the same file: not the same entry any more.
+        std::fs::rename(&p, d.join("target")).unwrap();
+        std::os::unix::fs::symlink("target", &p).unwrap();
+        t += Duration::from_millis(150);
+        let h = info(c.lookup(&root, "f", t));
+        assert!(
+            !Rc::ptr_eq(&g, &h),
+            "a symlink in the file's place passed as the file"
+        );
+        // Deleted: a miss.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_file(d.join("target")).unwrap();
+        t += Duration::from_millis(150);
+        assert!(matches!(c.lookup(&root, "f", t), Entry::NotFound));
         let _ = std::fs::remove_dir_all(d);
     }
 }

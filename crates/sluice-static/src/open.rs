@@ -31,6 +31,31 @@ const RESOLVE_BENEATH: u64 = 0x08;
 
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
+/// Which file (device, inode) and which version of it (size, modification and
+/// change times, to the nanosecond): a write, a `chmod`, a rename over it or a new
+/// file in its place each change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(m: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size() as i64,
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
 /// The document root, held open so every lookup resolves relative to it.
 #[derive(Debug)]
 pub struct Root {
@@ -117,6 +142,37 @@ impl Root {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
         self.openat(&c, flags as i32)
+    }
+
+    /// The identity and version of `rel` as it is now, without opening it:
+    /// `fstatat` relative to the root, not following a symlink in the last
+    /// component. Only for comparing with a [`Stamp`] taken when the file was
+    /// opened by [`Root::open`]: it enforces no policy itself, and a match means
+    /// the very inode that `open` had allowed, unchanged.
+    pub fn stamp(&self, rel: &str) -> io::Result<Stamp> {
+        let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: valid dirfd, NUL-terminated path and a stat buffer to fill.
+        let r = unsafe {
+            libc::fstatat(
+                self.dir.as_raw_fd(),
+                c.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatat succeeded, so the buffer is filled.
+        let st = unsafe { st.assume_init() };
+        Ok(Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        })
     }
 
     fn openat(&self, c: &CString, flags: i32) -> io::Result<File> {
