@@ -291,13 +291,13 @@ mod tests {
         assert!(Rc::ptr_eq(&b, &info(c.lookup(&root, "f", t))));
         t += Duration::from_millis(150);
         let e = info(c.lookup(&root, "f", t));
-        assert_eq!(&e.data.as_deref().unwrap()[..], b"two");
+        assert_eq!(e.data.as_deref().unwrap(), b"two");
         // Replaced by another file (a new inode, renamed over it).
         std::fs::write(d.join("new"), b"three").unwrap();
         std::fs::rename(d.join("new"), &p).unwrap();
         t += Duration::from_millis(150);
         let g = info(c.lookup(&root, "f", t));
-        assert_eq!(&g.data.as_deref().unwrap()[..], b"three");
+        assert_eq!(g.data.as_deref().unwrap(), b"three");
         // Replaced by a symlink to the same file: not the same entry any more.
         std::fs::rename(&p, d.join("target")).unwrap();
         std::os::unix::fs::symlink("target", &p).unwrap();
