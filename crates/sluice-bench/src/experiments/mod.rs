@@ -131,7 +131,15 @@ pub fn run(name: &str, o: &ExpOptions) -> Result<String, String> {
     if name != "buffer-sweep" && o.targets.is_empty() {
         return Err(format!("{name} needs at least one --target URL"));
     }
-    let text = (e.run)(o)?;
+    let before = common::softnet_drops();
+    let mut text = (e.run)(o)?;
+    // Packets lost in the kernel's input backlog (loopback bursts) show up as the
+    // servers' latency; say so. `concurrency` names its own steps.
+    if let (Some(b), Some(a), false) = (before, common::softnet_drops(), name == "concurrency") {
+        if a > b {
+            text += &common::softnet_note(&[(format!("the whole {name} run"), a - b)]);
+        }
+    }
     let report = o.out_dir.join(format!("{name}.txt"));
     std::fs::write(&report, &text).map_err(|e| format!("{}: {e}", report.display()))?;
     Ok(text)
