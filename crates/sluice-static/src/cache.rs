@@ -16,8 +16,9 @@
 //! file once a second per worker; docs/BENCHMARKS.md). The once-a-second sweep
 //! drops expired entries that hold a descriptor (a deleted file's space must not
 //! stay held) and keeps expired in-memory ones for revalidation, within the same
-//! entry and byte bounds. Like nginx's `open_file_cache`, two writes of the same
-//! size within one tick of the file system's clock are not told apart.
+//! entry and byte bounds, until they have gone unused for 30 s. Like nginx's
+//! `open_file_cache`, two writes of the same size within one tick of the file
+//! system's clock are not told apart.
 //!
 //! The cache is per worker (no locks); its cost per hit is one hash of the path.
 
@@ -120,7 +121,7 @@ impl FileCache {
     pub fn expire(&mut self, now: Instant) {
         let before = self.map.len();
         self.map
-            .retain(|_, s| s.until > now || kept_for_revalidation(s));
+            .retain(|_, s| s.until > now || kept_for_revalidation(s, now));
         if self.map.len() != before {
             self.recount();
         }
@@ -210,10 +211,17 @@ impl FileCache {
     }
 }
 
-/// An expired entry the sweep keeps: file bytes in memory, no descriptor, and a
-/// stamp to check them against on their next request.
-fn kept_for_revalidation(s: &Slot) -> bool {
-    s.stamp.is_some() && matches!(&s.entry, Entry::File(f) if f.file.is_none())
+/// How long past its validity an unused in-memory entry is kept for its next
+/// request to check: a file nobody asked for in that time gives its bytes back.
+const KEEP_UNUSED: Duration = Duration::from_secs(30);
+
+/// An expired entry the sweep keeps: file bytes in memory, no descriptor, a stamp
+/// to check them against on their next request, and expired less than
+/// [`KEEP_UNUSED`] ago.
+fn kept_for_revalidation(s: &Slot, now: Instant) -> bool {
+    s.stamp.is_some()
+        && matches!(&s.entry, Entry::File(f) if f.file.is_none())
+        && now.saturating_duration_since(s.until) < KEEP_UNUSED
 }
 
 fn cost(e: &Entry) -> (usize, usize) {
@@ -257,6 +265,9 @@ mod tests {
         // The descriptor is closed and the miss dropped; the small file's bytes stay,
         // to be revalidated by its next request.
         assert_eq!((c.len(), c.fds, c.bytes), (1, 0, 1));
+        // Unused for longer than that, it goes too.
+        c.expire(t0 + Duration::from_millis(100) + KEEP_UNUSED + Duration::from_secs(1));
+        assert_eq!((c.len(), c.fds, c.bytes), (0, 0, 0));
         let _ = std::fs::remove_dir_all(d);
     }
 
