@@ -68,10 +68,15 @@ pub(crate) fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>,
         .collect()
 }
 
+/// A deserializer for a number within bounds; read as `u64`, or as the integer
+/// type named last (`i64` for a setting that may be negative).
 macro_rules! bounded {
     ($name:ident, $ty:ty, $b:expr) => {
+        bounded!($name, $ty, $b, u64);
+    };
+    ($name:ident, $ty:ty, $b:expr, $raw:ty) => {
         pub(crate) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
-            let v = u64::deserialize(d)?;
+            let v = <$raw>::deserialize(d)?;
             let (lo, hi) = $b;
             if v < lo || v > hi {
                 return Err(serde::de::Error::custom(format!(
@@ -82,18 +87,7 @@ macro_rules! bounded {
         }
     };
 }
-/// `server.priority`: a signed nice value within [`bounds::PRIORITY`].
-pub(crate) fn priority<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    let v = i64::deserialize(d)?;
-    let (lo, hi) = bounds::PRIORITY;
-    if v < lo || v > hi {
-        return Err(serde::de::Error::custom(format!(
-            "{v} is out of range ({lo}..={hi})"
-        )));
-    }
-    Ok(v as i32)
-}
-
+bounded!(priority, i32, bounds::PRIORITY, i64);
 bounded!(workers, usize, bounds::WORKERS);
 bounded!(processes, usize, bounds::PROCESSES);
 bounded!(listen_sockets, usize, bounds::LISTEN_SOCKETS);
