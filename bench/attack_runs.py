@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes for sluice (its workers split over that many processes; "
                          "0, the default, is sluice's own: one per worker)")
+    ap.add_argument("--sluice-prefix", default="",
+                    help="a command sluice is started under (split on spaces), e.g. an experiment's wrapper")
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1", "chrt", "-f", "1"] if a.isolate else []
@@ -154,7 +156,8 @@ def main():
         # stays in its RSS and would hide the next attack's.
         procs = []
         try:
-            procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2, server_prefix,
+            procs.append(attacks.start_sluice(sluice_bin, 1 if a.isolate else 2,
+                                              (*server_prefix, *a.sluice_prefix.split()),
                                               a.sluice_processes, a.sluice_toml.replace("\\n", "\n") + "\n"))
             procs.append(compare.start("nginx", sluice_bin, server_prefix))
             if a.apache:

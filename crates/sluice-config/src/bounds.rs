@@ -7,6 +7,9 @@ pub const PROCESSES: (u64, u64) = (0, 64);
 pub const LISTEN_SOCKETS: (u64, u64) = (1, 64);
 /// Scheduling priority (nice): -20 most favoured, 19 least.
 pub const PRIORITY: (i64, i64) = (-20, 19);
+/// The scheduler time slice asked for each serving thread, in microseconds (0: the
+/// kernel's own); the kernel clamps a custom slice to 0.1–100 ms.
+pub const SCHED_SLICE_US: (u64, u64) = (100, 100_000);
 pub const BUFFER_SIZE: (u64, u64) = (512, 16 << 20);
 pub const KEEPALIVE_REQUESTS: (u64, u64) = (1, 1 << 32);
 pub const MAX_REQUEST_LINE: (u64, u64) = (256, 1 << 20);

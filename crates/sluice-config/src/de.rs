@@ -44,6 +44,21 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     }
 }
 
+/// A scheduler slice: a duration, 0 or within [`bounds::SCHED_SLICE_US`].
+pub(crate) fn sched_slice<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let v = duration(d)?;
+    let (lo, hi) = bounds::SCHED_SLICE_US;
+    let us = v.as_micros();
+    if us != 0 && !(u128::from(lo)..=u128::from(hi)).contains(&us) {
+        return Err(serde::de::Error::custom(format!(
+            "{us} µs is out of range (0, or {}ms..={}ms)",
+            lo as f64 / 1000.0,
+            hi / 1000
+        )));
+    }
+    Ok(v)
+}
+
 /// Parse a listen address: `ADDR:PORT`, IPv6 in brackets.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.trim()

@@ -18,7 +18,10 @@
 //! thread, so [`set_priority`] sets it on each thread that exists already (the
 //! access log writers).
 //!
-//! Written by hand on libc: it is five system calls; the crates that wrap them
+//! The scheduler slice (`server.sched_slice`) is set the same way, with
+//! `sched_setattr`.
+//!
+//! Written by hand on libc: it is a handful of system calls; the crates that wrap them
 //! (`privdrop`, `nix`) would add more code than they save.
 
 use std::ffi::CString;
@@ -131,26 +134,95 @@ pub fn switch_to(a: &Account) -> Result<(), String> {
     Ok(())
 }
 
-/// Give every thread of this process the nice value `prio` (threads and processes
-/// started later inherit it from the thread that starts them).
-pub fn set_priority(prio: i32) -> Result<(), String> {
+/// Call `f` with the id of every thread of this process; a thread that ended between
+/// the listing and the call (`ESRCH`) is skipped.
+fn each_thread(
+    what: &str,
+    mut f: impl FnMut(u32) -> Result<(), std::io::Error>,
+) -> Result<(), String> {
     let tasks = std::fs::read_dir("/proc/self/task")
-        .map_err(|e| format!("server.priority = {prio}: /proc/self/task: {e}"))?;
+        .map_err(|e| format!("{what}: /proc/self/task: {e}"))?;
     for t in tasks.flatten() {
         let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        // SAFETY: plain system call on a thread id of this process.
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, prio) } != 0 {
-            let e = std::io::Error::last_os_error();
-            // A thread that ended between the listing and the call.
-            if e.raw_os_error() == Some(libc::ESRCH) {
-                continue;
-            }
-            return Err(format!(
-                "server.priority = {prio}: {e} (a priority above the one sluice was started with needs root or CAP_SYS_NICE)"
-            ));
+        match f(tid) {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => return Err(format!("{what}: {e}")),
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// Give every thread of this process the nice value `prio` (threads and processes
+/// started later inherit it from the thread that starts them).
+pub fn set_priority(prio: i32) -> Result<(), String> {
+    each_thread(&format!("server.priority = {prio}"), |tid| {
+        // SAFETY: plain system call on a thread id of this process.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, prio) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    })
+    .map_err(|e| {
+        format!("{e} (a priority above the one sluice was started with needs root or CAP_SYS_NICE)")
+    })
+}
+
+/// Ask the scheduler for a time slice of `slice` for every thread of this process
+/// (inherited like the nice value). `sched_setattr` has no libc wrapper: the
+/// `struct sched_attr` of include/uapi/linux/sched/types.h is laid out here. For an
+/// ordinary (`SCHED_OTHER`) thread its runtime field is the slice (Linux 6.12's
+/// EEVDF); the nice value travels in the same call, so each thread's own is read
+/// first and passed back unchanged. Returns false when the kernel accepted the call
+/// but kept its own slice (kernels before 6.12 ignore the field).
+pub fn set_sched_slice(slice: std::time::Duration) -> Result<bool, String> {
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+        util_min: u32,
+        util_max: u32,
+    }
+    let ns = slice.as_nanos() as u64;
+    each_thread(&format!("server.sched_slice = {slice:?}"), |tid| {
+        // SAFETY: plain system calls on a thread id of this process; `attr` is a
+        // live, fully initialised struct whose size is passed in its first field.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+            if nice == -1 && *libc::__errno_location() != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let attr = SchedAttr {
+                size: std::mem::size_of::<SchedAttr>() as u32,
+                policy: libc::SCHED_OTHER as u32,
+                flags: 0,
+                nice,
+                priority: 0,
+                runtime: ns,
+                deadline: 0,
+                period: 0,
+                util_min: 0,
+                util_max: 0,
+            };
+            if libc::syscall(libc::SYS_sched_setattr, tid, &attr, 0u32) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    })?;
+    // Whether it took: the kernel reports each thread's slice in its sched file.
+    let now = std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default();
+    Ok(now
+        .lines()
+        .find_map(|l| l.strip_prefix("se.slice"))
+        .and_then(|v| v.trim_start_matches([' ', ':']).trim().parse::<u64>().ok())
+        == Some(ns))
 }

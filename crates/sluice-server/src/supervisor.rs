@@ -144,6 +144,21 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             "serving at this scheduling priority"
         );
     }
+    // A custom scheduler slice needs no privilege; inherited the same way.
+    let slice = snap.config.server.sched_slice;
+    if !slice.is_zero() {
+        if privileges::set_sched_slice(slice)? {
+            tracing::info!(
+                ?slice,
+                "serving threads ask the scheduler for this time slice"
+            );
+        } else {
+            tracing::warn!(
+                ?slice,
+                "server.sched_slice has no effect on this kernel (custom slices came with Linux 6.12's EEVDF scheduler)"
+            );
+        }
+    }
     // Everything that needs root (ports below 1024, log files in /var/log) is open:
     // become the serving user before any worker exists.
     if let Some(acct) = privileges::plan(
@@ -461,10 +476,11 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
             if old.config.server.listen != snap.config.server.listen
                 || old.config.server.workers != snap.config.server.workers
                 || old.config.server.priority != snap.config.server.priority
+                || old.config.server.sched_slice != snap.config.server.sched_slice
                 || logs(&old) != logs(&snap)
             {
                 tracing::warn!(
-                    "reload: listen, workers, priority and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
+                    "reload: listen, workers, priority, sched_slice and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
                 );
             }
             shared.replace(snap);

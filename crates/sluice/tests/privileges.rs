@@ -228,3 +228,69 @@ fn server_priority_reaches_every_thread_of_every_serving_process() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_SYS_NICE"));
     }
 }
+
+/// Each thread's scheduler slice (ns), from its `sched` file.
+fn thread_slices(pids: &[u32]) -> Vec<u64> {
+    let mut v = Vec::new();
+    for pid in pids {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let sched = std::fs::read_to_string(t.unwrap().path().join("sched")).unwrap();
+            let line = sched.lines().find(|l| l.starts_with("se.slice")).unwrap();
+            v.push(line.rsplit(':').next().unwrap().trim().parse().unwrap());
+        }
+    }
+    v
+}
+
+#[test]
+fn sched_slice_reaches_every_thread_of_every_serving_process() {
+    // Needs Linux 6.12's EEVDF (se.slice in the sched file); this machine's kernel has it.
+    let before = thread_slices(&[std::process::id()]);
+    let srv = Server::start_with_config(shared_root(), "[server]\nsched_slice = \"0.3ms\"\n", &[]);
+    let mut pids = srv.serving_pids();
+    pids.push(srv.pid());
+    let slices = thread_slices(&pids);
+    assert!(slices.len() >= 6, "{slices:?}");
+    assert!(
+        slices.iter().all(|&s| s == 300_000),
+        "{slices:?} (test's own: {before:?})"
+    );
+    assert_ne!(before[0], 300_000);
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").text(),
+        "hello world\n"
+    );
+    // The slice travels with the nice value: setting one must not reset the other.
+    let both = Server::start_with_config(
+        shared_root(),
+        "[server]\nsched_slice = \"0.5ms\"\npriority = 3\n",
+        &[],
+    );
+    let mut pids = both.serving_pids();
+    pids.push(both.pid());
+    assert!(thread_slices(&pids).iter().all(|&s| s == 500_000));
+    assert!(
+        thread_nice(&pids).iter().all(|&n| n == 3),
+        "{:?}",
+        thread_nice(&pids)
+    );
+
+    // Out of the kernel's range: a config error with its line, before anything starts.
+    let d = docroot();
+    let cfg = d.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nlisten = \"127.0.0.1:1\"\nsched_slice = \"0.05ms\"\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null());
+    let out = bounded(&mut cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.toml:3") && err.contains("out of range"),
+        "{err}"
+    );
+}
