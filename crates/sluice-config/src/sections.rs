@@ -22,7 +22,9 @@ pub enum IoMode {
     /// once (a fast reader); then, if the reader is on this machine (a loopback
     /// peer: a cache or proxy in front, a benchmark), copy from a mapping, which
     /// costs such a reader about half the CPU per byte (docs/BENCHMARKS.md); back
-    /// to `sendfile` when it slows down. Remote and slow readers stay zero-copy.
+    /// to `sendfile` when it slows down. Remote and slow readers, and files over
+    /// 32 MiB (streamed from memory, where the copy costs more than it saves),
+    /// stay zero-copy.
     Auto,
 }
 

@@ -11,10 +11,12 @@
 //!   a short `sendfile` does; the process never touches the bytes and gets no
 //!   SIGBUS (checked: `tests/io_modes.rs`, the truncation test).
 //! - `auto`: per response, `sendfile` until the socket takes a whole turn at once,
-//!   then, for a reader on this machine ([`peer_is_local`]), `mmap` sends until a
-//!   flush blocks after little; see [`Outgoing::flush`]. Costs a fast local 1 MiB
-//!   download about half the CPU of `sendfile` (docs/BENCHMARKS.md), while slow
-//!   and remote readers keep zero-copy sends that reference the page cache.
+//!   then, for a reader on this machine ([`peer_is_local`]) of a file of at most
+//!   [`MAP_MAX`], `mmap` sends until a flush blocks after little; see
+//!   [`Outgoing::flush`]. Costs a fast local 1 MiB download about half the CPU of
+//!   `sendfile` (docs/BENCHMARKS.md), while slow and remote readers, and files too
+//!   big to stay in the CPU's caches, keep zero-copy sends that reference the page
+//!   cache.
 //!
 //! Raw libc calls because these three are the product's hot path and need flags
 //! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
@@ -105,6 +107,13 @@ const MAP_WINDOW: u64 = 4 << 20;
 const MAP_SEND: u64 = 1 << 20;
 /// `auto` sends fewer bytes than this by `sendfile`, fast reader or not.
 const MAP_MIN: u64 = 64 << 10;
+/// `auto` sends a file chunk larger than this by `sendfile`, fast reader or not.
+/// A copy from a mapping is cheap while the file's pages stay in the CPU's caches
+/// (many readers of one 1 MiB file); a file streamed once from memory costs the
+/// copy more than it saves: one 100 MB loopback download took 23 ms of server CPU
+/// mapped against 17 ms by `sendfile` (docs/BENCHMARKS.md, "`io = "auto"` and
+/// large files"). 32 MiB is this machine's last-level cache.
+const MAP_MAX: u64 = 32 << 20;
 /// `sendfile` calls end where the stream (head and body) reaches a multiple of
 /// this, and a turn ends there too: a response's bytes then leave in whole 256 KiB
 /// calls after the first, never a full call followed by a few hundred bytes (the
@@ -264,10 +273,17 @@ impl Outgoing {
     /// kernel's readahead that `sendfile` does, so a cold file sent that way would
     /// wait on the disk once per MiB. Without the disk check (`disk_threads = 0`)
     /// this asks the page cache itself ([`Outgoing::cached_ahead`], as the check does).
-    fn mapped_ok(&mut self, sock: i32, file: &std::fs::File, pos: u64, remaining: u64) -> bool {
+    fn mapped_ok(
+        &mut self,
+        sock: i32,
+        file: &std::fs::File,
+        pos: u64,
+        remaining: u64,
+        chunk: u64,
+    ) -> bool {
         // A short tail (a 256 KiB file's last head-length bytes after its first
         // turn) is cheaper as one `sendfile` than as a mapping made for it.
-        if !self.fast || self.was_cold || remaining < MAP_MIN {
+        if !self.fast || self.was_cold || remaining < MAP_MIN || chunk > MAP_MAX {
             return false;
         }
         // Asked once per response, when it first could be mapped.
@@ -355,7 +371,7 @@ impl Outgoing {
                 });
             }
             let how = match mode {
-                IoMode::Auto if self.mapped_ok(fd, &file, pos, remaining) => IoMode::Mmap,
+                IoMode::Auto if self.mapped_ok(fd, &file, pos, remaining, len) => IoMode::Mmap,
                 IoMode::Auto => IoMode::Sendfile,
                 m => m,
             };

@@ -407,3 +407,53 @@ fn stalled_local_readers_do_not_each_keep_a_mapped_window() {
         held.len()
     );
 }
+
+/// `auto` copies from a mapping only for files that fit the CPU's caches (32 MiB
+/// or less): a bigger one streams from memory either way, and `sendfile` then costs
+/// a local reader less (docs/BENCHMARKS.md, "`io = "auto"` and large files"). Two
+/// fast local readers that stop reading: the 4 MiB file's window stays mapped while
+/// its reader stalls, the 40 MiB file is never mapped.
+#[test]
+fn auto_maps_only_files_that_fit_the_cache() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("four.bin"), pattern(4 << 20)).unwrap();
+    std::fs::write(dir.path().join("forty.bin"), pattern(40 << 20)).unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\nio = \"auto\"\nsmall_file_max = 0\n",
+        &["--workers", "1"],
+    );
+    let mapped = |name: &str| -> usize {
+        srv.serving_pids()
+            .iter()
+            .map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.ends_with(name))
+                    .count()
+            })
+            .sum()
+    };
+    let mut held = Vec::new();
+    for name in ["four.bin", "forty.bin"] {
+        let mut s = srv.connect();
+        std::io::Write::write_all(
+            &mut s,
+            format!("GET /{name} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        held.push(s);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut forty_seen = 0;
+    while mapped("/four.bin") == 0 && std::time::Instant::now() < deadline {
+        forty_seen = forty_seen.max(mapped("/forty.bin"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Both sockets are full by now; neither reader reads.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    forty_seen = forty_seen.max(mapped("/forty.bin"));
+    assert!(mapped("/four.bin") >= 1, "the 4 MiB file was never mapped");
+    assert_eq!(forty_seen, 0, "the 40 MiB file was mapped");
+}
