@@ -171,7 +171,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
-        std::fs::write(&path, vec![byte; len]).unwrap();
+        // Written a page at a time: one large write can put the file in large
+        // folios (ext4 on Linux 6.18), and then a single fault maps a whole
+        // megabyte, which would hide what populating saves.
+        let mut out = std::fs::File::create(&path).unwrap();
+        for chunk in vec![byte; len].chunks(4096) {
+            std::io::Write::write_all(&mut out, chunk).unwrap();
+        }
+        drop(out);
         let file = std::fs::File::open(&path).unwrap();
         (path, file)
     }
