@@ -78,9 +78,9 @@ pub struct ServerSection {
     /// (Linux 6.12 and later; `sched_setattr`'s runtime for an ordinary thread),
     /// 0.1–100 ms; "0" (the default) keeps the kernel's own (1.4 ms on a 2-core
     /// machine). A shorter slice gives a thread that wakes an earlier deadline, so
-    /// a worker woken by a small request takes a busy core sooner. Measured no
-    /// gain on the test machine (docs/BENCHMARKS.md). Needs no privilege. Set at
-    /// start.
+    /// a worker woken by a small request takes a busy core sooner. On the test
+    /// machine it moved neither latency target (docs/BENCHMARKS.md). Needs no
+    /// privilege. Set at start.
     #[serde(deserialize_with = "crate::de::sched_slice")]
     pub sched_slice: Duration,
     /// Started as root, serve as this user (default: `nobody`).
