@@ -374,6 +374,20 @@ fn a_file_truncated_while_it_is_sent_ends_that_download_only() {
     }
 }
 
+/// How many mappings of a file whose path ends with `name` the serving processes hold.
+fn mappings(srv: &Server, name: &str) -> usize {
+    srv.serving_pids()
+        .iter()
+        .map(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.ends_with(name))
+                .count()
+        })
+        .sum()
+}
+
 /// `auto` copies from mapped windows of a file for readers on this machine whose
 /// first turns go at once, and on loopback every reader's first turns do. Readers
 /// that then stop reading must not each keep a window mapped: every page a window
@@ -397,23 +411,11 @@ fn stalled_local_readers_do_not_each_keep_a_mapped_window() {
             s
         })
         .collect();
-    let windows = || -> usize {
-        srv.serving_pids()
-            .iter()
-            .map(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/maps"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter(|l| l.ends_with("/four.bin"))
-                    .count()
-            })
-            .sum()
-    };
     // Until every response has filled its socket: the count stops changing.
     let (mut last, mut stable_since) = (usize::MAX, std::time::Instant::now());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
-        let n = windows();
+        let n = mappings(&srv, "/four.bin");
         if n != last {
             (last, stable_since) = (n, std::time::Instant::now());
         } else if stable_since.elapsed() > std::time::Duration::from_millis(700) {
@@ -443,18 +445,7 @@ fn auto_maps_only_files_that_fit_the_cache() {
         "[files]\nio = \"auto\"\nsmall_file_max = 0\n",
         &["--workers", "1"],
     );
-    let mapped = |name: &str| -> usize {
-        srv.serving_pids()
-            .iter()
-            .map(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/maps"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter(|l| l.ends_with(name))
-                    .count()
-            })
-            .sum()
-    };
+    let mapped = |name: &str| mappings(&srv, name);
     let mut held = Vec::new();
     for name in ["four.bin", "forty.bin"] {
         let mut s = srv.connect();

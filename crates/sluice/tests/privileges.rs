@@ -19,6 +19,20 @@ fn bounded(cmd: &mut Command) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// Start `serve` on a config of `[server]`, a listen line and `lines` (so the first
+/// of them is line 3); it must refuse to start. Its stderr.
+fn refused_config(lines: &str) -> String {
+    let d = docroot();
+    let cfg = d.path().join("bad.toml");
+    std::fs::write(&cfg, format!("[server]\nlisten = \"127.0.0.1:1\"\n{lines}")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null());
+    let out = bounded(&mut cmd);
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
@@ -207,25 +221,14 @@ fn server_priority_reaches_every_thread_of_every_serving_process() {
     );
 
     // Out of range: a config error with its line, before anything starts.
-    let d = docroot();
-    let cfg = d.path().join("bad.toml");
-    std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:1\"\npriority = 20\n").unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null());
-    let out = bounded(&mut cmd);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused_config("priority = 20\n");
     assert!(
         err.contains("bad.toml:3") && err.contains("out of range"),
         "{err}"
     );
     if euid() != 0 {
         // Not root: a raised priority is refused at start, and says why.
-        std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:1\"\npriority = -1\n").unwrap();
-        let out = bounded(&mut cmd);
-        assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_SYS_NICE"));
+        assert!(refused_config("priority = -1\n").contains("CAP_SYS_NICE"));
     }
 }
 
@@ -276,19 +279,7 @@ fn sched_slice_reaches_every_thread_of_every_serving_process() {
     );
 
     // Out of the kernel's range: a config error with its line, before anything starts.
-    let d = docroot();
-    let cfg = d.path().join("bad.toml");
-    std::fs::write(
-        &cfg,
-        "[server]\nlisten = \"127.0.0.1:1\"\nsched_slice = \"0.05ms\"\n",
-    )
-    .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null());
-    let out = bounded(&mut cmd);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused_config("sched_slice = \"0.05ms\"\n");
     assert!(
         err.contains("bad.toml:3") && err.contains("out of range"),
         "{err}"
