@@ -227,9 +227,14 @@ impl Front {
             .condition
             .defer_accept
             .initial_secs(config.http.header_timeout);
-        let mut tcp = listener::bind(listen, 4096, defer)
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        // The handoff socket listens before the public port opens: once a client
+        // can connect, a backend can too (a backend that connected after seeing the
+        // port open was refused in the moment between the two).
         let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
+        let mut tcp = listener::bind(listen, 4096, defer).map_err(|e| {
+            let _ = std::fs::remove_file(unix_path);
+            format!("cannot listen on {listen}: {e}")
+        })?;
         poll.registry()
             .register(&mut tcp, TCP, Interest::READABLE)
             .map_err(|e| e.to_string())?;
