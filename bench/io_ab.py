@@ -8,7 +8,10 @@ prints per server the median GB/s and server CPU per response (ms, from
 /proc/PID/task/*/schedstat of the server's process tree), with every sample.
 
     bench/io_ab.py --old /path/to/old/sluice [--mode curl|wrk] [--file f100m.bin] [-c 8] [-n 15]
-                   [--toml 'LINES (\\n for newlines)']
+                   [--toml 'LINES (\\n for newlines)'] [--old-toml 'LINES']
+
+--old-toml adds lines to the old build's config only: with --old set to the current
+build, it compares one setting against the defaults.
 
 The files are bench/compare.py's (/tmp/sluice-bench/www, made if missing).
 """
@@ -41,6 +44,7 @@ def main():
     ap.add_argument("-c", default="8")
     ap.add_argument("-n", type=int, default=15)
     ap.add_argument("--toml", default="")
+    ap.add_argument("--old-toml", default="")
     a = ap.parse_args()
     bins = {"old": a.old, "new": os.path.join(compare.ROOT, "target/release/sluice")}
     compare.make_files()
@@ -50,7 +54,8 @@ def main():
             conf = f"{compare.WORK}/io_ab-{v}.toml"
             with open(conf, "w") as f:
                 f.write(f'[server]\nlisten = "127.0.0.1:{PORTS[v]}"\nroot = "{compare.WWW}"\nworkers = 2\n'
-                        + a.toml.replace("\\n", "\n") + "\n")
+                        + a.toml.replace("\\n", "\n") + "\n"
+                        + (a.old_toml.replace("\\n", "\n") + "\n" if v == "old" else ""))
             procs[v] = subprocess.Popen([b, "serve", "--allow-root", "--config", conf, "--access-log", "off"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(f"{compare.WORK}/io_ab-lighttpd.conf", "w") as f:

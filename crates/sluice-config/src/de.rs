@@ -116,3 +116,4 @@ bounded!(max_ranges, usize, bounds::MAX_RANGES);
 bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
 bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
 bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
+bounded!(unsent_max, u32, bounds::UNSENT_MAX);

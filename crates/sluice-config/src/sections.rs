@@ -222,6 +222,16 @@ pub struct ConditionSection {
     pub min_send_rate: u64,
     #[serde(deserialize_with = "crate::de::duration")]
     pub send_rate_window: Duration,
+    /// Most bytes of a response a connection keeps queued in the kernel and not yet
+    /// sent (`TCP_NOTSENT_LOWAT` on the listeners, which every accepted socket
+    /// inherits; 0 = the kernel's own bound, the socket's whole send buffer). A
+    /// reader that stops reading then pins this much of the kernel's TCP memory
+    /// beyond its own receive window, instead of a send buffer autotuned to ~1 MiB:
+    /// 2,000 slow readers held 1.9 GiB without it, past the kernel's `tcp_mem`
+    /// pressure mark, and ~0.8 GiB with the default 256 KiB (docs/CONDITIONING.md).
+    /// A fast reader is not slowed: the queue refills as it drains. Set at start.
+    #[serde(deserialize_with = "crate::de::unsent_max")]
+    pub unsent_max: u32,
     /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
     /// clients are the machine itself (local proxies, monitoring, benchmarks).
     pub cap_exempt: Vec<String>,
@@ -302,6 +312,7 @@ impl Default for ConditionSection {
             cap_24: 0.10,
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
+            unsent_max: 256 * 1024,
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
             defer_accept: DeferAccept::Auto,
         }

@@ -34,11 +34,13 @@ pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
     }
 }
 
-/// `defer_accept_s`: TCP_DEFER_ACCEPT in seconds (0 = off).
+/// `defer_accept_s`: TCP_DEFER_ACCEPT in seconds (0 = off); `unsent_max`: see
+/// [`set_inherited`].
 pub fn bind(
     addr: SocketAddr,
     backlog: i32,
     defer_accept_s: u64,
+    unsent_max: u32,
 ) -> io::Result<mio::net::TcpListener> {
     let sock = Socket::new(
         Domain::for_address(addr),
@@ -51,10 +53,7 @@ pub fn bind(
         sock.set_only_v6(true)?;
     }
     sock.bind(&addr.into())?;
-    // Accepted sockets inherit TCP_NODELAY from their listener (Linux copies the
-    // listener's TCP state into each child): set once here, not once per connection
-    // (a system call saved on every new connection).
-    sock.set_nodelay(true)?;
+    set_inherited(sock.as_raw_fd(), unsent_max)?;
     if defer_accept_s > 0 {
         // Request packaging in the kernel: a connection that has sent no byte is not
         // handed to accept() for this long, so silent connections (the paper's
@@ -63,6 +62,31 @@ pub fn bind(
     }
     sock.listen(backlog)?;
     Ok(mio::net::TcpListener::from_std(sock.into()))
+}
+
+/// What every accepted socket inherits from its listener (Linux copies the
+/// listener's TCP state into each child), set once here instead of once per
+/// connection (a system call saved on every new connection): TCP_NODELAY, and
+/// TCP_NOTSENT_LOWAT = `unsent_max` bytes (`condition.unsent_max`; 0 leaves the
+/// kernel's bound, the whole send buffer). Past that many unsent bytes a socket
+/// takes no more (`sendfile` and `write` stop short, `EAGAIN`) and is not writable,
+/// so a reader that stops reading holds at most this much of the kernel's memory
+/// beyond its own receive window.
+pub fn set_inherited(fd: RawFd, unsent_max: u32) -> io::Result<()> {
+    set_tcp_int(fd, libc::TCP_NODELAY, 1)?;
+    set_unsent_max(fd, unsent_max)
+}
+
+/// TCP_NOTSENT_LOWAT = `bytes` on one socket (0: leave the kernel's).
+pub fn set_unsent_max(fd: RawFd, bytes: u32) -> io::Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    set_tcp_int(
+        fd,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes.min(i32::MAX as u32) as libc::c_int,
+    )
 }
 
 /// TCP_DEFER_ACCEPT on a listening socket, in seconds (0: off), with its guard
@@ -234,7 +258,7 @@ impl AutoDefer {
 mod tests {
     #[test]
     fn accepted_sockets_inherit_nodelay_from_the_listener() {
-        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0).unwrap();
+        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0, 0).unwrap();
         let addr = l.local_addr().unwrap();
         let _client = std::net::TcpStream::connect(addr).unwrap();
         let accepted = loop {
@@ -252,7 +276,7 @@ mod tests {
     #[test]
     fn deferral_is_set_at_bind_and_switched_on_a_listening_socket() {
         use std::os::fd::AsRawFd;
-        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 10).unwrap();
+        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 10, 0).unwrap();
         let fd = l.as_raw_fd();
         assert!(super::defer_accept_is_on(fd));
         super::set_defer_accept(fd, 0).unwrap();
@@ -262,7 +286,7 @@ mod tests {
         assert!(!a.switch.is_on());
         super::set_defer_accept(fd, 10).unwrap();
         assert!(super::defer_accept_is_on(fd));
-        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0).unwrap();
+        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0, 0).unwrap();
         assert!(!super::defer_accept_is_on(plain.as_raw_fd()));
     }
 
@@ -270,7 +294,7 @@ mod tests {
     fn a_deferring_listener_caps_the_rto_of_the_sockets_it_accepts() {
         use super::{get_tcp_int, TCP_RTO_MAX_MS};
         use std::os::fd::AsRawFd;
-        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 10).unwrap();
+        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, 10, 0).unwrap();
         if get_tcp_int(l.as_raw_fd(), TCP_RTO_MAX_MS).is_none() {
             eprintln!("this kernel has no TCP_RTO_MAX_MS (before 6.14): nothing to check");
             return;
@@ -307,7 +331,7 @@ mod tests {
         assert_eq!(get_tcp_int(s.as_raw_fd(), TCP_RTO_MAX_MS), Some(kernel));
         assert_eq!(get_tcp_int(s.as_raw_fd(), libc::TCP_USER_TIMEOUT), Some(0));
         // A listener that never deferred has no guard.
-        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0).unwrap();
+        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, 0, 0).unwrap();
         let (s, _c) = accepted(&plain);
         assert_eq!(get_tcp_int(s.as_raw_fd(), TCP_RTO_MAX_MS), Some(kernel));
     }

@@ -14,6 +14,7 @@ use crate::snapshot::Snapshot;
 use crate::start::{Deaths, Part, Start};
 use crate::{accesslog, listener, privileges, systemd, worker};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -78,6 +79,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto
         && defer > 0)
         .then_some(defer);
+    let unsent_max = snap.config.condition.unsent_max;
     if activated.is_empty() {
         for a in &addrs {
             listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
@@ -89,7 +91,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
                 // queues, each capped by net.core.somaxconn (`listen_sockets`).
                 for _ in 0..snap.config.server.listen_sockets {
                     ls.push(
-                        listener::bind(*a, 4096, defer)
+                        listener::bind(*a, 4096, defer, unsent_max)
                             .map_err(|e| format!("cannot listen on {a}: {e}"))?,
                     );
                 }
@@ -106,9 +108,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             let l = std::net::TcpListener::from(fd);
             l.set_nonblocking(true)
                 .map_err(|e| format!("LISTEN_FDS: {e}"))?;
-            // Inherited by every accepted socket (see `listener::bind`).
-            socket2::SockRef::from(&l)
-                .set_nodelay(true)
+            // Inherited by every accepted socket.
+            listener::set_inherited(l.as_raw_fd(), unsent_max)
                 .map_err(|e| format!("LISTEN_FDS: {e}"))?;
             addrs.push(l.local_addr().map_err(|e| format!("LISTEN_FDS: {e}"))?);
             shared_ls.push(mio::net::TcpListener::from_std(l));

@@ -404,3 +404,54 @@ fn a_request_that_waits_past_its_deadline_gets_503_with_retry_after() {
     let v = srv.status_json();
     assert_eq!(v["closes_by_reason"]["busy"].as_u64(), Some(1), "{v}");
 }
+
+/// The server side's send queue (`tx_queue` of /proc/net/tcp: bytes not yet
+/// acknowledged, on loopback the ones not yet sent) of the connection from `client`.
+fn server_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
+    let sport = srv.addr.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    for line in tcp.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let port = |a: &str| u16::from_str_radix(a.rsplit(':').next().unwrap(), 16).unwrap();
+        if port(f[1]) == sport && port(f[2]) == cport {
+            let tx = f[4].split(':').next().unwrap();
+            return usize::from_str_radix(tx, 16).unwrap();
+        }
+    }
+    panic!("no server socket for client port {cport}");
+}
+
+#[test]
+fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
+    // The most the server's send queue reaches for a client that stops reading,
+    // with the bound and (the control) without it.
+    let peak_queue = |conf: &str| {
+        let dir = docroot();
+        std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
+        let srv = Server::start_with_config(dir, conf, &[]);
+        let mut c = srv.connect();
+        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut b = [0u8; 100];
+        c.read_exact(&mut b).unwrap();
+        // Its receive window fills; what the server queues past it stays queued.
+        let mut peak = 0;
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(50));
+            peak = peak.max(server_send_queue(&srv, &c));
+        }
+        peak
+    };
+    let bounded = peak_queue("[condition]\nunsent_max = 65536\n");
+    let kernel = peak_queue("[condition]\nunsent_max = 0\n");
+    // The bound, plus what one write may overshoot it by (a partly filled buffer).
+    assert!(
+        bounded <= 2 * 65536,
+        "{bounded} bytes queued with a 64 KiB bound"
+    );
+    assert!(
+        kernel > 4 * 65536,
+        "control: only {kernel} bytes queued without the bound"
+    );
+}

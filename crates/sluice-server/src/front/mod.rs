@@ -231,7 +231,14 @@ impl Front {
         // can connect, a backend can too (a backend that connected after seeing the
         // port open was refused in the moment between the two).
         let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
-        let mut tcp = listener::bind(listen, 4096, defer).map_err(|e| {
+        // Slow-read prevention also bounds what a backend can queue for a reader
+        // that stops reading (`condition.unsent_max`, inherited by every client).
+        let unsent_max = if filters.slowread {
+            config.condition.unsent_max
+        } else {
+            0
+        };
+        let mut tcp = listener::bind(listen, 4096, defer, unsent_max).map_err(|e| {
             let _ = std::fs::remove_file(unix_path);
             format!("cannot listen on {listen}: {e}")
         })?;

@@ -108,8 +108,9 @@ impl Worker {
         } else {
             None
         };
-        // TCP_NODELAY: inherited from the listener (`listener::bind`); a socket
-        // handed over by a front process had it set there.
+        // TCP_NODELAY and TCP_NOTSENT_LOWAT: inherited from the listener
+        // (`listener::set_inherited`); a socket handed over by a front process had
+        // the first set there and gets the second in `take_handoffs`.
         self.gen = self.gen.wrapping_add(1);
         let now = self.now_ms;
         // Slow-read prevention: count it against its ranges (shared by all workers).
@@ -187,6 +188,11 @@ impl Worker {
             };
             match proto::recv_handoff(fd, &mut self.front_buf) {
                 Ok(Some(h)) => {
+                    // Not accepted here, so not from a listener that set it.
+                    let _ = crate::listener::set_unsent_max(
+                        h.fd.as_raw_fd(),
+                        self.snap.config.condition.unsent_max,
+                    );
                     let sock = TcpStream::from_std(std::net::TcpStream::from(h.fd));
                     match self.adopt(sock, h.peer.ip(), false, false) {
                         Some(key) => {
