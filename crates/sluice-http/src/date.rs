@@ -4,8 +4,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Format seconds since the epoch as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
 pub fn format(secs: u64) -> String {
-    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs))
+    // HTTP dates end with year 9999 (httpdate panics past it); a file system that
+    // stores 64-bit times (btrfs, tmpfs) can hold a later one.
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs.min(LAST_HTTP_DATE)))
 }
+
+/// 9999-12-31 23:59:59 UTC, the last time an HTTP date can say.
+pub const LAST_HTTP_DATE: u64 = 253_402_300_799;
 
 /// Parse any of the three HTTP date formats to seconds since the epoch.
 pub fn parse(s: &str) -> Option<u64> {
@@ -48,6 +53,15 @@ impl DateCache {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn times_past_year_9999_are_said_as_its_last_second() {
+        assert_eq!(super::format(u64::MAX), "Fri, 31 Dec 9999 23:59:59 GMT");
+        assert_eq!(
+            super::format(super::LAST_HTTP_DATE + 1),
+            super::format(u64::MAX)
+        );
+    }
+
     #[test]
     fn round_trip() {
         assert_eq!(super::format(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");
