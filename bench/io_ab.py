@@ -10,6 +10,10 @@ prints per server the median GB/s and server CPU per response (ms, from
     bench/io_ab.py --old /path/to/old/sluice [--mode curl|wrk] [--file f100m.bin] [-c 8] [-n 15]
                    [--toml 'LINES (\\n for newlines)'] [--old-toml 'LINES']
 
+--lua SCRIPT (with --mode wrk) runs wrk with that script against the server's root
+instead of --file, e.g. /tmp/sluice-bench/random.lua for bench/compare.py's random10k
+(server CPU per response is then the figure; GB/s counts --file's size).
+
 --old-toml adds lines to the old build's config only: with --old set to the current
 build, it compares one setting against the defaults.
 
@@ -45,6 +49,7 @@ def main():
     ap.add_argument("-n", type=int, default=15)
     ap.add_argument("--toml", default="")
     ap.add_argument("--old-toml", default="")
+    ap.add_argument("--lua", default=None)
     a = ap.parse_args()
     bins = {"old": a.old, "new": os.path.join(compare.ROOT, "target/release/sluice")}
     compare.make_files()
@@ -80,7 +85,8 @@ def main():
                                          capture_output=True, text=True, timeout=60).stdout
                     n, gbs = 1, float(out) / 1e9
                 else:
-                    out = subprocess.run(["wrk", "-t1", f"-c{a.c}", "-d5s", url],
+                    script = ["-s", a.lua, url.rsplit("/", 1)[0]] if a.lua else [url]
+                    out = subprocess.run(["wrk", "-t1", f"-c{a.c}", "-d5s", *script],
                                          capture_output=True, text=True, timeout=60).stdout
                     n = int(re.search(r"(\d+) requests in", out).group(1))
                     gbs = n * size / 5 / 1e9
@@ -89,7 +95,7 @@ def main():
                 res[v][1].append((c1 - c0) * 1e3 / max(n, 1))
         for v, (g, c) in res.items():
             print(f"{v:9} GB/s median {statistics.median(g):.2f} [{' '.join(f'{x:.2f}' for x in g)}]   "
-                  f"server ms/response median {statistics.median(c):.2f} [{' '.join(f'{x:.2f}' for x in c)}]")
+                  f"server ms/response median {statistics.median(c):.4f} [{' '.join(f'{x:.4f}' for x in c)}]")
     finally:
         for p in procs.values():
             p.terminate()

@@ -253,18 +253,18 @@ impl StaticHandler {
         encoded: Option<(Coding, &'static str)>,
     ) -> Response {
         let mime = encoded.map_or(info.mime, |(_, m)| m);
-        match conditional::evaluate(&Conditions::of(head), &info.etag, info.mtime) {
+        match conditional::evaluate(&Conditions::of(head), info.etag(), info.mtime) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
                 let mut r = Response::new(304);
-                r.headers.add("ETag", &info.etag);
-                r.headers.add("Last-Modified", &info.last_modified);
+                r.headers.add("ETag", info.etag());
+                r.headers.add("Last-Modified", info.last_modified());
                 return r;
             }
             Precondition::Failed => {
                 let mut r = Response::text(412, None);
-                r.headers.add("ETag", &info.etag);
-                r.headers.add("Last-Modified", &info.last_modified);
+                r.headers.add("ETag", info.etag());
+                r.headers.add("Last-Modified", info.last_modified());
                 return r;
             }
         }
@@ -272,15 +272,15 @@ impl StaticHandler {
             Some(h)
                 if head
                     .if_range
-                    .is_none_or(|v| conditional::if_range_matches(v, &info.etag, info.mtime)) =>
+                    .is_none_or(|v| conditional::if_range_matches(v, info.etag(), info.mtime)) =>
             {
                 range::evaluate(h, info.len, self.max_ranges)
             }
             _ => RangeResult::Full,
         };
         let mut r = Response::new(200);
-        r.headers.add("Last-Modified", &info.last_modified);
-        r.headers.add("ETag", &info.etag);
+        r.headers.add("Last-Modified", info.last_modified());
+        r.headers.add("ETag", info.etag());
         r.headers.add("Accept-Ranges", "bytes");
         if let Some((coding, _)) = encoded {
             r.headers.add("Content-Encoding", coding.token());
