@@ -4,7 +4,7 @@
 Starts an old build, the current build (each 2 workers, defaults plus --toml lines)
 and lighttpd (2 workers) on loopback ports, all at once, then interleaves (rotated
 order) either single `curl` downloads or 5 s `wrk -t1 -cC` runs of one file, and
-prints per server the median GB/s and server CPU per response (ms, from
+prints per server the median GB/s and server CPU per response (µs, from
 /proc/PID/task/*/schedstat of the server's process tree), with every sample.
 
     bench/io_ab.py --old /path/to/old/sluice [--mode curl|wrk] [--file f100m.bin] [-c 8] [-n 15]
@@ -92,10 +92,10 @@ def main():
                     gbs = n * size / 5 / 1e9
                 c1 = cpu_seconds(procs[v].pid)
                 res[v][0].append(gbs)
-                res[v][1].append((c1 - c0) * 1e3 / max(n, 1))
+                res[v][1].append((c1 - c0) * 1e6 / max(n, 1))
         for v, (g, c) in res.items():
             print(f"{v:9} GB/s median {statistics.median(g):.2f} [{' '.join(f'{x:.2f}' for x in g)}]   "
-                  f"server ms/response median {statistics.median(c):.4f} [{' '.join(f'{x:.4f}' for x in c)}]")
+                  f"server µs/response median {statistics.median(c):.2f} [{' '.join(f'{x:.2f}' for x in c)}]")
     finally:
         for p in procs.values():
             p.terminate()

@@ -64,8 +64,12 @@ pub trait Wire {
     fn drain(&mut self) -> io::Result<bool>;
 }
 
-/// The socket, as it is: bytes go out with `sendmsg`, files with `sendfile`.
+/// The socket, as it is: bytes go out with `send` or `sendmsg`, files with
+/// `sendfile`.
 pub struct Plain(pub i32);
+
+/// Up to this many bytes in several pieces are copied together and sent by `send`.
+const GATHER_MAX: usize = 4096;
 
 impl Wire for Plain {
     fn fd(&self) -> i32 {
@@ -85,6 +89,22 @@ impl Wire for Plain {
         }
         // SAFETY: the worker owns the socket and keeps it open across this call.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
+        // A small answer (a head and a cached body) goes out gathered into one
+        // buffer by `send`: the kernel's `sendmsg` path (copying in the message
+        // header, importing the vector) costs more than copying a few KiB here.
+        let total: usize = iov.iter().map(|s| s.len()).sum();
+        if iov.len() == 1 {
+            return Ok(rustix::net::send(fd, &iov[0], flags)?);
+        }
+        if total <= GATHER_MAX {
+            let mut buf = [0u8; GATHER_MAX];
+            let mut at = 0;
+            for s in iov {
+                buf[at..at + s.len()].copy_from_slice(s);
+                at += s.len();
+            }
+            return Ok(rustix::net::send(fd, &buf[..at], flags)?);
+        }
         Ok(sendmsg(
             fd,
             iov,

@@ -231,3 +231,31 @@ fn a_download_gives_up_its_head_buffer_once_the_head_is_out() {
     assert_eq!(out.wbuf.capacity(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `Plain::send`: pieces that fit [`GATHER_MAX`] are gathered into one `send`,
+/// larger ones go by `sendmsg`; either way the bytes arrive whole and in order.
+#[test]
+fn small_pieces_are_gathered_and_large_ones_sent_as_a_vector() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut reader = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (sender, _) = l.accept().unwrap();
+    let mut wire = Plain(sender.as_raw_fd());
+    for sizes in [
+        &[200usize, 1024, 3][..],
+        &[300, GATHER_MAX],
+        &[GATHER_MAX],
+        &[7],
+    ] {
+        let pieces: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
+            .collect();
+        let iov: Vec<io::IoSlice<'_>> = pieces.iter().map(|p| io::IoSlice::new(p)).collect();
+        let total: usize = sizes.iter().sum();
+        assert_eq!(wire.send(&iov, false).unwrap(), total, "{sizes:?}");
+        let mut got = vec![0u8; total];
+        reader.read_exact(&mut got).unwrap();
+        assert_eq!(got, pieces.concat(), "{sizes:?}");
+    }
+}
