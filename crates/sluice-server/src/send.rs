@@ -1,5 +1,6 @@
-//! Writing a response to a socket: the head and memory chunks with one `sendmsg`
-//! (a small response is one syscall), file chunks with the configured I/O mode.
+//! Writing a response to a socket: the head and memory chunks with one `send` or
+//! `sendmsg` (a small response is one syscall; `wire.rs`), file chunks with the
+//! configured I/O mode.
 //!
 //! - `sendfile`: zero-copy from the page cache; the default.
 //! - `read`: `pread` up to `buffer_size` bytes into the connection's write buffer,
@@ -33,8 +34,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 mod window;
+mod wire;
 pub use window::forget_recent as forget_recent_windows;
 use window::MapWindow;
+pub use wire::{Plain, Wire};
 
 /// Result of pushing bytes until the socket is full or the response is done.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,72 +52,6 @@ pub enum Flush {
         off: u64,
         len: u64,
     },
-}
-
-/// Where a response's bytes go.
-pub trait Wire {
-    /// The socket (for `sendfile` and `mmap` sends, used only if [`Wire::zero_copy`]).
-    fn fd(&self) -> i32;
-    /// Can file bodies go from the page cache to `fd` untouched?
-    fn zero_copy(&self) -> bool;
-    /// Take some of these bytes; how many were taken. `more`: more follows at once.
-    fn send(&mut self, iov: &[io::IoSlice<'_>], more: bool) -> io::Result<usize>;
-    /// Push out what the wire itself holds (TLS records); `Ok(true)` when nothing is
-    /// left, `Ok(false)` when the socket is full.
-    fn drain(&mut self) -> io::Result<bool>;
-}
-
-/// The socket, as it is: bytes go out with `send` or `sendmsg`, files with
-/// `sendfile`.
-pub struct Plain(pub i32);
-
-/// Up to this many bytes in several pieces are copied together and sent by `send`.
-const GATHER_MAX: usize = 4096;
-
-impl Wire for Plain {
-    fn fd(&self) -> i32 {
-        self.0
-    }
-    fn zero_copy(&self) -> bool {
-        true
-    }
-    fn send(&mut self, iov: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
-        use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
-        // rustix makes the system call itself: libc's `sendmsg` is a thread
-        // cancellation point, and its bookkeeping around every call was ~1% of the
-        // server's CPU on keep-alive 1 KiB answers (docs/BENCHMARKS.md).
-        let mut flags = SendFlags::NOSIGNAL;
-        if more {
-            flags |= SendFlags::MORE;
-        }
-        // SAFETY: the worker owns the socket and keeps it open across this call.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
-        // A small answer (a head and a cached body) goes out gathered into one
-        // buffer by `send`: the kernel's `sendmsg` path (copying in the message
-        // header, importing the vector) costs more than copying a few KiB here.
-        let total: usize = iov.iter().map(|s| s.len()).sum();
-        if iov.len() == 1 {
-            return Ok(rustix::net::send(fd, &iov[0], flags)?);
-        }
-        if total <= GATHER_MAX {
-            let mut buf = [0u8; GATHER_MAX];
-            let mut at = 0;
-            for s in iov {
-                buf[at..at + s.len()].copy_from_slice(s);
-                at += s.len();
-            }
-            return Ok(rustix::net::send(fd, &buf[..at], flags)?);
-        }
-        Ok(sendmsg(
-            fd,
-            iov,
-            &mut SendAncillaryBuffer::default(),
-            flags,
-        )?)
-    }
-    fn drain(&mut self) -> io::Result<bool> {
-        Ok(true)
-    }
 }
 
 /// The most of a file mapped at once.

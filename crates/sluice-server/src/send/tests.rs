@@ -1,6 +1,7 @@
 //! The send path's own tests: `io = "auto"` switching between `sendfile` and mapped
 //! sends as the reader speeds up and slows down, over a real TCP connection.
 
+use super::wire::GATHER_MAX;
 use super::*;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
