@@ -25,6 +25,11 @@ pub struct Plain(pub i32);
 /// Up to this many bytes in several pieces are copied together and sent by `send`.
 pub(super) const GATHER_MAX: usize = 4096;
 
+thread_local! {
+    static GATHER: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(GATHER_MAX));
+}
+
 impl Wire for Plain {
     fn fd(&self) -> i32 {
         self.0
@@ -51,13 +56,14 @@ impl Wire for Plain {
             return Ok(rustix::net::send(fd, &iov[0], flags)?);
         }
         if total <= GATHER_MAX {
-            let mut buf = [0u8; GATHER_MAX];
-            let mut at = 0;
-            for s in iov {
-                buf[at..at + s.len()].copy_from_slice(s);
-                at += s.len();
-            }
-            return Ok(rustix::net::send(fd, &buf[..at], flags)?);
+            return GATHER.with_borrow_mut(|buf| {
+                // Kept per thread and reused: no zeroing, no allocation per send.
+                buf.clear();
+                for s in iov {
+                    buf.extend_from_slice(s);
+                }
+                Ok(rustix::net::send(fd, buf, flags)?)
+            });
         }
         Ok(sendmsg(
             fd,
