@@ -174,6 +174,14 @@ impl Slot {
         }
     }
 
+    /// What it holds: (descriptors, bytes of content).
+    fn cost(&self) -> (usize, usize) {
+        match self {
+            Slot::File(f) => file_cost(f),
+            Slot::Other(_) => (0, 0),
+        }
+    }
+
     fn entry(&self) -> Entry {
         match self {
             Slot::File(f) => Entry::File(f.clone()),
@@ -352,7 +360,7 @@ impl FileCache {
         let hasher = &self.hasher;
         match self.table.find_mut(hash, |s| s.key() == rel) {
             Some(old) => {
-                let (f, b) = cost(&old.entry());
+                let (f, b) = old.cost();
                 self.fds -= f;
                 self.bytes -= b;
                 *old = slot;
@@ -370,7 +378,7 @@ impl FileCache {
         self.fds = 0;
         self.bytes = 0;
         for s in self.table.iter() {
-            let (f, b) = cost(&s.entry());
+            let (f, b) = s.cost();
             self.fds += f;
             self.bytes += b;
         }
@@ -391,12 +399,16 @@ fn kept_for_revalidation(s: &Slot, now: Instant) -> bool {
 
 fn cost(e: &Entry) -> (usize, usize) {
     match e {
-        Entry::File(f) => (
-            f.file.is_some() as usize,
-            f.data.as_ref().map_or(0, |d| d.len()),
-        ),
+        Entry::File(f) => file_cost(f),
         _ => (0, 0),
     }
+}
+
+fn file_cost(f: &FileInfo) -> (usize, usize) {
+    (
+        f.file.is_some() as usize,
+        f.data.as_ref().map_or(0, |d| d.len()),
+    )
 }
 
 fn classify(e: &io::Error) -> Entry {

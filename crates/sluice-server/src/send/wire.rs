@@ -51,11 +51,10 @@ impl Wire for Plain {
         // A small answer (a head and a cached body) goes out gathered into one
         // buffer by `send`: the kernel's `sendmsg` path (copying in the message
         // header, importing the vector) costs more than copying a few KiB here.
-        let total: usize = iov.iter().map(|s| s.len()).sum();
         if iov.len() == 1 {
             return Ok(rustix::net::send(fd, &iov[0], flags)?);
         }
-        if total <= GATHER_MAX {
+        if iov.iter().map(|s| s.len()).sum::<usize>() <= GATHER_MAX {
             return GATHER.with_borrow_mut(|buf| {
                 // Kept per thread and reused: no zeroing, no allocation per send.
                 buf.clear();

@@ -109,8 +109,9 @@ impl Worker {
             None
         };
         // TCP_NODELAY and TCP_NOTSENT_LOWAT: inherited from the listener
-        // (`listener::set_inherited`); a socket handed over by a front process had
-        // the first set there and gets the second in `take_handoffs`.
+        // (`listener::set_inherited`); a socket handed over by a front process from
+        // the front's listener (the front's `unsent_max`, with its slow-read filter
+        // on), not once per handed-over request here.
         self.gen = self.gen.wrapping_add(1);
         let now = self.now_ms;
         // Slow-read prevention: count it against its ranges (shared by all workers).
@@ -188,11 +189,6 @@ impl Worker {
             };
             match proto::recv_handoff(fd, &mut self.front_buf) {
                 Ok(Some(h)) => {
-                    // Not accepted here, so not from a listener that set it.
-                    let _ = crate::listener::set_unsent_max(
-                        h.fd.as_raw_fd(),
-                        self.snap.config.condition.unsent_max,
-                    );
                     let sock = TcpStream::from_std(std::net::TcpStream::from(h.fd));
                     match self.adopt(sock, h.peer.ip(), false, false) {
                         Some(key) => {
