@@ -6,7 +6,7 @@ One sluice (2 workers, defaults) with one Apache rule (`Redirect 301 /old.html
 ROUNDS rounds of 5 s; server CPU µs per request from /proc/PID/task/*/schedstat of its
 process tree. Prints every round and the medians' ratio.
 
-    bench/redirect_cost.py [--rounds 5]
+    bench/redirect_cost.py [--rounds 5] [--bin target/release/sluice]
 """
 import argparse, os, re, statistics, subprocess, sys
 
@@ -20,6 +20,8 @@ PORT = 18441
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bin", default=os.path.join(compare.ROOT, "target/release/sluice"),
+                    help="the sluice build to measure (e.g. an older one, for a baseline)")
     a = ap.parse_args()
     compare.make_files()
     rules = f"{compare.WORK}/redirect.conf"
@@ -28,7 +30,7 @@ def main():
     conf = f"{compare.WORK}/redirect.toml"
     with open(conf, "w") as f:
         f.write(f'[server]\nlisten = "127.0.0.1:{PORT}"\nroot = "{compare.WWW}"\nworkers = 2\n')
-    p = subprocess.Popen([os.path.join(compare.ROOT, "target/release/sluice"), "serve", "--allow-root",
+    p = subprocess.Popen([a.bin, "serve", "--allow-root",
                           "--config", conf, "--rules", rules, "--access-log", "off"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -12,7 +12,8 @@
 //!
 //! Must not: do I/O on the lookup path, except `-f`/`-d` conditions, which stat a
 //! file under the document root only when a candidate rule has one.
-//! Cost per lookup: see [`compiled`]; a miss with no candidates allocates nothing.
+//! Cost per lookup: see [`compiled`]. The candidate list is a buffer the thread keeps
+//! (no allocation per lookup); a redirect allocates its target once.
 
 pub mod apache;
 pub mod classify;
@@ -167,14 +168,22 @@ impl RuleSet {
     /// [`RuleSet::lookup`], and the index of the rule that decided (for the status
     /// page's per-rule counters; [`RuleSet::rule_origin`] names it).
     pub fn lookup_rule(&self, req: &Request) -> (Outcome, Option<u32>) {
-        let mut cands = Vec::new();
+        // The candidate list lives in a buffer the thread keeps: a request that
+        // some rule may match (every redirect) allocates no list. `check` never
+        // looks rules up, so the buffer is not taken twice.
+        thread_local!(static CANDS: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) });
+        let mut cands = CANDS.take();
+        cands.clear();
         self.candidates(req, &mut cands);
-        for i in cands {
+        let mut found = (Outcome::Pass, None);
+        for &i in &cands {
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
-                return (o, Some(i));
+                found = (o, Some(i));
+                break;
             }
         }
-        (Outcome::Pass, None)
+        CANDS.set(cands);
+        found
     }
 
     /// `file:line` of rule `i`.

@@ -219,23 +219,21 @@ impl Rule {
             Action::Redirect { status, target } => {
                 let mut t = target.expand(&ex);
                 t.push_str(rest);
-                let (p, q) = split_query(&t);
-                let query = self.query_for(q, req.query);
                 Outcome::Redirect {
                     status: *status,
-                    location: location(p, query.as_deref(), self.flags.noescape),
+                    location: self.redirect_location(t, req.query),
                 }
             }
             Action::Rewrite { target } => {
                 let t = target.expand(&ex);
-                let (p, q) = split_query(&t);
-                let query = self.query_for(q, req.query);
-                if p.starts_with("http://") || p.starts_with("https://") {
+                if t.starts_with("http://") || t.starts_with("https://") {
                     Outcome::Redirect {
                         status: 302,
-                        location: location(p, query.as_deref(), self.flags.noescape),
+                        location: self.redirect_location(t, req.query),
                     }
                 } else {
+                    let (p, q) = split_query(&t);
+                    let query = self.query_for(q, req.query);
                     let p = if p.starts_with('/') {
                         p.to_string()
                     } else {
@@ -245,6 +243,19 @@ impl Rule {
                 }
             }
         })
+    }
+
+    /// The `Location` for expanded target `t`: its own query merged with the
+    /// request's ([`Rule::query_for`]) and, without NE, its path escaped. When that
+    /// changes nothing (`Redirect 301 /old /new` on a request without a query), `t`
+    /// itself is returned: a redirect allocates its target once, not twice.
+    fn redirect_location(&self, t: String, orig_query: Option<&str>) -> String {
+        let (p, q) = split_query(&t);
+        let query = self.query_for(q, orig_query);
+        if q.is_none() && query.is_none() && (self.flags.noescape || p.bytes().all(path_safe)) {
+            return t;
+        }
+        location(p, query.as_deref(), self.flags.noescape)
     }
 
     /// The query a target ends up with.
@@ -402,6 +413,11 @@ fn split_query(t: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// A byte a Location's path may carry unescaped.
+fn path_safe(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b)
+}
+
 /// Build a Location value; without NE, characters that may not appear in a URL
 /// path are percent-escaped (Apache escapes `%` too, which is what NE is for).
 fn location(path: &str, query: Option<&str>, noescape: bool) -> String {
@@ -420,7 +436,7 @@ fn location(path: &str, query: Option<&str>, noescape: bool) -> String {
         };
         s.push_str(pre);
         for &b in p.as_bytes() {
-            if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
+            if path_safe(b) {
                 s.push(b as char);
             } else {
                 s.push('%');

@@ -182,6 +182,7 @@ fn file_tests_remote_addr_and_end() {
 fn native_options() {
     let rules = "exact /q 301 /t?n=1 qsa\n\
                  exact /r 301 /t?n=1\n\
+                 exact /z 301 /t?\n\
                  exact /CaSe 302 /c nocase\n\
                  regex ^/e/(.*)$ 302 /x/$1\n\
                  regex ^/ne/(.*)$ 302 /x/$1 ne\n\
@@ -199,7 +200,13 @@ fn native_options() {
     };
     assert_eq!(run("/q", Some("k=v")), redirect(301, "/t?n=1&k=v"));
     assert_eq!(run("/r", Some("k=v")), redirect(301, "/t?n=1"));
+    assert_eq!(run("/q", None), redirect(301, "/t?n=1"));
+    // A target that needs no change is the Location as it is; each change still applies.
     assert_eq!(run("/case", None), redirect(302, "/c"));
+    assert_eq!(run("/case", Some("k=v")), redirect(302, "/c?k=v"));
+    assert_eq!(run("/case", Some("")), redirect(302, "/c"));
+    assert_eq!(run("/z", Some("k=v")), redirect(301, "/t"));
+    assert_eq!(run("/e/plain", None), redirect(302, "/x/plain"));
     assert_eq!(run("/CASE", None), redirect(302, "/c"));
     assert_eq!(run("/e/a%20b", None), redirect(302, "/x/a%2520b"));
     assert_eq!(run("/ne/a%20b", None), redirect(302, "/x/a%20b"));
