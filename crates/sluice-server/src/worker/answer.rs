@@ -143,7 +143,7 @@ impl Worker {
         let mut errant: Option<sluice_rules::classify::Errant> = None;
         // A request body to read and throw away once the response is out.
         let mut discard_body = 0u32;
-        let (resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
+        let (mut resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
             Ok(Parsed::Partial) => {
                 // Waits for the rest keeping only its bytes (slowloris and half
                 // heads would each hold a 4 KiB buffer otherwise).
@@ -322,6 +322,7 @@ impl Worker {
         }
         wbuf.extend_from_slice(b"\r\n");
         wbuf.extend_from_slice(resp.headers.as_bytes());
+        resp.headers.recycle();
         if close {
             wbuf.extend_from_slice(b"Connection: close\r\n");
         } else if announce_keep_alive {
@@ -331,7 +332,9 @@ impl Worker {
         out.head_len = wbuf.len() as u64;
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless {
-            out.chunks = resp.body.into();
+            // Into the pooled queue, which keeps its capacity between responses.
+            out.chunks.clear();
+            out.chunks.extend(resp.body);
         }
         c.phase = Phase::Send { last: self.now_ms };
         Step::Responded
