@@ -50,6 +50,13 @@ fn per_request(c: &mut Criterion) {
             })
         },
     );
+    c.bench_function("worker counters per request", |b| {
+        b.iter(|| {
+            counters.response(black_box(200));
+            Counters::add(&counters.bytes, black_box(1024));
+            counters.timings(black_box(300), black_box(1200));
+        })
+    });
     c.bench_function("status publish (1 s, 20,000 connections)", |b| {
         let conns: Vec<(IpAddr, bool)> =
             (0..20_000).map(|i| (peers[i % 256], i % 5 == 0)).collect();

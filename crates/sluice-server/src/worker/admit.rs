@@ -9,6 +9,7 @@ use super::*;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use sluice_condition::{Class, CloseReason, RangeKey};
+use sluice_status::Counters;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -54,8 +55,7 @@ impl Worker {
                             } else {
                                 CloseReason::AtLimit
                             };
-                            self.shared.stats[self.id].closes[why.index()]
-                                .fetch_add(1, Ordering::Relaxed);
+                            Counters::add(&self.shared.stats[self.id].closes[why.index()], 1);
                             continue;
                         }
                     }
@@ -163,9 +163,7 @@ impl Worker {
         conn.wheel_at = self.wheel.insert(conn.deadline, (key as u32, conn.gen));
         entry.insert(conn);
         self.shared.open.fetch_add(1, Ordering::Relaxed);
-        self.shared.stats[self.id]
-            .accepted
-            .fetch_add(1, Ordering::Relaxed);
+        Counters::add(&self.shared.stats[self.id].accepted, 1);
         // Request packaging: it is incomplete until its first head arrives; too many
         // incomplete connections cost the heaviest range its oldest one.
         self.cond.park(key as u32, peer, Class::Incomplete);

@@ -11,6 +11,7 @@ use sluice_condition::slowread::RateWindow;
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
+use sluice_status::Counters;
 use std::sync::atomic::Ordering;
 
 impl Worker {
@@ -243,7 +244,7 @@ impl Worker {
                 self.talkers.request(c.peer, head.path);
                 self.talkers.bytes(head.path, body_len);
                 if let Some((rule, action)) = rule {
-                    self.shared.stats[self.id].rule_actions[action].fetch_add(1, Ordering::Relaxed);
+                    Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
                     self.talkers.rule(
                         site as u16,
                         rule,

@@ -8,9 +8,9 @@ use crate::io::{drain_input, read_into, recycle, unread_bytes_waiting, ReadOutco
 use crate::send::{Flush, Plain};
 use crate::tls;
 use sluice_condition::{Class, CloseReason};
+use sluice_status::Counters;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 
 impl Worker {
     /// Advance one connection as far as it can go, then tell conditioning where it
@@ -139,9 +139,7 @@ impl Worker {
                             out.assume_warm(off + len);
                             continue;
                         }
-                        self.shared.stats[self.id]
-                            .disk_waits
-                            .fetch_add(1, Ordering::Relaxed);
+                        Counters::add(&self.shared.stats[self.id].disk_waits, 1);
                         // Not a send turn's wait: `disk_ready` queues it when read.
                         self.pause_send(key, Class::Active);
                         return;
@@ -167,9 +165,7 @@ impl Worker {
                         if let Some(p) = out.log.take() {
                             self.log.line(self.wall, c.peer, &p, sent);
                         }
-                        self.shared.stats[self.id]
-                            .bytes
-                            .fetch_add(sent, Ordering::Relaxed);
+                        Counters::add(&self.shared.stats[self.id].bytes, sent);
                         let head_started = out.head_started;
                         self.shared.stats[self.id].timings(
                             out.ready_at.saturating_sub(head_started) * 1000,

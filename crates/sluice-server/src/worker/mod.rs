@@ -59,6 +59,7 @@ use sluice_condition::{Class, CloseReason, Conditioner, RangeKey};
 use sluice_http::date::DateCache;
 use sluice_http::Limits;
 use sluice_static::StaticHandler;
+use sluice_status::Counters;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -361,9 +362,7 @@ impl Worker {
             }
             self.log.tick(self.now);
             if let Some(false) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now_ms)) {
-                self.shared.stats[self.id]
-                    .defer_offs
-                    .fetch_add(1, Ordering::Relaxed);
+                Counters::add(&self.shared.stats[self.id].defer_offs, 1);
             }
             if self.now_ms >= self.next_expire_ms {
                 self.next_expire_ms = self.now_ms + 1000;

@@ -9,6 +9,7 @@ use crate::accesslog::Pending;
 use crate::io::{abort_on_close, recycle};
 use sluice_condition::slowread::RateVerdict;
 use sluice_condition::{Class, CloseReason};
+use sluice_status::Counters;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -68,9 +69,7 @@ impl Worker {
             };
             let c = &mut self.conns[key];
             tracing::debug!(peer = %c.peer, why = reason.as_str(), "timeout");
-            self.shared.stats[self.id]
-                .timeouts
-                .fetch_add(1, Ordering::Relaxed);
+            Counters::add(&self.shared.stats[self.id].timeouts, 1);
             if matches!(c.phase, Phase::Head { .. }) && c.out.is_none() && !c.rbuf.is_empty() {
                 // Part of a head arrived, and the rest did not in time: say so
                 // (best effort, one non-blocking send) and log it. A connection that
@@ -211,9 +210,7 @@ impl Worker {
             if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
                 self.log.line(self.wall, c.peer, &p, d.sent);
             }
-            self.shared.stats[self.id]
-                .bytes
-                .fetch_add(d.sent, Ordering::Relaxed);
+            Counters::add(&self.shared.stats[self.id].bytes, d.sent);
         }
         if let Some(mut c) = self.conns.try_remove(key) {
             if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
@@ -254,16 +251,14 @@ impl Worker {
                 if let Some(p) = out.log.take() {
                     self.log.line(self.wall, c.peer, &p, out.sent);
                 }
-                self.shared.stats[self.id]
-                    .bytes
-                    .fetch_add(out.sent, Ordering::Relaxed);
+                Counters::add(&self.shared.stats[self.id].bytes, out.sent);
                 release(out, &mut self.pool, &mut self.out_pool);
                 self.active -= 1;
             }
             self.shared.open.fetch_sub(1, Ordering::Relaxed);
             let st = &self.shared.stats[self.id];
-            st.closed.fetch_add(1, Ordering::Relaxed);
-            st.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+            Counters::add(&st.closed, 1);
+            Counters::add(&st.closes[why.index()], 1);
         }
     }
 
