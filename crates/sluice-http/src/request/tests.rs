@@ -207,6 +207,41 @@ fn limits() {
     assert_eq!(parse(&big).unwrap_err().status(), 431);
 }
 
+#[test]
+fn header_counts_on_each_side_of_the_first_try_and_of_the_limit() {
+    // Fields before a last `Host` and `Range`: every one is read, however many
+    // slots the first parse had, up to `max_headers` (64) in all.
+    for fields in [
+        SMALL_HEADERS - 2,
+        SMALL_HEADERS - 1,
+        SMALL_HEADERS,
+        40,
+        62,
+        63,
+        64,
+        65,
+    ] {
+        let filler: String = (0..fields - 2).map(|i| format!("X-{i}: v\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\n{filler}Range: bytes=0-1\r\nHost: last\r\n\r\n");
+        match parse(&req) {
+            Ok(Parsed::Complete(h)) => {
+                assert!(fields <= 64, "{fields} fields accepted");
+                assert_eq!(h.host, Some("last"), "{fields} fields");
+                assert_eq!(h.range, Some("bytes=0-1"), "{fields} fields");
+            }
+            Err(e) => assert!(fields > 64 && e.status() == 431, "{fields} fields: {e:?}"),
+            other => panic!("{fields} fields: {other:?}"),
+        }
+        // Cut before the blank line, a head with many fields is incomplete, not refused.
+        if fields <= 64 {
+            assert!(
+                matches!(parse(&req[..req.len() - 2]), Ok(Parsed::Partial)),
+                "{fields}"
+            );
+        }
+    }
+}
+
 proptest::proptest! {
     #[test]
     fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
