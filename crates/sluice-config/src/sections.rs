@@ -229,8 +229,9 @@ pub struct ConditionSection {
     /// beyond its own receive window, instead of a send buffer autotuned to ~1 MiB:
     /// 2,000 slow readers held 1.9 GiB without it, past the kernel's `tcp_mem`
     /// pressure mark, and ~0.8 GiB with the default 256 KiB (docs/CONDITIONING.md).
-    /// A fast reader is not slowed: the queue refills as it drains; a slow one costs
-    /// more wake-ups per byte (~4% CPU per GiB at 19,000 readers). Set at start.
+    /// A fast reader is not slowed: the queue refills as it drains; a slow one takes
+    /// more wake-ups per byte (within noise in CPU per GiB at 19,000 readers,
+    /// docs/CONDITIONING.md). Set at start.
     #[serde(deserialize_with = "crate::de::unsent_max")]
     pub unsent_max: u32,
     /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
