@@ -337,6 +337,14 @@ impl Outgoing {
             let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
             match how {
                 IoMode::Sendfile => {
+                    // A checked response never sends past the bytes found cached:
+                    // the turn edges count the head, the check counts file bytes,
+                    // so without this a call could run up to 256 KiB into pages
+                    // nobody asked about, and wait on the disk for them.
+                    let mut want = remaining.min(to_edge);
+                    if checked {
+                        want = want.min(self.warm_to.saturating_sub(pos).max(1));
+                    }
                     let mut o = pos as libc::off_t;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
                     let n = unsafe {
@@ -344,7 +352,7 @@ impl Outgoing {
                             fd,
                             file.as_raw_fd(),
                             &mut o,
-                            remaining.min(to_edge) as usize,
+                            want as usize,
                         )
                     };
                     if n < 0 {

@@ -180,6 +180,42 @@ fn auto_sends_a_cold_file_by_sendfile_even_to_a_fast_reader() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A checked `sendfile` stops where the bytes found cached end, though its turn
+/// edge (which counts the head) lies further on: the first 2 MiB are cached (a
+/// whole large folio, which eviction cannot split), the rest evicted, and the
+/// response must report the rest cold at exactly 2 MiB, not read
+/// into it on the worker (before the fix it sent on to the next edge, 256 KiB less
+/// the head past the checked bytes, and waited on the disk for them).
+#[test]
+fn a_checked_sendfile_stops_at_the_bytes_found_cached() {
+    let Setup {
+        dir,
+        data,
+        file,
+        reader: mut b,
+        sender: a,
+        mut out,
+    } = setup("clamp", 4 << 20);
+    let _ = std::fs::read(dir.join("f")).unwrap();
+    // SAFETY: advice on an open descriptor.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 2 << 20, 0, libc::POSIX_FADV_DONTNEED) };
+    out.head_len = 300;
+    let mut wire = Plain(a.as_raw_fd());
+    let mut got = Vec::new();
+    let cold_at = loop {
+        match out.flush(&mut wire, IoMode::Sendfile, 0, 8 << 20, true).unwrap() {
+            Flush::Cold { off, .. } => break off,
+            Flush::Done => panic!("the evicted bytes were never found cold"),
+            _ => take(&mut b, &mut got, out.sent),
+        }
+    };
+    assert_eq!(cold_at, 2 << 20);
+    assert_eq!(out.sent, 2 << 20);
+    take(&mut b, &mut got, out.sent);
+    assert!(got[..] == data[..2 << 20], "bytes differ");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Which readers `auto` may map for: those on this machine.
 #[test]
 fn only_loopback_peers_are_local() {
