@@ -11,6 +11,13 @@ does, as in the issue's measurement.
 change, built into another target directory) with the default config, interleaved
 with the rest, to tell what a change did from what the machine did.
 
+`--slow-disk BPS[:IOPS]` makes the disk behave more like a mirror's: every server
+runs in a cgroup (v1 `blkio`) whose reads from the docroot's device are throttled to
+BPS bytes and IOPS requests a second, so a read that misses the page cache waits
+milliseconds, as on rotating disks, not the ~1 ms this VM's disk takes. Only the
+servers' reads are throttled (the client's eviction is not a read); the cgroup is
+removed at the end.
+
 The experiment writes four 512 MiB files under the shared docroot once, then per
 server: the 1 KiB client's p99 while the four files download in a loop with the files
 cached, and again with them evicted before every download.
@@ -47,18 +54,57 @@ def start(name, sluice_bin):
     return compare.wait_listening(p, name, PORTS[name])
 
 
+BLKIO = "/sys/fs/cgroup/blkio/sluice-slow-disk"
+
+
+def slow_disk(spec, procs):
+    """Throttle the servers' reads from the docroot's device (see the module doc)."""
+    st = os.stat(compare.WWW)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    os.makedirs(BLKIO, exist_ok=True)
+    bps, _, iops = spec.partition(":")
+    with open(f"{BLKIO}/blkio.throttle.read_bps_device", "w") as f:
+        f.write(f"{dev} {int(bps)}")
+    if iops:
+        with open(f"{BLKIO}/blkio.throttle.read_iops_device", "w") as f:
+            f.write(f"{dev} {int(iops)}")
+    for p in procs:
+        for pid in compare.tree(p.pid):
+            with open(f"{BLKIO}/cgroup.procs", "w") as f:
+                f.write(str(pid))
+    print(f"reads of {dev} throttled to {spec} for every server", flush=True)
+
+
+def unslow_disk():
+    if not os.path.isdir(BLKIO):
+        return
+    with open(f"{BLKIO}/cgroup.procs") as f:
+        pids = f.read().split()
+    for pid in pids:
+        try:
+            with open("/sys/fs/cgroup/blkio/cgroup.procs", "w") as f:
+                f.write(pid)
+        except OSError:
+            pass
+    os.rmdir(BLKIO)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--servers", default="sluice,sluice-nodisk,nginx,nginx-aio")
     ap.add_argument("--old", default=None, help="another sluice binary, run as sluice-old")
+    ap.add_argument("--slow-disk", default=None, metavar="BPS[:IOPS]",
+                    help="throttle the servers' reads (cgroup v1 blkio)")
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     names = a.servers.split(",") + (["sluice-old"] if a.old else [])
     procs = [start(n, a.old if n == "sluice-old" else sluice_bin) for n in names]
     try:
+        if a.slow_disk:
+            slow_disk(a.slow_disk, procs)
         for r in range(a.rounds):
             # Interleaved: each round runs every server once, in a rotated order.
             order = names[r % len(names):] + names[:r % len(names)]
@@ -75,6 +121,8 @@ def main():
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if a.slow_disk:
+            unslow_disk()
 
 
 if __name__ == "__main__":

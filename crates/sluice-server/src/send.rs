@@ -347,14 +347,7 @@ impl Outgoing {
                     }
                     let mut o = pos as libc::off_t;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
-                    let n = unsafe {
-                        libc::sendfile(
-                            fd,
-                            file.as_raw_fd(),
-                            &mut o,
-                            want as usize,
-                        )
-                    };
+                    let n = unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut o, want as usize) };
                     if n < 0 {
                         let e = io::Error::last_os_error();
                         match e.kind() {

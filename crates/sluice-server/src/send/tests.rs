@@ -203,7 +203,10 @@ fn a_checked_sendfile_stops_at_the_bytes_found_cached() {
     let mut wire = Plain(a.as_raw_fd());
     let mut got = Vec::new();
     let cold_at = loop {
-        match out.flush(&mut wire, IoMode::Sendfile, 0, 8 << 20, true).unwrap() {
+        match out
+            .flush(&mut wire, IoMode::Sendfile, 0, 8 << 20, true)
+            .unwrap()
+        {
             Flush::Cold { off, .. } => break off,
             Flush::Done => panic!("the evicted bytes were never found cold"),
             _ => take(&mut b, &mut got, out.sent),
