@@ -13,7 +13,7 @@
 //!
 //! [http]
 //! keepalive_timeout = "15s"
-//! header_timeout = "10s"      # total deadline for a whole request head
+//! header_timeout = "20s"      # total deadline for a whole request head
 //!
 //! [files]
 //! io = "auto"                 # or "sendfile", "mmap", "read"

@@ -103,6 +103,13 @@ pub struct HttpSection {
     pub keepalive_requests: u64,
     #[serde(deserialize_with = "crate::de::duration")]
     pub keepalive_timeout: Duration,
+    /// Total deadline for a request head (and a skipped body): from accept for
+    /// the first request, from its first byte for later ones. 20 s, Apache's
+    /// `RequestReadTimeout header=20`: a client that never finishes its head is
+    /// closed by it and reconnects at once, so the deadline sets how often an
+    /// attacker's connections cost an accept, a 408 and a close (BENCHMARKS.md
+    /// "half heads"); while they wait they cost a small record each, and the cap
+    /// on incomplete connections (`condition.max_incomplete`) bounds how many.
     #[serde(deserialize_with = "crate::de::duration")]
     pub header_timeout: Duration,
     /// A response that makes no progress for this long is abandoned.
@@ -437,7 +444,7 @@ impl Default for HttpSection {
         HttpSection {
             keepalive_requests: 10_000,
             keepalive_timeout: Duration::from_secs(15),
-            header_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(20),
             send_timeout: Duration::from_secs(60),
             max_request_line: 8 * 1024,
             max_head: 16 * 1024,
