@@ -11,6 +11,11 @@ does, as in the issue's measurement.
 change, built into another target directory) with the default config, interleaved
 with the rest, to tell what a change did from what the machine did.
 
+`--small-rate R` has the small client ask R requests a second (open loop) from every
+server instead of as many as it can: on two shared cores, a server that stalls the
+small client on the disk leaves the downloads more CPU, and a closed-loop client
+would make that look like faster downloads.
+
 `--slow-disk BPS[:IOPS]` makes the disk behave more like a mirror's: every server
 runs in a cgroup (v1 `blkio`) whose reads from the docroot's device are throttled to
 BPS bytes and IOPS requests a second, so a read that misses the page cache waits
@@ -95,6 +100,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--servers", default="sluice,sluice-nodisk,nginx,nginx-aio")
     ap.add_argument("--old", default=None, help="another sluice binary, run as sluice-old")
+    ap.add_argument("--small-rate", default=None, metavar="REQ_PER_S",
+                    help="the small client asks at this rate (open loop), the same for every server")
     ap.add_argument("--slow-disk", default=None, metavar="BPS[:IOPS]",
                     help="throttle the servers' reads (cgroup v1 blkio)")
     a = ap.parse_args()
@@ -111,6 +118,8 @@ def main():
             targets = [x for n in order for x in ("--target", f"{n}=http://127.0.0.1:{PORTS[n]}/")]
             cmd = [sluice_bin, "bench", "run", "cold-files", *targets, "--docroot", compare.WWW,
                    "--out", f"{compare.WORK}/cold-out", "-d", f"{a.duration}s", "-c", "10"]
+            if a.small_rate:
+                cmd += ["--small-rate", a.small_rate]
             print(f"$ {' '.join(cmd)}", flush=True)
             out = subprocess.run(cmd, capture_output=True, text=True)
             print(out.stdout + out.stderr, flush=True)

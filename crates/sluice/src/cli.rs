@@ -183,6 +183,11 @@ pub struct ExperimentArgs {
     /// redirects: a path the rules redirect (e.g. the last rule's).
     #[arg(long)]
     pub redirect_path: Option<String>,
+    /// cold-files: the small client asks this many requests a second (open loop)
+    /// instead of as many as its connections can, so every server serves it the same
+    /// work and the downloads' MiB/s compare fairly.
+    #[arg(long)]
+    pub small_rate: Option<f64>,
 }
 
 impl ExperimentArgs {
@@ -205,6 +210,7 @@ impl ExperimentArgs {
             download_rate: self.download_rate,
             probe_fifo: self.probe_fifo,
             redirect_path: self.redirect_path.clone(),
+            small_rate: self.small_rate,
             ..Default::default()
         })
     }

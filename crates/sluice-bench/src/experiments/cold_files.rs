@@ -7,7 +7,12 @@
 //! files cached, once with them evicted (`posix_fadvise(DONTNEED)` before every
 //! download, so they stay cold) — this runs [`DOWNLOADS`] whole-file downloads in a
 //! loop beside a closed-loop client of `-c` connections fetching a 1 KiB file, and
-//! prints the small client's p99 in both runs and the downloads' MiB/s.
+//! prints the small client's p99 in both runs and the downloads' MiB/s, and the
+//! small client's req/s: on a machine whose cores the downloads keep busy, a server
+//! that stalls the small client on the disk leaves the downloads more CPU, so their
+//! MiB/s alone would reward the stall. `--small-rate R` makes the small client ask
+//! R requests a second (open loop) against every server, so that each serves it the
+//! same work and the downloads' MiB/s compare fairly.
 //!
 //! Needs `--docroot` on this machine (it writes the files there and evicts them).
 //! Costs: [`DOWNLOADS`] × [`FILE_SIZE`] of disk, written once.
@@ -47,6 +52,8 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         "ratio",
         "downloads_MiB_per_s_cached",
         "downloads_MiB_per_s_cold",
+        "small_req_per_s_cached",
+        "small_req_per_s_cold",
     ]);
     for tg in &o.targets {
         let warm = phase(tg, o, &files, false)?;
@@ -58,13 +65,21 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             format!("{:.2}", cold.0 as f64 / warm.0.max(1) as f64),
             format!("{:.1}", warm.1),
             format!("{:.1}", cold.1),
+            format!("{:.0}", warm.2),
+            format!("{:.0}", cold.2),
         ]);
     }
     finish(o, &Report::table("cold-files", &t))
 }
 
-/// One run: (the small client's p99 in µs, the downloads' MiB/s).
-fn phase(tg: &Target, o: &ExpOptions, files: &[PathBuf], cold: bool) -> Result<(u64, f64), String> {
+/// One run: (the small client's p99 in µs, the downloads' MiB/s, the small
+/// client's req/s).
+fn phase(
+    tg: &Target,
+    o: &ExpOptions,
+    files: &[PathBuf],
+    cold: bool,
+) -> Result<(u64, f64, f64), String> {
     for f in files {
         if cold {
             evict(f)?;
@@ -101,6 +116,7 @@ fn phase(tg: &Target, o: &ExpOptions, files: &[PathBuf], cold: bool) -> Result<(
         connections: o.connections,
         threads: 1,
         duration: o.duration,
+        rate: o.small_rate,
         ..crate::options::Options::default()
     };
     let w = Workload::single(&format!("{base}/sluice-bench/size-1024.bin"), &opts);
@@ -120,6 +136,7 @@ fn phase(tg: &Target, o: &ExpOptions, files: &[PathBuf], cold: bool) -> Result<(
     Ok((
         small.latency_us.p99,
         bytes.load(Ordering::Relaxed) as f64 / secs / 1048576.0,
+        small.requests_per_s,
     ))
 }
 

@@ -65,6 +65,8 @@ pub struct ExpOptions {
     pub probe_fifo: bool,
     /// `redirects`: the path the last rule redirects.
     pub redirect_path: Option<String>,
+    /// `cold-files`: the small client's rate (req/s, open loop); `None`: closed loop.
+    pub small_rate: Option<f64>,
 }
 
 impl Default for ExpOptions {
@@ -86,6 +88,7 @@ impl Default for ExpOptions {
             download_rate: 64 * 1024,
             probe_fifo: false,
             redirect_path: None,
+            small_rate: None,
         }
     }
 }
