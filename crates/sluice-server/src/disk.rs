@@ -22,7 +22,8 @@
 //! for a cold range one `dup` of the file, one queue hand-off, on a pool thread one
 //! `sendfile` of the range to `/dev/null` (the kernel's own readahead fills the
 //! cache and nothing is copied: about 27 µs of the thread's CPU per MiB here, where
-//! `WILLNEED` advice and a one-byte read per 64 KiB, the earlier way, cost 250 µs),
+//! `WILLNEED` advice and a one-byte read per 64 KiB, the earlier way, cost 250 µs;
+//! `bench/populate_cost.c`),
 //! and one wake-up. The readahead that call starts marks pages further on; a
 //! worker's `sendfile` passing such a mark starts the next window's reads itself
 //! (it does not wait for them: 1.2% of a worker's samples during cold downloads).
