@@ -1,10 +1,11 @@
-/* What filling the page cache costs the thread that asks (issue 11 part 3; disk.rs).
+/* What filling the page cache costs the thread that asks (issue 11 part 3; the disk
+ * pool in crates/sluice-server/src/disk.rs; docs/BENCHMARKS.md, 2026-11-25).
  * Evicts FILE, then reads it back in CHUNK_KIB pieces one of three ways, and prints
  * MiB/s and the calling thread's CPU (user + system) per MiB:
  *   0: WILLNEED advice on the chunk, then a one-byte pread every 64 KiB (the disk
- *      pool's earlier job);
+ *      pool's job);
  *   1: sendfile of the chunk to /dev/null (the kernel's readahead; nothing copied;
- *      the disk pool's job now);
+ *      tried as the pool's job and reverted, see BENCHMARKS.md);
  *   2: pread of the chunk into a buffer (a copy).
  * The file is evicted again at the end.
  *   cc -O2 -o /tmp/populate_cost bench/populate_cost.c

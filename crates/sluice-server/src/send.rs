@@ -335,15 +335,16 @@ impl Outgoing {
             // Zero-copy and mapped sends go up to the next TURN_EDGE of the stream
             // (head included).
             let to_edge = TURN_EDGE - (self.head_len + self.sent) % TURN_EDGE;
+            // Bytes from `pos` found cached (`cached_ahead`). A checked response reads
+            // no further, whichever way it reads: a call's own bound (the turn edge,
+            // which counts the head; the buffer size) can end past them, in pages
+            // nobody asked about, and the worker would wait on the disk for them.
+            let cached = self.warm_to.saturating_sub(pos).max(1);
             match how {
                 IoMode::Sendfile => {
-                    // A checked response never sends past the bytes found cached:
-                    // the turn edges count the head, the check counts file bytes,
-                    // so without this a call could run up to 256 KiB into pages
-                    // nobody asked about, and wait on the disk for them.
                     let mut want = remaining.min(to_edge);
                     if checked {
-                        want = want.min(self.warm_to.saturating_sub(pos).max(1));
+                        want = want.min(cached);
                     }
                     let mut o = pos as libc::off_t;
                     // SAFETY: both fds are open; o is a valid pointer for the call.
@@ -368,7 +369,11 @@ impl Outgoing {
                 }
                 IoMode::Read => {
                     // Fill the write buffer from the file; the memory path sends it.
-                    let want = remaining.min(buffer_size as u64) as usize;
+                    let mut want = remaining.min(buffer_size as u64);
+                    if checked {
+                        want = want.min(cached);
+                    }
+                    let want = want as usize;
                     self.wbuf.clear();
                     self.wpos = 0;
                     self.wbuf.resize(want, 0);
@@ -416,7 +421,7 @@ impl Outgoing {
                     // worker as a `sendfile` would).
                     let mut want = remaining.min(MAP_SEND);
                     if checked || mode == IoMode::Auto {
-                        want = want.min(self.warm_to.saturating_sub(pos).max(1));
+                        want = want.min(cached);
                     }
                     let avail = (m.len - delta).min(want as usize);
                     m.populate(delta, delta + avail);

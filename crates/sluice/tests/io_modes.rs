@@ -245,8 +245,8 @@ fn cold_files_are_read_off_the_worker_and_sent_whole() {
         // response whose freeing the kernel defers to the CPU that sent them, until
         // that CPU next handles network traffic. So wait up to 15 s, and give the
         // server a request to answer between tries (5 s was too short on a loaded
-        // machine: 3 of 45 runs beside two busy loops, with the build before the
-        // disk pool's `sendfile` job as well as after it).
+        // machine: 3 of 45 runs beside two busy loops, with the build of
+        // 2026-11-24 as well as later ones).
         let evict = || {
             let mut pages = vec![0u8; data.len().div_ceil(4096)];
             for i in 0..1500 {

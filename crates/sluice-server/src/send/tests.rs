@@ -181,8 +181,8 @@ fn auto_sends_a_cold_file_by_sendfile_even_to_a_fast_reader() {
 }
 
 /// A checked `sendfile` stops where the bytes found cached end, though its turn
-/// edge (which counts the head) lies further on: the first 2 MiB are cached (a
-/// whole large folio, which eviction cannot split), the rest evicted, and the
+/// edge (which counts the head) lies further on: the first 2 MiB are cached (here,
+/// evicting from 1 MiB left the second MiB cached too), the rest evicted, and the
 /// response must report the rest cold at exactly 2 MiB, not read
 /// into it on the worker (before the fix it sent on to the next edge, 256 KiB less
 /// the head past the checked bytes, and waited on the disk for them).
@@ -196,7 +196,7 @@ fn a_checked_sendfile_stops_at_the_bytes_found_cached() {
         sender: a,
         mut out,
     } = setup("clamp", 4 << 20);
-    let _ = std::fs::read(dir.join("f")).unwrap();
+    std::fs::read(dir.join("f")).unwrap();
     // SAFETY: advice on an open descriptor.
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 2 << 20, 0, libc::POSIX_FADV_DONTNEED) };
     out.head_len = 300;
