@@ -275,23 +275,40 @@ fn cold_files_are_read_off_the_worker_and_sent_whole() {
                 .as_u64()
                 .expect("disk_waits_total")
         };
-        evict();
-        let r = get(&srv, "/cold.bin", "");
-        assert_eq!(r.status, 200, "{mode}");
-        assert!(r.body == data, "{mode}/{threads}: the cold body differs");
-        let whole = waits();
-        evict();
-        let r = get(&srv, "/cold.bin", "Range: bytes=1000000-2999999\r\n");
-        assert_eq!(r.status, 206, "{mode}");
-        assert!(
-            r.body[..] == data[1_000_000..3_000_000],
-            "{mode}/{threads}: the cold range differs"
+        // The worker's probe of a cold page starts the kernel's readahead, and on a
+        // fast disk that read can finish before the probe looks at the page again
+        // (the worker preempted in between, on a loaded machine): the response then
+        // finds its bytes cached and never waits. So each cold request is tried up
+        // to three times; the pool must have run in one of them.
+        let cold_get = |range: &str, status: u16, want: &[u8]| -> u64 {
+            let mut waited = 0;
+            for _ in 0..3 {
+                evict();
+                let before = waits();
+                let r = get(&srv, "/cold.bin", range);
+                assert_eq!(r.status, status, "{mode}");
+                assert!(
+                    r.body == want,
+                    "{mode}/{threads}: the cold body differs ({range:?})"
+                );
+                waited = waits() - before;
+                if waited > 0 || threads == 0 {
+                    break;
+                }
+            }
+            waited
+        };
+        let whole = cold_get("", 200, &data);
+        let range = cold_get(
+            "Range: bytes=1000000-2999999\r\n",
+            206,
+            &data[1_000_000..3_000_000],
         );
-        let range = waits() - whole;
         if threads > 0 {
             assert!(
                 whole >= 1 && range >= 1,
-                "{mode}: disk waits {whole} for the cold file, {range} for the cold range"
+                "{mode}: disk waits {whole} for the cold file, {range} for the cold range \
+                 (three tries each)"
             );
         } else {
             assert_eq!(
