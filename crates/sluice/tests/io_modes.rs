@@ -278,8 +278,11 @@ fn cold_files_are_read_off_the_worker_and_sent_whole() {
         // The worker's probe of a cold page starts the kernel's readahead, and on a
         // fast disk that read can finish before the probe looks at the page again
         // (the worker preempted in between, on a loaded machine): the response then
-        // finds its bytes cached and never waits. So each cold request is tried up
-        // to three times; the pool must have run in one of them.
+        // finds its bytes cached and never waits. A pool job's read starts the
+        // kernel's readahead past its range, so a 3 MiB response usually waits once,
+        // at its first probe, and that one race made it wait never (2 of 4 suite
+        // runs, 2026-11-25). So each cold request is tried up to three times; the
+        // pool must have run in one of them.
         let cold_get = |range: &str, status: u16, want: &[u8]| -> u64 {
             let mut waited = 0;
             for _ in 0..3 {
