@@ -24,8 +24,10 @@
 //! cache and nothing is copied: about 27 µs of the thread's CPU per MiB here, where
 //! `WILLNEED` advice and a one-byte read per 64 KiB, the earlier way, cost 250 µs;
 //! `bench/populate_cost.c`),
-//! and one wake-up. The readahead that call starts marks pages further on; a
-//! worker's `sendfile` passing such a mark starts the next window's reads itself
+//! and one wake-up; for a fast reader the thread then reads the next MiB the same
+//! way before it takes another job ([`AHEAD`]). The readahead that call starts
+//! marks pages further on; a worker's `sendfile` passing such a mark starts the
+//! next window's reads itself
 //! (it does not wait for them: 1.2% of a worker's samples during cold downloads).
 //! A full queue (more cold ranges than `QUEUE` waiting) sends the turn from the
 //! worker as before: slower for everyone on it, never lost.
@@ -114,9 +116,29 @@ struct Job {
     file: File,
     off: u64,
     len: u64,
+    /// Bytes after `[off, off + len)` to read once `who` is told (see [`AHEAD`]).
+    ahead: u64,
     who: (u32, u32),
     to: Arc<Completions>,
 }
+
+/// The most a job reads past its range, after reporting it, for a fast reader.
+///
+/// Without it a fast download on a fast disk alternates: the response waits while
+/// a pool thread reads its MiB, then the worker sends that MiB while nothing reads
+/// the next one for it, and the next probe finds that one cold: a round trip
+/// through the pool per MiB, during which the response sends nothing. Reading the
+/// next MiB while the worker sends this one overlaps the two, as a worker that
+/// reads for itself overlaps them through the kernel's readahead (cold MiB/s +1%
+/// to +18% per round against the build without it; a second MiB ahead added
+/// nothing: docs/BENCHMARKS.md). Only responses sent at [`AHEAD_MIN_RATE`] or
+/// faster over their life are read ahead for: 19,000 downloads at 32 KB/s would
+/// each hold another MiB in the page cache for half a minute. A read ahead is
+/// dropped when a job waits for a thread: a response that waits comes first.
+pub const AHEAD: u64 = PREFETCH;
+/// Bytes a second a response must have been sent at (over its life) to be read
+/// ahead for.
+pub const AHEAD_MIN_RATE: u64 = 8 << 20;
 
 /// The pool: `threads` readers sharing one bounded queue. Dropping it ends them
 /// once the queue is empty.
@@ -146,6 +168,7 @@ impl DiskPool {
         file: &File,
         off: u64,
         len: u64,
+        ahead: u64,
         who: (u32, u32),
         to: &Arc<Completions>,
     ) -> bool {
@@ -156,6 +179,7 @@ impl DiskPool {
             file,
             off,
             len,
+            ahead: ahead.min(AHEAD),
             who,
             to: Arc::clone(to),
         };
@@ -170,27 +194,48 @@ impl DiskPool {
 /// for it, by `sendfile` to `/dev/null`: the page cache's pages are spliced to a
 /// sink that drops them, so nothing is copied. Errors and EOF (a file truncated
 /// meanwhile) end the job; the worker meets them when it sends, as it always did.
+/// Then, if the job asks for it and no other job waits, the range after it
+/// ([`AHEAD`]) is read the same way with nobody to tell.
 fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File) {
+    let mut ahead: Option<(File, u64, u64)> = None;
     loop {
         let job = {
             let r = rx.lock().unwrap_or_else(|e| e.into_inner());
-            match r.recv() {
-                Ok(j) => j,
-                Err(_) => return,
+            match ahead.take() {
+                None => r.recv().ok(),
+                Some(a) => match r.try_recv() {
+                    // A response waits: it goes first, the read ahead is dropped.
+                    Ok(j) => Some(j),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                        drop(r);
+                        fill(sink, &a.0, a.1, a.2);
+                        continue;
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+                },
             }
         };
-        let mut at = job.off as libc::off_t;
-        let mut left = job.len.clamp(1, PREFETCH) as usize;
-        while left > 0 {
-            // SAFETY: both descriptors are open; `at` is a valid offset pointer.
-            let n =
-                unsafe { libc::sendfile(sink.as_raw_fd(), job.file.as_raw_fd(), &mut at, left) };
-            if n <= 0 {
-                break;
-            }
-            left -= n as usize;
-        }
+        let Some(job) = job else { return };
+        let len = job.len.clamp(1, PREFETCH);
+        fill(sink, &job.file, job.off, len);
         job.to.finish(job.who);
+        if job.ahead > 0 {
+            ahead = Some((job.file, job.off + len, job.ahead));
+        }
+    }
+}
+
+/// Have `[off, off + len)` of `file` read into the page cache, waiting for it.
+fn fill(sink: &File, file: &File, off: u64, len: u64) {
+    let mut at = off as libc::off_t;
+    let mut left = len as usize;
+    while left > 0 {
+        // SAFETY: both descriptors are open; `at` is a valid offset pointer.
+        let n = unsafe { libc::sendfile(sink.as_raw_fd(), file.as_raw_fd(), &mut at, left) };
+        if n <= 0 {
+            break;
+        }
+        left -= n as usize;
     }
 }
 
@@ -225,7 +270,7 @@ mod tests {
         let poll = mio::Poll::new().unwrap();
         let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
         let pool = DiskPool::start(1).unwrap();
-        assert!(pool.submit(&f, 0, 1 << 20, (5, 9), &done));
+        assert!(pool.submit(&f, 0, 1 << 20, 0, (5, 9), &done));
         let mut got = Vec::new();
         for _ in 0..500 {
             done.take(&mut got);
@@ -236,6 +281,72 @@ mod tests {
         }
         assert_eq!(got, vec![(5, 9)]);
         assert!(resident(fd, 0, 1 << 20, true));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Pages of `[off, off + len)` in the page cache, asked with `mincore`, which
+    /// (unlike a `RWF_NOWAIT` probe) starts no read of its own.
+    fn cached_pages(f: &File, off: u64, len: u64) -> usize {
+        let pages = (len / 4096) as usize;
+        // SAFETY: a private read-only mapping of an open file, unmapped below;
+        // `vec` has one byte per page of it.
+        unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                off as libc::off_t,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            let mut vec = vec![0u8; pages];
+            assert_eq!(libc::mincore(m, len as usize, vec.as_mut_ptr()), 0);
+            libc::munmap(m, len as usize);
+            vec.iter().filter(|b| **b & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn a_job_that_asks_reads_the_next_range_after_reporting() {
+        let dir = std::env::temp_dir().join(format!("sluice-ahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        let mut f = File::create(&p).unwrap();
+        f.write_all(&vec![7u8; 3 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let f = File::open(&p).unwrap();
+        let fd = f.as_raw_fd();
+        // SAFETY: plain advice on an open descriptor. `RANDOM` turns the kernel's
+        // readahead off for this open file (the pool's `dup` shares it), so what is
+        // cached afterwards is what the pool asked for, whatever `read_ahead_kb` is.
+        unsafe {
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM);
+        }
+        assert_eq!(cached_pages(&f, 0, 3 * PREFETCH), 0, "not evicted");
+        let poll = mio::Poll::new().unwrap();
+        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
+        let pool = DiskPool::start(1).unwrap();
+        // Its own MiB, then one more; the third is not asked for.
+        assert!(pool.submit(&f, 0, PREFETCH, 2 * PREFETCH, (1, 1), &done));
+        let all = (PREFETCH / 4096) as usize;
+        let mut got = Vec::new();
+        for _ in 0..500 {
+            done.take(&mut got);
+            if !got.is_empty() && cached_pages(&f, PREFETCH, PREFETCH) == all {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(got, vec![(1, 1)]);
+        assert_eq!(cached_pages(&f, 0, PREFETCH), all, "the job's own range");
+        assert_eq!(cached_pages(&f, PREFETCH, PREFETCH), all, "not read ahead");
+        assert_eq!(
+            cached_pages(&f, 2 * PREFETCH, PREFETCH),
+            0,
+            "read past AHEAD"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

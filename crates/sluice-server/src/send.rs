@@ -48,9 +48,11 @@ pub enum Flush {
     Yield,
     /// The next file bytes, `[off, off + len)` of the front chunk's file, are not
     /// in the page cache: sending them now would wait on the disk (see `disk.rs`).
+    /// `rest` is how many bytes the chunk has from `off` on (`len` and after).
     Cold {
         off: u64,
         len: u64,
+        rest: u64,
     },
 }
 
@@ -325,6 +327,7 @@ impl Outgoing {
                 return Ok(Flush::Cold {
                     off: pos,
                     len: remaining.min(crate::disk::PREFETCH),
+                    rest: remaining,
                 });
             }
             let how = match mode {

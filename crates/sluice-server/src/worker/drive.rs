@@ -127,12 +127,21 @@ impl Worker {
                     }
                 }
                 match flushed {
-                    Ok(Flush::Cold { off, len }) => {
+                    Ok(Flush::Cold { off, len, rest }) => {
                         // Not in the page cache: a pool thread reads it and the
                         // response waits, parked, for its next turn (`disk_ready`).
+                        // A reader that has taken its bytes fast has the range after
+                        // this one read too, while it sends this one (`disk::AHEAD`).
                         let who = (key as u32, c.gen);
+                        let took_ms = self.now_ms.saturating_sub(out.ready_at).max(1);
+                        let fast = out.sent >= crate::disk::PREFETCH
+                            && out.sent.saturating_mul(1000) / took_ms
+                                >= crate::disk::AHEAD_MIN_RATE;
+                        let ahead = if fast { rest - len } else { 0 };
                         let parked = match (&self.shared.disk, out.front_file()) {
-                            (Some(pool), Some(f)) => pool.submit(f, off, len, who, &self.disk_done),
+                            (Some(pool), Some(f)) => {
+                                pool.submit(f, off, len, ahead, who, &self.disk_done)
+                            }
                             _ => false,
                         };
                         if !parked {
