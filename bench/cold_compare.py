@@ -5,7 +5,7 @@ nginx as configured everywhere else, and nginx with `aio threads`. One worker ea
 (one worker process for nginx), so a stall on the disk stalls everything the server
 does, as in the issue's measurement.
 
-    bench/cold_compare.py [--duration 10] [--rounds 1] [--servers ...] [--old BINARY]
+    bench/cold_compare.py [--duration 10] [--rounds 1] [--servers ...] [--old BINARY] [--isolate]
 
 `--old BINARY` adds `sluice-old`: another sluice build (e.g. the commit before a
 change, built into another target directory) with the default config, interleaved
@@ -23,6 +23,13 @@ milliseconds, as on rotating disks, not the ~1 ms this VM's disk takes. Only the
 servers' reads are throttled (the client's eviction is not a read); the cgroup is
 removed at the end.
 
+`--isolate` gives the servers a core of their own, as `attack_runs.py --isolate` does
+for heavy-range: every server (its worker and its disk threads) runs on CPU 0, `sluice
+bench` and its downloads and small client on CPU 1. On two shared cores the small
+client's p99 in the cold phase also measures the worker's wait for a core that the
+downloading clients, the page cache's filling and the eviction keep busy; with the
+cores split it measures the server.
+
 The experiment writes four 512 MiB files under the shared docroot once, then per
 server: the 1 KiB client's p99 while the four files download in a loop with the files
 cached, and again with them evicted before every download.
@@ -36,7 +43,7 @@ PORTS = {"sluice": 18191, "sluice-nodisk": 18192, "nginx": 18193, "nginx-aio": 1
          "sluice-old": 18195}
 
 
-def start(name, sluice_bin):
+def start(name, sluice_bin, prefix=()):
     w = compare.WORK
     if name.startswith("sluice"):
         conf = f"{w}/{name}-cold.toml"
@@ -47,6 +54,7 @@ def start(name, sluice_bin):
     else:
         d = f"{w}/{name}"
         os.makedirs(d, exist_ok=True)
+        os.makedirs(f"{w}/nginx", exist_ok=True)  # the temp paths nginx_conf names
         extra = "  aio threads;\n" if name == "nginx-aio" else ""
         conf = compare.nginx_conf(w, extra + f"  server {{ listen 127.0.0.1:{PORTS[name]} reuseport backlog=4096; root {compare.WWW}; }}")
         conf = conf.replace("worker_processes 2;", "worker_processes 1;").replace(f"pid {w}/nginx/", f"pid {d}/").replace(f"error_log {w}/nginx/", f"error_log {d}/")
@@ -54,7 +62,7 @@ def start(name, sluice_bin):
             f.write(conf)
         cmd = ["nginx", "-c", f"{d}/nginx.conf", "-p", d, "-g", "daemon off;"]
     log = open(f"{w}/{name}-cold.out", "w")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
+    p = subprocess.Popen([*prefix, *cmd], stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
                          start_new_session=True)
     return compare.wait_listening(p, name, PORTS[name])
 
@@ -104,11 +112,15 @@ def main():
                     help="the small client asks at this rate (open loop), the same for every server")
     ap.add_argument("--slow-disk", default=None, metavar="BPS[:IOPS]",
                     help="throttle the servers' reads (cgroup v1 blkio)")
+    ap.add_argument("--isolate", action="store_true",
+                    help="servers on CPU 0, the clients on CPU 1")
     a = ap.parse_args()
+    server_prefix = ("taskset", "-c", "0") if a.isolate else ()
+    client_prefix = ["taskset", "-c", "1"] if a.isolate else []
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     names = a.servers.split(",") + (["sluice-old"] if a.old else [])
-    procs = [start(n, a.old if n == "sluice-old" else sluice_bin) for n in names]
+    procs = [start(n, a.old if n == "sluice-old" else sluice_bin, server_prefix) for n in names]
     try:
         if a.slow_disk:
             slow_disk(a.slow_disk, procs)
@@ -116,7 +128,7 @@ def main():
             # Interleaved: each round runs every server once, in a rotated order.
             order = names[r % len(names):] + names[:r % len(names)]
             targets = [x for n in order for x in ("--target", f"{n}=http://127.0.0.1:{PORTS[n]}/")]
-            cmd = [sluice_bin, "bench", "run", "cold-files", *targets, "--docroot", compare.WWW,
+            cmd = [*client_prefix, sluice_bin, "bench", "run", "cold-files", *targets, "--docroot", compare.WWW,
                    "--out", f"{compare.WORK}/cold-out", "-d", f"{a.duration}s", "-c", "10"]
             if a.small_rate:
                 cmd += ["--small-rate", a.small_rate]
