@@ -25,10 +25,11 @@
 //! `WILLNEED` advice and a one-byte read per 64 KiB, the earlier way, cost 250 µs;
 //! `bench/populate_cost.c`),
 //! and one wake-up; for a fast reader the thread then reads the next MiB the same
-//! way before it takes another job ([`AHEAD`]). The readahead that call starts
-//! marks pages further on; a worker's `sendfile` passing such a mark starts the
-//! next window's reads itself
-//! (it does not wait for them: 1.2% of a worker's samples during cold downloads).
+//! way before it takes another job ([`AHEAD`]). The kernel's readahead, not the
+//! pool, reads most cold bytes: a probe that misses starts a readahead window on
+//! the worker (it does not wait for it: 2.4% of a worker's samples in a cold
+//! phase, `perf record -t`), and the pool's reads mark pages further on
+//! (docs/BENCHMARKS.md, "The cold phase on a core of the server's own").
 //! A full queue (more cold ranges than `QUEUE` waiting) sends the turn from the
 //! worker as before: slower for everyone on it, never lost.
 //! Kernels without `RWF_NOWAIT` for buffered reads (before 4.14) report everything
