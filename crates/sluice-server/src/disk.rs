@@ -245,15 +245,30 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    #[test]
-    fn a_fresh_file_is_resident_and_an_evicted_one_is_not() {
-        let dir = std::env::temp_dir().join(format!("sluice-disk-{}", std::process::id()));
+    /// A file of `len` bytes written through to the disk under a directory of its
+    /// own (removed by the caller), open for reading.
+    fn on_disk(name: &str, len: usize) -> (std::path::PathBuf, std::path::PathBuf, File) {
+        let dir = std::env::temp_dir().join(format!("sluice-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("f");
         let mut f = File::create(&p).unwrap();
-        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
         f.sync_all().unwrap();
         let f = File::open(&p).unwrap();
+        (dir, p, f)
+    }
+
+    /// A pool of one thread and the completion list it reports to (the `Poll`
+    /// must outlive the waker).
+    fn one_thread_pool() -> (mio::Poll, Arc<Completions>, DiskPool) {
+        let poll = mio::Poll::new().unwrap();
+        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
+        (poll, done, DiskPool::start(1).unwrap())
+    }
+
+    #[test]
+    fn a_fresh_file_is_resident_and_an_evicted_one_is_not() {
+        let (dir, p, f) = on_disk("disk", 1 << 20);
         let fd = f.as_raw_fd();
         let _ = std::fs::read(&p).unwrap();
         assert!(resident(fd, 0, 1 << 20, false) && resident(fd, 0, 1 << 20, true));
@@ -268,9 +283,7 @@ mod tests {
             "evicted pages read as cached"
         );
         // The pool brings them back and reports the key.
-        let poll = mio::Poll::new().unwrap();
-        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
-        let pool = DiskPool::start(1).unwrap();
+        let (_poll, done, pool) = one_thread_pool();
         assert!(pool.submit(&f, 0, 1 << 20, 0, (5, 9), &done));
         let mut got = Vec::new();
         for _ in 0..500 {
@@ -310,13 +323,7 @@ mod tests {
 
     #[test]
     fn a_job_that_asks_reads_the_next_range_after_reporting() {
-        let dir = std::env::temp_dir().join(format!("sluice-ahead-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("f");
-        let mut f = File::create(&p).unwrap();
-        f.write_all(&vec![7u8; 3 << 20]).unwrap();
-        f.sync_all().unwrap();
-        let f = File::open(&p).unwrap();
+        let (dir, _, f) = on_disk("ahead", 3 << 20);
         let fd = f.as_raw_fd();
         // SAFETY: plain advice on an open descriptor. `RANDOM` turns the kernel's
         // readahead off for this open file (the pool's `dup` shares it), so what is
@@ -326,9 +333,7 @@ mod tests {
             libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM);
         }
         assert_eq!(cached_pages(&f, 0, 3 * PREFETCH), 0, "not evicted");
-        let poll = mio::Poll::new().unwrap();
-        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
-        let pool = DiskPool::start(1).unwrap();
+        let (_poll, done, pool) = one_thread_pool();
         // Its own MiB, then one more; the third is not asked for.
         assert!(pool.submit(&f, 0, PREFETCH, 2 * PREFETCH, (1, 1), &done));
         let all = (PREFETCH / 4096) as usize;
