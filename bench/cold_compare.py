@@ -64,7 +64,11 @@ def start(name, sluice_bin, prefix=()):
     log = open(f"{w}/{name}-cold.out", "w")
     p = subprocess.Popen([*prefix, *cmd], stdout=log, stderr=subprocess.STDOUT, preexec_fn=compare.raise_nofile,
                          start_new_session=True)
-    return compare.wait_listening(p, name, PORTS[name])
+    try:
+        return compare.wait_listening(p, name, PORTS[name])
+    except SystemExit:
+        p.kill()
+        raise
 
 
 BLKIO = "/sys/fs/cgroup/blkio/sluice-slow-disk"
@@ -120,8 +124,11 @@ def main():
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
     compare.make_files()
     names = a.servers.split(",") + (["sluice-old"] if a.old else [])
-    procs = [start(n, a.old if n == "sluice-old" else sluice_bin, server_prefix) for n in names]
+    procs = []
     try:
+        # Started inside the try: a server that fails to start stops the ones before it.
+        for n in names:
+            procs.append(start(n, a.old if n == "sluice-old" else sluice_bin, server_prefix))
         if a.slow_disk:
             slow_disk(a.slow_disk, procs)
         for r in range(a.rounds):
