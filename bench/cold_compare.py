@@ -25,10 +25,14 @@ removed at the end.
 
 `--isolate` gives the servers a core of their own, as `attack_runs.py --isolate` does
 for heavy-range: every server (its worker and its disk threads) runs on CPU 0, `sluice
-bench` and its downloads and small client on CPU 1. On two shared cores the small
-client's p99 in the cold phase also measures the worker's wait for a core that the
-downloading clients, the page cache's filling and the eviction keep busy; with the
-cores split it measures the server.
+bench` and its downloads and small client on CPU 1, the small client at `SCHED_FIFO`
+(`--probe-fifo`) and open loop (`--small-rate`, 5,000 req/s unless given: a
+closed-loop client at `SCHED_FIFO` would keep the downloads' clients off CPU 1). On
+two shared cores the small client's p99 also measures its own wait for a core and
+the worker's; with the cores split and the small client first on its own, it measures
+the server. (Without `SCHED_FIFO` the small client waits behind the four downloading
+clients on CPU 1, and the server's core sits idle in `epoll_wait` for 20-34 ms at a
+time: a p99 that is the client's, not the server's.)
 
 The experiment writes four 512 MiB files under the shared docroot once, then per
 server: the 1 KiB client's p99 while the four files download in a loop with the files
@@ -137,8 +141,11 @@ def main():
             targets = [x for n in order for x in ("--target", f"{n}=http://127.0.0.1:{PORTS[n]}/")]
             cmd = [*client_prefix, sluice_bin, "bench", "run", "cold-files", *targets, "--docroot", compare.WWW,
                    "--out", f"{compare.WORK}/cold-out", "-d", f"{a.duration}s", "-c", "10"]
-            if a.small_rate:
-                cmd += ["--small-rate", a.small_rate]
+            small_rate = a.small_rate or ("5000" if a.isolate else None)
+            if small_rate:
+                cmd += ["--small-rate", small_rate]
+            if a.isolate:
+                cmd += ["--probe-fifo"]
             print(f"$ {' '.join(cmd)}", flush=True)
             out = subprocess.run(cmd, capture_output=True, text=True)
             print(out.stdout + out.stderr, flush=True)

@@ -175,9 +175,10 @@ pub struct ExperimentArgs {
     /// concurrency: each downloader's read rate, bytes/s (a modem-to-DSL client).
     #[arg(long, default_value_t = 64 * 1024)]
     pub download_rate: u64,
-    /// concurrency: run the probe client at real-time priority (`SCHED_FIFO` 1;
-    /// needs root or CAP_SYS_NICE), so that on a machine shared with the load the
-    /// probe's own wait for a CPU does not count as the server's latency.
+    /// concurrency, cold-files: run the measuring client (the probe; the small-file
+    /// client) at real-time priority (`SCHED_FIFO` 1; needs root or CAP_SYS_NICE),
+    /// so that on a machine shared with the load its own wait for a CPU does not
+    /// count as the server's latency. cold-files: use it with --small-rate.
     #[arg(long)]
     pub probe_fifo: bool,
     /// redirects: a path the rules redirect (e.g. the last rule's).

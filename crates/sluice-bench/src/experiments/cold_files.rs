@@ -12,7 +12,10 @@
 //! that stalls the small client on the disk leaves the downloads more CPU, so their
 //! MiB/s alone would reward the stall. `--small-rate R` makes the small client ask
 //! R requests a second (open loop) against every server, so that each serves it the
-//! same work and the downloads' MiB/s compare fairly.
+//! same work and the downloads' MiB/s compare fairly. `--probe-fifo` runs the small
+//! client at `SCHED_FIFO` (with `--small-rate`, or it keeps its core to itself), so
+//! that on a machine the downloads' clients keep busy its own wait for a core does
+//! not count as the server's latency.
 //!
 //! Needs `--docroot` on this machine (it writes the files there and evicts them).
 //! Costs: [`DOWNLOADS`] × [`FILE_SIZE`] of disk, written once.
@@ -120,7 +123,19 @@ fn phase(
         ..crate::options::Options::default()
     };
     let w = Workload::single(&format!("{base}/sluice-bench/size-1024.bin"), &opts);
-    let small = crate::engine::run(&opts, &w).map_err(|e| format!("small-file client: {e}"));
+    // `--probe-fifo`: the small client in a thread of its own at `SCHED_FIFO`, the
+    // downloads (started above) at ordinary priority.
+    let fifo = o.probe_fifo;
+    let small = std::thread::spawn(move || {
+        if fifo {
+            super::common::measuring_client_fifo()?;
+        }
+        crate::engine::run(&opts, &w).map_err(|e| e.to_string())
+    })
+    .join()
+    .map_err(|_| "the small-file client panicked".to_string())
+    .and_then(|r| r)
+    .map_err(|e| format!("small-file client: {e}"));
     stop.store(true, Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let mut failed = None;

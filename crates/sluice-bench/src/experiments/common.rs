@@ -61,7 +61,8 @@ pub struct ExpOptions {
     /// `concurrency`: bytes per download, and each downloader's read rate (bytes/s).
     pub download_size: usize,
     pub download_rate: u64,
-    /// `concurrency`: the probe client runs at `SCHED_FIFO` priority 1.
+    /// `concurrency` and `cold-files`: the measuring client (the probe; the small-file
+    /// client) runs at `SCHED_FIFO` priority 1 ([`measuring_client_fifo`]).
     pub probe_fifo: bool,
     /// `redirects`: the path the last rule redirects.
     pub redirect_path: Option<String>,
@@ -136,6 +137,22 @@ pub(super) fn options_for(url: &str, o: &ExpOptions) -> Result<(Options, String)
 
 pub(super) fn base_path(p: &str) -> String {
     p.trim_end_matches('/').to_string()
+}
+
+/// Put the calling thread (and the threads it starts from now on) at `SCHED_FIFO`
+/// priority 1: a measuring client on a machine shared with the load, so that its
+/// own wait for a CPU does not count as the server's latency. The threads started
+/// before (the load) keep their ordinary priority. Needs root or `CAP_SYS_NICE`.
+pub(super) fn measuring_client_fifo() -> Result<(), String> {
+    let p = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets the calling thread's own policy; no pointers kept.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+        return Err(format!(
+            "--probe-fifo: sched_setscheduler: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn go(opts: &Options, w: &Workload) -> Result<RunResult, String> {

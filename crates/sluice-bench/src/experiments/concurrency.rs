@@ -242,14 +242,7 @@ fn concurrency_step(
         if fifo {
             // This thread only (and the threads it starts): the downloads stay at
             // ordinary priority.
-            let p = libc::sched_param { sched_priority: 1 };
-            // SAFETY: sets the calling thread's own policy; no pointers kept.
-            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
-                return Err(format!(
-                    "--probe-fifo: sched_setscheduler: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
+            super::common::measuring_client_fifo()?;
         }
         engine::run(&popts, &pw).map_err(|e| e.to_string())
     });
