@@ -15,6 +15,8 @@
 //! - [`plot`]: line charts in human units;
 //! - [`attack`]: the conditioning experiments' attackers (silent, half heads,
 //!   slowloris, held keep-alives), several processes past one's descriptor limit;
+//! - [`stall`]: a watch for the machine itself stopping (a capped virtual machine),
+//!   printed beside latencies;
 //! - [`experiments`]: the seeds' measurements, one file each, registered in one table.
 //!
 //! It works against any HTTP/1.1 server; nothing in it knows about sluice.
@@ -31,6 +33,7 @@ pub mod process;
 pub mod ramp;
 pub mod report;
 mod socket;
+pub mod stall;
 pub mod workload;
 
 pub use engine::run;

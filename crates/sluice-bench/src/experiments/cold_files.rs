@@ -15,13 +15,16 @@
 //! same work and the downloads' MiB/s compare fairly. `--probe-fifo` runs the small
 //! client at `SCHED_FIFO` (with `--small-rate`, or it keeps its core to itself), so
 //! that on a machine the downloads' clients keep busy its own wait for a core does
-//! not count as the server's latency.
+//! not count as the server's latency. The last two columns are the time the
+//! machine itself stopped during each phase (`stall.rs`: a capped virtual machine
+//! stops both its CPUs while its disk is read), in which no server can answer.
 //!
 //! Needs `--docroot` on this machine (it writes the files there and evicts them).
 //! Costs: [`DOWNLOADS`] × [`FILE_SIZE`] of disk, written once.
 
 use super::common::{finish, split_url, write_file, ExpOptions, Report, Target};
 use crate::report::{Summary, Table};
+use crate::stall::{StallWatch, Stalls};
 use crate::workload::Workload;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -57,6 +60,8 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         "downloads_MiB_per_s_cold",
         "small_req_per_s_cached",
         "small_req_per_s_cold",
+        "stall_ms_cached",
+        "stall_ms_cold",
     ]);
     for tg in &o.targets {
         let warm = phase(tg, o, &files, false)?;
@@ -70,19 +75,28 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             format!("{:.1}", cold.1),
             format!("{:.0}", warm.2),
             format!("{:.0}", cold.2),
+            stall_ms(warm.3),
+            stall_ms(cold.3),
         ]);
     }
     finish(o, &Report::table("cold-files", &t))
 }
 
+/// The machine's own stops during a phase, in ms (`-`: not watched; see `stall.rs`).
+fn stall_ms(s: Option<Stalls>) -> String {
+    s.map_or("-".into(), |s| {
+        format!("{:.0}", s.total.as_secs_f64() * 1e3)
+    })
+}
+
 /// One run: (the small client's p99 in µs, the downloads' MiB/s, the small
-/// client's req/s).
+/// client's req/s, the machine's stalls meanwhile).
 fn phase(
     tg: &Target,
     o: &ExpOptions,
     files: &[PathBuf],
     cold: bool,
-) -> Result<(u64, f64, f64), String> {
+) -> Result<(u64, f64, f64, Option<Stalls>), String> {
     for f in files {
         if cold {
             evict(f)?;
@@ -126,6 +140,7 @@ fn phase(
     // `--probe-fifo`: the small client in a thread of its own at `SCHED_FIFO`, the
     // downloads (started above) at ordinary priority.
     let fifo = o.probe_fifo;
+    let watch = StallWatch::start();
     let small = std::thread::spawn(move || {
         if fifo {
             super::common::measuring_client_fifo()?;
@@ -136,6 +151,7 @@ fn phase(
     .map_err(|_| "the small-file client panicked".to_string())
     .and_then(|r| r)
     .map_err(|e| format!("small-file client: {e}"));
+    let stalls = watch.map(StallWatch::finish);
     stop.store(true, Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let mut failed = None;
@@ -152,6 +168,7 @@ fn phase(
         small.latency_us.p99,
         bytes.load(Ordering::Relaxed) as f64 / secs / 1048576.0,
         small.requests_per_s,
+        stalls,
     ))
 }
 
