@@ -141,6 +141,19 @@ pub const AHEAD: u64 = PREFETCH;
 /// ahead for.
 pub const AHEAD_MIN_RATE: u64 = 8 << 20;
 
+/// How much a job for a cold range should read past it ([`AHEAD`] at most, and
+/// never past the response's own bytes, `after` of them): nothing for a response
+/// that has not yet sent its first [`PREFETCH`] (its rate is not known) or that
+/// has been sent slower than [`AHEAD_MIN_RATE`]; `sent` bytes in `took_ms`.
+pub fn ahead_for(sent: u64, took_ms: u64, after: u64) -> u64 {
+    let fast = sent >= PREFETCH && sent.saturating_mul(1000) / took_ms.max(1) >= AHEAD_MIN_RATE;
+    if fast {
+        after.min(AHEAD)
+    } else {
+        0
+    }
+}
+
 /// The pool: `threads` readers sharing one bounded queue. Dropping it ends them
 /// once the queue is empty.
 pub struct DiskPool {
@@ -319,6 +332,23 @@ mod tests {
             libc::munmap(m, len as usize);
             vec.iter().filter(|b| **b & 1 == 1).count()
         }
+    }
+
+    #[test]
+    fn only_a_fast_reader_past_its_first_mib_is_read_ahead_for() {
+        // 4 MiB in 100 ms (40 MiB/s), 10 MiB left after the cold range: one AHEAD.
+        assert_eq!(ahead_for(4 << 20, 100, 10 << 20), AHEAD);
+        // ...but never past the response's end.
+        assert_eq!(ahead_for(4 << 20, 100, 4096), 4096);
+        // The same reader before its first MiB is out: its rate is not known yet.
+        assert_eq!(ahead_for(PREFETCH - 1, 1, 10 << 20), 0);
+        // A 32 KB/s download (2 MiB in 64 s) is not read ahead for.
+        assert_eq!(ahead_for(2 << 20, 64_000, 10 << 20), 0);
+        // Just at the rate: 8 MiB in one second.
+        assert_eq!(ahead_for(8 << 20, 1000, 10 << 20), AHEAD);
+        assert_eq!(ahead_for(8 << 20, 1001, 10 << 20), 0);
+        // A zero elapsed time (same millisecond) is not a division by zero.
+        assert_eq!(ahead_for(PREFETCH, 0, 10 << 20), AHEAD);
     }
 
     #[test]

@@ -133,11 +133,8 @@ impl Worker {
                         // A reader that has taken its bytes fast has the range after
                         // this one read too, while it sends this one (`disk::AHEAD`).
                         let who = (key as u32, c.gen);
-                        let took_ms = self.now_ms.saturating_sub(out.ready_at).max(1);
-                        let fast = out.sent >= crate::disk::PREFETCH
-                            && out.sent.saturating_mul(1000) / took_ms
-                                >= crate::disk::AHEAD_MIN_RATE;
-                        let ahead = if fast { rest - len } else { 0 };
+                        let took_ms = self.now_ms.saturating_sub(out.ready_at);
+                        let ahead = crate::disk::ahead_for(out.sent, took_ms, rest - len);
                         let parked = match (&self.shared.disk, out.front_file()) {
                             (Some(pool), Some(f)) => {
                                 pool.submit(f, off, len, ahead, who, &self.disk_done)
