@@ -5,13 +5,14 @@
 //! of milliseconds at a time (on this project's machine: ~30 ms in every 100 ms
 //! while its disk is read and both vCPUs are busy; docs/BENCHMARKS.md). A latency
 //! figure measured across such stops is the host's, not the server's, and an open
-//! loop counts them in full. [`StallWatch`] runs one thread that sleeps 1 ms at a
+//! loop counts them in full. [`StallWatch`] runs one thread that sleeps [`TICK`] at a
 //! time at `SCHED_FIFO` priority 1, so it wakes at once whatever else wants the CPU,
 //! and counts every wake-up later than [`STALL_MIN`] past its time as a stall. An
 //! experiment prints the total beside its latencies.
 //!
 //! Owns: the watch thread. Must not: busy-wait (it would take a core from the load).
-//! Costs: ~1,000 wake-ups a second. Without the privilege for `SCHED_FIFO` it does
+//! Costs: 200 wake-ups a second (at 1 ms, 1,000 a second, the heavy-range
+//! downloaders beside it on the client's core moved ~40% fewer MiB/s). Without the privilege for `SCHED_FIFO` it does
 //! not run ([`StallWatch::start`] returns `None`): at ordinary priority a late
 //! wake-up is mostly the load's own threads, and would read as a stall.
 
@@ -20,7 +21,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A wake-up this late (past the 1 ms asked for) counts as a stall.
+/// How long the watch sleeps each time.
+pub const TICK: Duration = Duration::from_millis(5);
+/// A wake-up this late (past the [`TICK`] asked for) counts as a stall.
 pub const STALL_MIN: Duration = Duration::from_millis(4);
 
 /// What the watch saw: stalls and their total length.
@@ -28,6 +31,15 @@ pub const STALL_MIN: Duration = Duration::from_millis(4);
 pub struct Stalls {
     pub count: u64,
     pub total: Duration,
+}
+
+impl Stalls {
+    /// Their total in whole ms for a table; `-` when nothing watched.
+    pub fn ms(s: Option<Stalls>) -> String {
+        s.map_or("-".into(), |s| {
+            format!("{:.0}", s.total.as_secs_f64() * 1e3)
+        })
+    }
 }
 
 pub struct StallWatch {
@@ -51,7 +63,7 @@ impl StallWatch {
             if !fifo {
                 return;
             }
-            let tick = Duration::from_millis(1);
+            let tick = TICK;
             while !s.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
                 std::thread::sleep(tick);
@@ -101,7 +113,7 @@ mod tests {
             t.elapsed() < Duration::from_millis(100),
             "the watch did not stop"
         );
-        // Sleeping itself is not a stall: 500 sleeps of 1 ms would be 500 ms.
+        // Sleeping itself is not a stall: 100 sleeps of 5 ms would be 500 ms.
         assert!(s.total < Duration::from_millis(100), "{s:?}");
     }
 }

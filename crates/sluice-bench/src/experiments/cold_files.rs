@@ -75,18 +75,11 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             format!("{:.1}", cold.1),
             format!("{:.0}", warm.2),
             format!("{:.0}", cold.2),
-            stall_ms(warm.3),
-            stall_ms(cold.3),
+            Stalls::ms(warm.3),
+            Stalls::ms(cold.3),
         ]);
     }
     finish(o, &Report::table("cold-files", &t))
-}
-
-/// The machine's own stops during a phase, in ms (`-`: not watched; see `stall.rs`).
-fn stall_ms(s: Option<Stalls>) -> String {
-    s.map_or("-".into(), |s| {
-        format!("{:.0}", s.total.as_secs_f64() * 1e3)
-    })
 }
 
 /// One run: (the small client's p99 in µs, the downloads' MiB/s, the small

@@ -1,10 +1,12 @@
 //! `heavy-range` (seed 004 Figure 11): an infrequent client's p99 beside 200 heavy
 //! downloaders from one range; and `request-flood`, the same beside 200 clients from
 //! one range asking for small files as fast as they can (issue 8: the fair choice
-//! of which ready request a worker answers next).
+//! of which ready request a worker answers next). Each p99 has the machine's own
+//! stops beside it (`stall_ms_*`, `stall.rs`): time no server could have answered in.
 
 use super::common::*;
 use crate::report::{Summary, Table};
+use crate::stall::{StallWatch, Stalls};
 use crate::workload::Workload;
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ fn beside(o: &ExpOptions, name: &str, heavy_size: usize) -> Result<String, Strin
         "ratio",
         "heavy_MiB_per_s",
         "heavy_req_per_s",
+        "stall_ms_alone",
+        "stall_ms_heavy",
     ]);
     for tg in &o.targets {
         let (mut opts, p) = options_for(&tg.url, o)?;
@@ -47,7 +51,10 @@ fn beside(o: &ExpOptions, name: &str, heavy_size: usize) -> Result<String, Strin
             &format!("{}/sluice-bench/size-1024.bin", base_path(&p)),
             &opts,
         );
+        // The machine's own stops meanwhile (`stall.rs`), beside each p99.
+        let watch = StallWatch::start();
         let alone = Summary::new(&tg.url, 1, 1, &go(&opts, &w)?);
+        let stall_alone = watch.map(StallWatch::finish);
         let lasting = o.duration + Duration::from_secs(4);
         let heavy = bench_child(
             &[
@@ -63,7 +70,9 @@ fn beside(o: &ExpOptions, name: &str, heavy_size: usize) -> Result<String, Strin
             std::process::Stdio::piped(),
         )?;
         std::thread::sleep(Duration::from_secs(2));
+        let watch = StallWatch::start();
         let under = go(&opts, &w).map(|r| Summary::new(&tg.url, 1, 1, &r));
+        let stall_heavy = watch.map(StallWatch::finish);
         let out = heavy
             .wait_with_output()
             .map_err(|e| format!("heavy clients: {e}"))?;
@@ -81,6 +90,8 @@ fn beside(o: &ExpOptions, name: &str, heavy_size: usize) -> Result<String, Strin
             ),
             fmt(mibs),
             format!("{rps:.0}"),
+            Stalls::ms(stall_alone),
+            Stalls::ms(stall_heavy),
         ]);
     }
     finish(o, &Report::table(name, &t))
