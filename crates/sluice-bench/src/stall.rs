@@ -12,9 +12,10 @@
 //!
 //! Owns: the watch thread. Must not: busy-wait (it would take a core from the load).
 //! Costs: 200 wake-ups a second (at 1 ms, 1,000 a second, the heavy-range
-//! downloaders beside it on the client's core moved ~40% fewer MiB/s). Without the privilege for `SCHED_FIFO` it does
-//! not run ([`StallWatch::start`] returns `None`): at ordinary priority a late
-//! wake-up is mostly the load's own threads, and would read as a stall.
+//! downloaders beside it on the client's core moved ~40% fewer MiB/s). Without the
+//! privilege for `SCHED_FIFO` it does not run ([`StallWatch::start`] returns
+//! `None`): at ordinary priority a late wake-up is mostly the load's own threads,
+//! and would read as a stall.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +26,17 @@ use std::time::{Duration, Instant};
 pub const TICK: Duration = Duration::from_millis(5);
 /// A wake-up this late (past the [`TICK`] asked for) counts as a stall.
 pub const STALL_MIN: Duration = Duration::from_millis(4);
+
+/// Put the calling thread (and the threads it starts from now on) at `SCHED_FIFO`
+/// priority 1. Needs root or `CAP_SYS_NICE`.
+pub fn fifo_this_thread() -> std::io::Result<()> {
+    let p = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets the calling thread's own policy; no pointers kept.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// What the watch saw: stalls and their total length.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,18 +68,15 @@ impl StallWatch {
         let (ok_tx, ok_rx) = std::sync::mpsc::channel();
         let (s, n) = (stop.clone(), seen.clone());
         let thread = std::thread::spawn(move || {
-            let p = libc::sched_param { sched_priority: 1 };
-            // SAFETY: sets the calling thread's own policy; no pointers kept.
-            let fifo = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
+            let fifo = fifo_this_thread().is_ok();
             let _ = ok_tx.send(fifo);
             if !fifo {
                 return;
             }
-            let tick = TICK;
             while !s.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                std::thread::sleep(tick);
-                let late = t0.elapsed().saturating_sub(tick);
+                std::thread::sleep(TICK);
+                let late = t0.elapsed().saturating_sub(TICK);
                 if late >= STALL_MIN {
                     n.0.fetch_add(1, Ordering::Relaxed);
                     n.1.fetch_add(late.as_micros() as u64, Ordering::Relaxed);

@@ -175,7 +175,9 @@ impl DiskPool {
         Ok(DiskPool { tx })
     }
 
-    /// Read `[off, off + len)` of `file` off the worker, then report `who` to `to`.
+    /// Read `[off, off + len)` of `file` off the worker, then report `who` to `to`;
+    /// then, unless another job waits, the `ahead` bytes after it, at most [`AHEAD`]
+    /// ([`ahead_for`] says how many for a response).
     /// `false` when the range could not be queued (the caller sends it itself).
     pub fn submit(
         &self,
@@ -193,6 +195,7 @@ impl DiskPool {
             file,
             off,
             len,
+            // The pool's own bound, whatever the caller asks (the test holds it to it).
             ahead: ahead.min(AHEAD),
             who,
             to: Arc::clone(to),

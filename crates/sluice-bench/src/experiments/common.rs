@@ -144,15 +144,7 @@ pub(super) fn base_path(p: &str) -> String {
 /// own wait for a CPU does not count as the server's latency. The threads started
 /// before (the load) keep their ordinary priority. Needs root or `CAP_SYS_NICE`.
 pub(super) fn measuring_client_fifo() -> Result<(), String> {
-    let p = libc::sched_param { sched_priority: 1 };
-    // SAFETY: sets the calling thread's own policy; no pointers kept.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
-        return Err(format!(
-            "--probe-fifo: sched_setscheduler: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    crate::stall::fifo_this_thread().map_err(|e| format!("--probe-fifo: sched_setscheduler: {e}"))
 }
 
 pub(super) fn go(opts: &Options, w: &Workload) -> Result<RunResult, String> {
