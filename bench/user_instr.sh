@@ -3,7 +3,7 @@
 # request: the part of the floor ratio that is sluice's own code, measured without this machine's noise.
 #
 #   bash bench/user_instr.sh [BIN] [SECONDS]        env: BODY=1024 (file size), HDR='Name: value' (extra
-#                                                   request header, repeatable with a newline), TOP=30
+#                                                   request header, repeatable with a newline), TOP=30, KEEP=FILE (keep the callgrind dump)
 #
 # One worker in one process runs under callgrind. 2,000 requests warm it up (the open-file cache, the
 # buffers), the counters are zeroed, then `wrk -t1 -c10` (its request: `GET /f.bin HTTP/1.1` + `Host`)
@@ -28,7 +28,7 @@ callgrind_control -i on "$VG" >/dev/null
 out=$(wrk -t1 -c10 -d"${DUR}s" "${WH[@]}" "http://127.0.0.1:$PORT/f.bin")
 callgrind_control -i off "$VG" >/dev/null; callgrind_control -d "$VG" >/dev/null
 n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out")
-f=$(ls -S "$W"/cg.* | head -1)
+f=$(ls -S "$W"/cg.* | head -1); [ -n "${KEEP:-}" ] && cp "$f" "$KEEP"
 total=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')
 echo "requests: $n   user-space instructions per request: $((total / n))"
 for mode in yes no; do callgrind_annotate --auto=no --inclusive=$mode "$f" 2>/dev/null | sed "s/^/$mode /"; done | python3 -c '

@@ -185,25 +185,27 @@ pub enum Parsed<'a> {
     Partial,
 }
 
-fn split_host_port(h: &str) -> &str {
-    let h = h.trim();
-    if let Some(rest) = h.strip_prefix('[') {
-        // IPv6 literal: keep the brackets' content.
-        return match rest.find(']') {
-            Some(i) => &h[..i + 2],
-            None => h,
-        };
+/// Whether a `Connection` value lists `token` (case-insensitive). The common
+/// one-token values (`keep-alive`, `close`) are decided without splitting.
+fn eq_token_list_has(value: &str, token: &str) -> bool {
+    if value.eq_ignore_ascii_case(token) {
+        return true;
     }
-    match h.rfind(':') {
-        Some(i) => &h[..i],
-        None => h,
-    }
+    value.len() > token.len()
+        && value
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-fn eq_token_list_has(value: &str, token: &str) -> bool {
-    value
-        .split(',')
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+/// `raw` as text when it is valid UTF-8. Most values are ASCII, checked a word
+/// at a time; only the others go through the full UTF-8 validation.
+fn text(raw: &[u8]) -> Option<&str> {
+    if raw.is_ascii() {
+        // SAFETY: every byte is below 0x80, so `raw` is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(raw) })
+    } else {
+        std::str::from_utf8(raw).ok()
+    }
 }
 
 /// Parse one request head from the front of `buf`.
@@ -263,7 +265,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     if head_len > limits.max_head {
         return Err(ParseError::HeadTooLarge);
     }
-    let (method_str, target, minor) = (rl.method, rl.target, rl.minor);
+    let (method_str, target, minor, qmark) = (rl.method, rl.target, rl.minor, rl.qmark);
     let mut h = RequestHead {
         method: Some(Method::from_bytes(method_str)),
         method_str,
@@ -292,7 +294,13 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             return Err(ParseError::Malformed);
         }
     }
-    match path_and_query.find('?') {
+    // The request line's scan found the first '?' of an origin-form target.
+    let q = if authority.is_none() && path_and_query.len() == target.len() {
+        qmark
+    } else {
+        path_and_query.find('?')
+    };
+    match q {
         Some(i) => {
             h.path = &path_and_query[..i];
             h.query = Some(&path_and_query[i + 1..]);
@@ -307,46 +315,61 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     let mut conn_keep = false;
     for hd in headers.iter() {
         let name = hd.name;
+        // Only the fields below are read; a value is turned into text only for
+        // them. Referer and User-Agent are kept as bytes: obs-text is legal there,
+        // and the access log escapes it rather than losing the field.
+        let field = match name.len() {
+            4 if name.eq_ignore_ascii_case("host") => Field::Host,
+            5 if name.eq_ignore_ascii_case("range") => Field::Range,
+            6 if name.eq_ignore_ascii_case("accept") => Field::Accept,
+            7 if name.eq_ignore_ascii_case("referer") => Field::Referer,
+            8 if name.eq_ignore_ascii_case("if-range") => Field::IfRange,
+            8 if name.eq_ignore_ascii_case("if-match") => Field::IfMatch,
+            10 if name.eq_ignore_ascii_case("connection") => Field::Connection,
+            10 if name.eq_ignore_ascii_case("user-agent") => Field::UserAgent,
+            13 if name.eq_ignore_ascii_case("if-none-match") => Field::IfNoneMatch,
+            14 if name.eq_ignore_ascii_case("content-length") => Field::ContentLength,
+            15 if name.eq_ignore_ascii_case("accept-encoding") => Field::AcceptEncoding,
+            17 if name.eq_ignore_ascii_case("transfer-encoding") => Field::TransferEncoding,
+            17 if name.eq_ignore_ascii_case("if-modified-since") => Field::IfModifiedSince,
+            19 if name.eq_ignore_ascii_case("if-unmodified-since") => Field::IfUnmodifiedSince,
+            _ => continue,
+        };
         let raw = trim_ows(hd.value);
-        // Referer and User-Agent are kept as bytes: obs-text is legal there, and the
-        // access log escapes it rather than losing the field.
-        match name.len() {
-            7 if name.eq_ignore_ascii_case("referer") => {
+        match field {
+            Field::Referer => {
                 h.referer = Some(raw);
                 continue;
             }
-            10 if name.eq_ignore_ascii_case("user-agent") => {
+            Field::UserAgent => {
                 h.user_agent = Some(raw);
                 continue;
             }
             _ => {}
         }
-        let value = match std::str::from_utf8(raw) {
-            Ok(v) => v,
-            // Non-UTF-8 values are legal bytes but nothing else we read needs them;
-            // refuse only on headers whose meaning we depend on.
-            Err(_) => {
-                if name.eq_ignore_ascii_case("host")
-                    || name.eq_ignore_ascii_case("content-length")
-                    || name.eq_ignore_ascii_case("transfer-encoding")
-                {
-                    return Err(ParseError::Malformed);
-                }
-                continue;
+        let Some(value) = text(raw) else {
+            // Non-UTF-8 values are legal bytes; refuse them only where the
+            // request's meaning depends on the field.
+            if matches!(
+                field,
+                Field::Host | Field::ContentLength | Field::TransferEncoding
+            ) {
+                return Err(ParseError::Malformed);
             }
+            continue;
         };
-        match name.len() {
-            4 if name.eq_ignore_ascii_case("host") => {
+        match field {
+            Field::Host => {
                 if host_hdr.is_some() {
                     return Err(ParseError::DuplicateHost);
                 }
                 host_hdr = Some(value);
             }
-            5 if name.eq_ignore_ascii_case("range") => h.range = Some(value),
-            6 if name.eq_ignore_ascii_case("accept") => h.accept = Some(value),
-            8 if name.eq_ignore_ascii_case("if-range") => h.if_range = Some(value),
-            8 if name.eq_ignore_ascii_case("if-match") => h.if_match = Some(value),
-            10 if name.eq_ignore_ascii_case("connection") => {
+            Field::Range => h.range = Some(value),
+            Field::Accept => h.accept = Some(value),
+            Field::IfRange => h.if_range = Some(value),
+            Field::IfMatch => h.if_match = Some(value),
+            Field::Connection => {
                 if eq_token_list_has(value, "close") {
                     conn_close = true;
                 }
@@ -354,9 +377,9 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                     conn_keep = true;
                 }
             }
-            13 if name.eq_ignore_ascii_case("if-none-match") => h.if_none_match = Some(value),
-            15 if name.eq_ignore_ascii_case("accept-encoding") => h.accept_encoding = Some(value),
-            14 if name.eq_ignore_ascii_case("content-length") => {
+            Field::IfNoneMatch => h.if_none_match = Some(value),
+            Field::AcceptEncoding => h.accept_encoding = Some(value),
+            Field::ContentLength => {
                 let n = parse_content_length(value)?;
                 if content_length.is_some() {
                     // Even identical duplicates are refused: a proxy in front may
@@ -365,19 +388,15 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 }
                 content_length = Some(n);
             }
-            17 if name.eq_ignore_ascii_case("transfer-encoding") => {
+            Field::TransferEncoding => {
                 if transfer_encoding.is_some() {
                     return Err(ParseError::BadTransferEncoding);
                 }
                 transfer_encoding = Some(value);
             }
-            17 if name.eq_ignore_ascii_case("if-modified-since") => {
-                h.if_modified_since = Some(value)
-            }
-            19 if name.eq_ignore_ascii_case("if-unmodified-since") => {
-                h.if_unmodified_since = Some(value)
-            }
-            _ => {}
+            Field::IfModifiedSince => h.if_modified_since = Some(value),
+            Field::IfUnmodifiedSince => h.if_unmodified_since = Some(value),
+            Field::Referer | Field::UserAgent => {}
         }
     }
 
@@ -399,16 +418,13 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     });
 
     // RFC 9112 §3.2: a Host that is not a valid uri-host[:port] is a 400, and so is
-    // an absolute-form authority of that shape (userinfo included).
-    for a in [authority, host_hdr].into_iter().flatten() {
-        if !valid_authority(a) {
-            return Err(ParseError::BadHost);
-        }
-    }
-    h.host = match (authority, host_hdr) {
-        (Some(a), _) => Some(split_host_port(a)),
-        (None, Some(v)) => Some(split_host_port(v)),
-        (None, None) => None,
+    // an absolute-form authority of that shape (userinfo included). The absolute
+    // form's authority wins over the header.
+    let host_of = |a: &'a str| authority_host(a).ok_or(ParseError::BadHost);
+    let header_host = host_hdr.map(host_of).transpose()?;
+    h.host = match authority {
+        Some(a) => Some(host_of(a)?),
+        None => header_host,
     };
     if minor >= 1 && host_hdr.is_none() {
         return Err(ParseError::MissingHost);
@@ -456,41 +472,109 @@ static TARGET_OK: [bool; 256] = target_table();
 
 /// Longest method accepted (`BASELINE-CONTROL` is 16).
 const MAX_METHOD: usize = 32;
+/// The header fields the parser reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Host,
+    Range,
+    Accept,
+    Referer,
+    IfRange,
+    IfMatch,
+    Connection,
+    UserAgent,
+    IfNoneMatch,
+    ContentLength,
+    AcceptEncoding,
+    TransferEncoding,
+    IfModifiedSince,
+    IfUnmodifiedSince,
+}
+
 /// Header fields a request may carry at most, whatever `max_headers` says.
 const MAX_HEADERS: usize = 128;
 /// Header slots tried first (see `parse_head`).
 const SMALL_HEADERS: usize = 24;
 
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+/// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a header name.
+const fn tchar_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).is_ascii_alphanumeric();
+        i += 1;
+    }
+    let extra = b"!#$%&'*+-.^_`|~";
+    let mut j = 0;
+    while j < extra.len() {
+        t[extra[j] as usize] = true;
+        j += 1;
+    }
+    t
 }
+static TCHAR: [bool; 256] = tchar_table();
+
+fn is_tchar(b: u8) -> bool {
+    TCHAR[b as usize]
+}
+
+/// The bytes of a `reg-name` or IPv4 host (RFC 3986 §3.2.2: unreserved,
+/// sub-delims, and `%` of a pct-encoding).
+const fn host_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).is_ascii_alphanumeric();
+        i += 1;
+    }
+    let extra = b"-._~%!$&'()*+,;=";
+    let mut j = 0;
+    while j < extra.len() {
+        t[extra[j] as usize] = true;
+        j += 1;
+    }
+    t
+}
+static HOST_OK: [bool; 256] = host_table();
 
 /// The request line, split: method, target, minor version.
 struct RequestLine<'a> {
     method: &'a str,
     target: &'a str,
     minor: u8,
+    /// Offset of the target's first `?`.
+    qmark: Option<usize>,
 }
 
-/// Parse `method SP target SP HTTP/1.d` (the line, without its CRLF or LF).
+/// Parse `method SP target SP HTTP/1.d` (the line, without its CRLF or LF) in one
+/// pass: each byte is checked against its part's table as the line is split.
 ///
 /// Written here rather than taken from httparse because httparse refuses
 /// HTTP/1.2–1.9 (RFC 9110 §2.5 says to answer them as 1.1) and accepts raw `"`,
 /// `<`, `>`, `{`, `}`, `|`, `^`, `` ` `` and `#` in the target (RFC 9112 §3 does not).
 fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
-    let sp1 = memchr(b' ', line).ok_or(ParseError::Malformed)?;
-    let method = &line[..sp1];
-    if method.is_empty() || method.len() > MAX_METHOD || !method.iter().all(|&b| is_tchar(b)) {
+    // The method: tchars up to the first space.
+    let sp1 = line.iter().position(|&b| !is_tchar(b)).unwrap_or(line.len());
+    if sp1 == 0 || sp1 > MAX_METHOD || line.get(sp1) != Some(&b' ') {
         return Err(ParseError::Malformed);
     }
+    // The target: allowed bytes up to the next space (which is not one of them).
     let rest = &line[sp1 + 1..];
-    let sp2 = memchr(b' ', rest).ok_or(ParseError::Malformed)?;
-    let target = &rest[..sp2];
-    let version = &rest[sp2 + 1..];
-    if target.is_empty() || !target.iter().all(|&b| TARGET_OK[b as usize]) {
+    let mut qmark = None;
+    let mut high = 0u8;
+    let mut sp2 = 0;
+    while sp2 < rest.len() && TARGET_OK[rest[sp2] as usize] {
+        let b = rest[sp2];
+        high |= b;
+        if b == b'?' && qmark.is_none() {
+            qmark = Some(sp2);
+        }
+        sp2 += 1;
+    }
+    if sp2 == 0 || rest.get(sp2) != Some(&b' ') {
         return Err(ParseError::Malformed);
     }
-    let minor = match version {
+    let minor = match &rest[sp2 + 1..] {
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
             if major.is_ascii_digit() && minor.is_ascii_digit() =>
         {
@@ -501,44 +585,54 @@ fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
         }
         _ => return Err(ParseError::Malformed),
     };
-    // Both are ASCII (tchar) or checked bytes; the target may hold obs-text, which
-    // must be valid UTF-8 to be borrowed as text.
-    let method = std::str::from_utf8(method).map_err(|_| ParseError::Malformed)?;
-    let target = std::str::from_utf8(target).map_err(|_| ParseError::Malformed)?;
+    // SAFETY: tchars are ASCII, so the method is valid UTF-8.
+    let method = unsafe { std::str::from_utf8_unchecked(&line[..sp1]) };
+    let target = &rest[..sp2];
+    // The target may hold obs-text, which must be valid UTF-8 to be borrowed as text.
+    let target = if high < 0x80 {
+        // SAFETY: no byte has its high bit set: ASCII, valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(target) }
+    } else {
+        std::str::from_utf8(target).map_err(|_| ParseError::Malformed)?
+    };
     Ok(RequestLine {
         method,
         target,
         minor,
+        qmark,
     })
 }
 
 /// Is `a` a valid `uri-host [ ":" port ]` (RFC 3986 §3.2.2, RFC 9112 §3.2)? Refuses
 /// userinfo (`a@b`), markup, a second colon and unclosed IPv6 literals.
 pub fn valid_authority(a: &str) -> bool {
+    authority_host(a).is_some()
+}
+
+/// The host of a valid `uri-host [ ":" port ]`, without the port (an IPv6
+/// literal keeps its brackets); `None` when `a` is not one.
+fn authority_host(a: &str) -> Option<&str> {
     let b = a.as_bytes();
-    let (host_ok, rest) = if let Some(inner) = b.strip_prefix(b"[") {
-        let Some(close) = memchr(b']', inner) else {
-            return false;
-        };
+    let host_end = if let Some(inner) = b.strip_prefix(b"[") {
+        let close = memchr(b']', inner)?;
         let lit = &inner[..close];
         let ok = !lit.is_empty()
             && lit
                 .iter()
                 .all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.');
-        (ok, &inner[close + 1..])
+        if !ok {
+            return None;
+        }
+        close + 2
     } else {
-        let end = memchr(b':', b).unwrap_or(b.len());
-        let ok = b[..end]
-            .iter()
-            .all(|&c| c.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&c));
-        (ok, &b[end..])
+        b.iter().position(|&c| !HOST_OK[c as usize]).unwrap_or(b.len())
     };
-    let port_ok = match rest {
+    let port_ok = match &b[host_end..] {
         [] => true,
         [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         _ => false,
     };
-    host_ok && port_ok
+    port_ok.then(|| &a[..host_end])
 }
 
 fn strip_scheme(t: &str) -> Option<&str> {

@@ -57,8 +57,15 @@ pub struct FileInfo {
     pub data: Option<Rc<[u8]>>,
     /// An open descriptor, for files sent from disk.
     pub file: Option<Rc<File>>,
-    etag: Inline<47>,
-    last_modified: Inline<31>,
+    /// The head lines a whole-file 200 sends, written once when the file is
+    /// loaded: `Last-Modified`, `ETag` (the validators are read from here too),
+    /// then `Accept-Ranges`, `Content-Type` and `Content-Length` up to `full_end`.
+    lines: Inline<255>,
+    /// Where the `ETag` value ends in `lines` (it starts at [`ETAG_AT`]).
+    etag_end: u8,
+    /// Where the whole-file lines end; 0 if they did not fit (then the handler
+    /// writes them itself).
+    full_end: u8,
     /// The path it was looked up by (the cache's key).
     key: Key,
     /// The file's identity and version when loaded (for revalidation).
@@ -67,14 +74,49 @@ pub struct FileInfo {
     until: Cell<Instant>,
 }
 
+/// `Last-Modified: ` + an HTTP date (29 bytes) + `\r\n` + `ETag: `.
+const LM_AT: usize = 15;
+const ETAG_AT: usize = LM_AT + 29 + 2 + 6;
+
 impl FileInfo {
     /// `"<mtime>.<nanoseconds>-<size>"` in hex, quoted.
     pub fn etag(&self) -> &str {
-        self.etag.as_str()
+        &self.lines.as_str()[ETAG_AT..self.etag_end as usize]
     }
     /// The modification time as an HTTP date.
     pub fn last_modified(&self) -> &str {
-        self.last_modified.as_str()
+        &self.lines.as_str()[LM_AT..LM_AT + 29]
+    }
+    /// The header lines of a 200 for the whole file, without a content coding
+    /// (`Last-Modified`, `ETag`, `Accept-Ranges`, `Content-Type`,
+    /// `Content-Length`), or `None` when the handler must write them.
+    pub fn whole_file_lines(&self) -> Option<&[u8]> {
+        let end = self.full_end as usize;
+        (end > 0).then(|| &self.lines.as_str().as_bytes()[..end])
+    }
+}
+
+/// The lines kept in [`FileInfo::lines`], and the ETag's and the whole set's ends.
+fn head_lines(last_modified: &str, etag: &str, mime: &str, len: u64) -> (Inline<255>, u8, u8) {
+    use std::fmt::Write;
+    debug_assert_eq!(last_modified.len(), 29);
+    let mut s = String::with_capacity(256);
+    let _ = write!(s, "Last-Modified: {last_modified}\r\nETag: {etag}");
+    let etag_end = s.len();
+    s.push_str("\r\n");
+    let validators = s.len();
+    let _ = write!(
+        s,
+        "Accept-Ranges: bytes\r\nContent-Type: {mime}\r\nContent-Length: {len}\r\n"
+    );
+    match Inline::new(&s) {
+        Some(lines) => (lines, etag_end as u8, s.len() as u8),
+        // At most 98 bytes: an HTTP date and a 44-byte ETag.
+        None => (
+            Inline::new(&s[..validators]).expect("the validators' lines fit in 255 bytes"),
+            etag_end as u8,
+            0,
+        ),
     }
 }
 
@@ -306,16 +348,18 @@ impl FileCache {
         // mtime (with nanoseconds) and size, like nginx: no inode numbers leak, and
         // mirrors holding the same file at the same time give the same tag.
         let etag = format!("\"{:x}.{:x}-{:x}\"", mtime, meta.mtime_nsec().max(0), len);
+        let mime = mime::for_path(rel);
+        // The ETag is at most 2 + 16 + 1 + 8 + 1 + 16 bytes, an HTTP date 29.
+        let (lines, etag_end, full_end) = head_lines(&date::format(mtime), &etag, mime, len);
         let mut info = FileInfo {
             len,
             mtime,
-            mime: mime::for_path(rel),
+            mime,
             data: None,
             file: None,
-            // At most 2 + 16 + 1 + 8 + 1 + 16 bytes, and an HTTP date is 29.
-            etag: Inline::new(&etag).expect("an ETag fits in 47 bytes"),
-            last_modified: Inline::new(&date::format(mtime))
-                .expect("an HTTP date fits in 31 bytes"),
+            lines,
+            etag_end,
+            full_end,
             key: Key::new(rel),
             stamp: Stamp::of(&meta),
             until: Cell::new(Instant::now()),
