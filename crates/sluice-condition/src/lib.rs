@@ -37,7 +37,7 @@
 //! address's list (O(1), no count changes). A class change walks one path of the
 //! tree (9 nodes for IPv4); a send turn or a waiting request's turn is one pop (one
 //! path, 16 children scanned per node); a request that never waits costs nothing
-//! here. Memory: 9 bytes per connection slot in side tables (links shared by
+//! here. Memory: 13 bytes per connection slot in side tables (links shared by
 //! the four trees, and the class), plus the nodes of the live
 //! prefixes; nothing in the connection record.
 
@@ -125,7 +125,7 @@ impl Conditioner {
         if old == class {
             // (A waiting response stays where it is in its queue.)
             if class == Class::Idle {
-                self.idle.touch(&mut self.links, id, &RangeKey::of(peer));
+                self.idle.touch(&mut self.links, id);
             }
             return;
         }

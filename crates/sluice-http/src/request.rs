@@ -554,7 +554,10 @@ struct RequestLine<'a> {
 /// `<`, `>`, `{`, `}`, `|`, `^`, `` ` `` and `#` in the target (RFC 9112 §3 does not).
 fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
     // The method: tchars up to the first space.
-    let sp1 = line.iter().position(|&b| !is_tchar(b)).unwrap_or(line.len());
+    let sp1 = line
+        .iter()
+        .position(|&b| !is_tchar(b))
+        .unwrap_or(line.len());
     if sp1 == 0 || sp1 > MAX_METHOD || line.get(sp1) != Some(&b' ') {
         return Err(ParseError::Malformed);
     }
@@ -625,7 +628,9 @@ fn authority_host(a: &str) -> Option<&str> {
         }
         close + 2
     } else {
-        b.iter().position(|&c| !HOST_OK[c as usize]).unwrap_or(b.len())
+        b.iter()
+            .position(|&c| !HOST_OK[c as usize])
+            .unwrap_or(b.len())
     };
     let port_ok = match &b[host_end..] {
         [] => true,

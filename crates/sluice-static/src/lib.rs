@@ -279,7 +279,8 @@ impl StaticHandler {
             _ => RangeResult::Full,
         };
         let mut r = Response::new(200);
-        if let (RangeResult::Full, None, Some(lines)) = (&ranges, encoded, info.whole_file_lines()) {
+        if let (RangeResult::Full, None, Some(lines)) = (&ranges, encoded, info.whole_file_lines())
+        {
             // The common answer, its lines written when the file was loaded.
             r.headers.add_lines(lines);
             push_body(&mut r, info, 0, info.len);

@@ -31,10 +31,18 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
     }
     // Fast path, the common case: nothing to decode, no empty or dot segments, so the
     // path is already normal and can be borrowed.
+    // One pass: a byte that needs decoding or is refused, or a slash followed by
+    // another or by a dot (an empty, dot or hidden segment), or a trailing slash.
     let b = raw.as_bytes();
-    let clean = !b.iter().any(|&c| c == b'%' || c == b'\\' || c == 0)
-        && !b.windows(2).any(|w| w == b"//" || w == b"/.")
-        && (b.len() == 1 || b[b.len() - 1] != b'/');
+    let mut clean = b.len() == 1 || b[b.len() - 1] != b'/';
+    let mut after_slash = false;
+    for &c in b {
+        if c == b'%' || c == b'\\' || c == 0 || (after_slash && (c == b'/' || c == b'.')) {
+            clean = false;
+            break;
+        }
+        after_slash = c == b'/';
+    }
     if clean {
         return Ok(Normalized {
             rel: std::borrow::Cow::Borrowed(&raw[1..]),
