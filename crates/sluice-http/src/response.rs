@@ -233,6 +233,14 @@ mod tests {
 
     #[test]
     fn status_line() {
+        for status in [200, 206, 304] {
+            let mut v = Vec::new();
+            write_status_line(&mut v, status);
+            assert_eq!(
+                v,
+                format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes()
+            );
+        }
         let mut v = Vec::new();
         write_status_line(&mut v, 416);
         assert_eq!(v, b"HTTP/1.1 416 Range Not Satisfiable\r\n");

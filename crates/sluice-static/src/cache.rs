@@ -468,6 +468,42 @@ mod tests {
     use sluice_config::SymlinkPolicy;
 
     #[test]
+    fn a_whole_file_answer_has_its_lines_written_once_and_the_validators_read_from_them() {
+        let d = std::env::temp_dir().join(format!("sluice-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("notes.txt"), b"hello").unwrap();
+        let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+        let mut c = FileCache::new(Duration::from_secs(1), 100, 1024);
+        let Entry::File(f) = c.lookup(&root, "notes.txt", Instant::now()) else {
+            panic!("not a file");
+        };
+        let meta = std::fs::metadata(d.join("notes.txt")).unwrap();
+        let etag = format!("\"{:x}.{:x}-5\"", meta.mtime(), meta.mtime_nsec());
+        let lm = date::format(meta.mtime() as u64);
+        assert_eq!(f.etag(), etag);
+        assert_eq!(f.last_modified(), lm);
+        let want = format!(
+            "Last-Modified: {lm}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\
+             Content-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n"
+        );
+        assert_eq!(f.whole_file_lines(), Some(want.as_bytes()));
+        std::fs::remove_dir_all(&d).unwrap();
+
+        // The longest ETag and length with every type the table knows fit; a type
+        // too long for the record leaves the lines to the handler, validators intact.
+        let etag = format!("\"{:x}.{:x}-{:x}\"", u64::MAX, 999_999_999u32, u64::MAX);
+        for ext in ["deb", "js", "md", "html", "svg", "bin", "woff2", "xyz"] {
+            let mime = mime::for_path(&format!("f.{ext}"));
+            let (_, _, full) = head_lines(&lm, &etag, mime, u64::MAX);
+            assert!(full > 0, "{mime}");
+        }
+        let (lines, etag_end, full) = head_lines(&lm, &etag, &"x".repeat(200), 1);
+        assert_eq!(full, 0);
+        assert_eq!(&lines.as_str()[ETAG_AT..etag_end as usize], etag);
+        assert_eq!(&lines.as_str()[LM_AT..LM_AT + 29], lm);
+    }
+
+    #[test]
     fn expiry_closes_cached_descriptors() {
         let d = std::env::temp_dir().join(format!("sluice-cache-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();

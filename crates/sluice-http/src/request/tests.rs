@@ -175,6 +175,52 @@ fn minor_versions_above_one_are_one_one() {
 }
 
 #[test]
+fn values_are_text_only_where_they_are_read() {
+    // Bytes that are not UTF-8 in a field nobody reads, or in one read only as a
+    // hint, are let through; in a field the request's meaning depends on, refused.
+    let ok = b"GET /a?b?c HTTP/1.1\r\nHost: a\r\nX-Any: \xff\xfe\r\nAccept: \xff\r\n\r\n";
+    let Parsed::Complete(h) = parse_head(ok, &Limits::default()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.accept, None);
+    assert_eq!((h.path, h.query), ("/a", Some("b?c")));
+    for field in ["Host", "Content-Length", "Transfer-Encoding"] {
+        let mut req = b"POST / HTTP/1.1\r\n".to_vec();
+        if field != "Host" {
+            req.extend_from_slice(b"Host: a\r\n");
+        }
+        req.extend_from_slice(format!("{field}: 1").as_bytes());
+        req.extend_from_slice(b"\xff\r\n\r\n");
+        assert_eq!(
+            parse_head(&req, &Limits::default()).unwrap_err(),
+            ParseError::Malformed,
+            "{field}"
+        );
+    }
+    // The Connection tokens, alone or in a list, in any case.
+    for (value, keep) in [
+        ("Keep-Alive", true),
+        ("upgrade, KEEP-ALIVE", true),
+        ("keep-alivex", false),
+        ("close", false),
+        ("keep-alive, close", false),
+    ] {
+        let req = format!("GET / HTTP/1.0\r\nConnection: {value}\r\n\r\n");
+        assert_eq!(complete(&req).keep_alive, keep, "{value}");
+    }
+    assert!(!complete("GET / HTTP/1.1\r\nHost: a\r\nConnection: x, Close\r\n\r\n").keep_alive);
+    // The host without its port, an IPv6 literal with its brackets.
+    assert_eq!(
+        complete("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n").host,
+        Some("[::1]")
+    );
+    assert_eq!(
+        complete("GET / HTTP/1.1\r\nHost: a.b:80\r\n\r\n").host,
+        Some("a.b")
+    );
+}
+
+#[test]
 fn obs_text_in_user_agent_is_kept() {
     let req = b"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: caf\xe9 \r\nReferer: \xff\r\nIf-Match: \"e\"\r\nIf-Unmodified-Since: x\r\n\r\n";
     let Parsed::Complete(h) = parse_head(req, &Limits::default()).unwrap() else {
