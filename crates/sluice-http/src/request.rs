@@ -17,11 +17,15 @@
 //! - HTTP/1.1 without `Host`, with more than one, or with a value that is not a
 //!   `uri-host[:port]` (400; userinfo, markup, two ports and open IPv6 literals).
 //!
-//! The request line is parsed here (a table lookup per byte), the header block by
+//! The request line is parsed in [`line`] (a table lookup per byte), the header block by
 //! `httparse::parse_headers` (SIMD); cost is one pass over the head plus one pass
 //! over its headers.
 
 use memchr::memchr;
+
+mod line;
+pub use line::valid_authority;
+use line::{authority_host, is_tchar, parse_request_line, strip_scheme, MAX_METHOD};
 
 /// Size limits on a request head. Defaults are nginx-like.
 #[derive(Clone, Copy, Debug)]
@@ -449,29 +453,6 @@ fn trim_ows(v: &[u8]) -> &[u8] {
     &v[s..e.max(s)]
 }
 
-/// Bytes allowed raw in a request-target: visible ASCII except the characters RFC 3986
-/// never allows unencoded (`"` `#` `<` `>` `\` `^` `` ` `` `{` `|` `}`), plus obs-text
-/// (≥ 0x80, which some clients send as raw UTF-8; it is percent-encoded wherever
-/// sluice writes a URL back).
-const fn target_table() -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut i = 0x21;
-    while i < 256 {
-        t[i] = i != 0x7f;
-        i += 1;
-    }
-    let bad = b"\"#<>\\^`{|}";
-    let mut j = 0;
-    while j < bad.len() {
-        t[bad[j] as usize] = false;
-        j += 1;
-    }
-    t
-}
-static TARGET_OK: [bool; 256] = target_table();
-
-/// Longest method accepted (`BASELINE-CONTROL` is 16).
-const MAX_METHOD: usize = 32;
 /// The header fields the parser reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Field {
@@ -495,161 +476,6 @@ enum Field {
 const MAX_HEADERS: usize = 128;
 /// Header slots tried first (see `parse_head`).
 const SMALL_HEADERS: usize = 24;
-
-/// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a header name.
-const fn tchar_table() -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = (i as u8).is_ascii_alphanumeric();
-        i += 1;
-    }
-    let extra = b"!#$%&'*+-.^_`|~";
-    let mut j = 0;
-    while j < extra.len() {
-        t[extra[j] as usize] = true;
-        j += 1;
-    }
-    t
-}
-static TCHAR: [bool; 256] = tchar_table();
-
-fn is_tchar(b: u8) -> bool {
-    TCHAR[b as usize]
-}
-
-/// The bytes of a `reg-name` or IPv4 host (RFC 3986 §3.2.2: unreserved,
-/// sub-delims, and `%` of a pct-encoding).
-const fn host_table() -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = (i as u8).is_ascii_alphanumeric();
-        i += 1;
-    }
-    let extra = b"-._~%!$&'()*+,;=";
-    let mut j = 0;
-    while j < extra.len() {
-        t[extra[j] as usize] = true;
-        j += 1;
-    }
-    t
-}
-static HOST_OK: [bool; 256] = host_table();
-
-/// The request line, split: method, target, minor version.
-struct RequestLine<'a> {
-    method: &'a str,
-    target: &'a str,
-    minor: u8,
-    /// Offset of the target's first `?`.
-    qmark: Option<usize>,
-}
-
-/// Parse `method SP target SP HTTP/1.d` (the line, without its CRLF or LF) in one
-/// pass: each byte is checked against its part's table as the line is split.
-///
-/// Written here rather than taken from httparse because httparse refuses
-/// HTTP/1.2–1.9 (RFC 9110 §2.5 says to answer them as 1.1) and accepts raw `"`,
-/// `<`, `>`, `{`, `}`, `|`, `^`, `` ` `` and `#` in the target (RFC 9112 §3 does not).
-fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseError> {
-    // The method: tchars up to the first space.
-    let sp1 = line
-        .iter()
-        .position(|&b| !is_tchar(b))
-        .unwrap_or(line.len());
-    if sp1 == 0 || sp1 > MAX_METHOD || line.get(sp1) != Some(&b' ') {
-        return Err(ParseError::Malformed);
-    }
-    // The target: allowed bytes up to the next space (which is not one of them).
-    let rest = &line[sp1 + 1..];
-    let mut qmark = None;
-    let mut high = 0u8;
-    let mut sp2 = 0;
-    while sp2 < rest.len() && TARGET_OK[rest[sp2] as usize] {
-        let b = rest[sp2];
-        high |= b;
-        if b == b'?' && qmark.is_none() {
-            qmark = Some(sp2);
-        }
-        sp2 += 1;
-    }
-    if sp2 == 0 || rest.get(sp2) != Some(&b' ') {
-        return Err(ParseError::Malformed);
-    }
-    let minor = match &rest[sp2 + 1..] {
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-            if major.is_ascii_digit() && minor.is_ascii_digit() =>
-        {
-            if *major != b'1' {
-                return Err(ParseError::BadVersion);
-            }
-            minor - b'0'
-        }
-        _ => return Err(ParseError::Malformed),
-    };
-    // SAFETY: tchars are ASCII, so the method is valid UTF-8.
-    let method = unsafe { std::str::from_utf8_unchecked(&line[..sp1]) };
-    let target = &rest[..sp2];
-    // The target may hold obs-text, which must be valid UTF-8 to be borrowed as text.
-    let target = if high < 0x80 {
-        // SAFETY: no byte has its high bit set: ASCII, valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(target) }
-    } else {
-        std::str::from_utf8(target).map_err(|_| ParseError::Malformed)?
-    };
-    Ok(RequestLine {
-        method,
-        target,
-        minor,
-        qmark,
-    })
-}
-
-/// Is `a` a valid `uri-host [ ":" port ]` (RFC 3986 §3.2.2, RFC 9112 §3.2)? Refuses
-/// userinfo (`a@b`), markup, a second colon and unclosed IPv6 literals.
-pub fn valid_authority(a: &str) -> bool {
-    authority_host(a).is_some()
-}
-
-/// The host of a valid `uri-host [ ":" port ]`, without the port (an IPv6
-/// literal keeps its brackets); `None` when `a` is not one.
-fn authority_host(a: &str) -> Option<&str> {
-    let b = a.as_bytes();
-    let host_end = if let Some(inner) = b.strip_prefix(b"[") {
-        let close = memchr(b']', inner)?;
-        let lit = &inner[..close];
-        let ok = !lit.is_empty()
-            && lit
-                .iter()
-                .all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.');
-        if !ok {
-            return None;
-        }
-        close + 2
-    } else {
-        b.iter()
-            .position(|&c| !HOST_OK[c as usize])
-            .unwrap_or(b.len())
-    };
-    let port_ok = match &b[host_end..] {
-        [] => true,
-        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
-        _ => false,
-    };
-    port_ok.then(|| &a[..host_end])
-}
-
-fn strip_scheme(t: &str) -> Option<&str> {
-    let b = t.as_bytes();
-    if b.len() >= 7 && b[..7].eq_ignore_ascii_case(b"http://") {
-        Some(&t[7..])
-    } else if b.len() >= 8 && b[..8].eq_ignore_ascii_case(b"https://") {
-        Some(&t[8..])
-    } else {
-        None
-    }
-}
 
 fn parse_content_length(v: &str) -> Result<u64, ParseError> {
     // RFC 9110 allows a list of identical values; we refuse it (ambiguity is the attack).

@@ -1,0 +1,149 @@
+//! The open-file cache: expiry, revalidation, the prebuilt head lines.
+use super::*;
+use sluice_config::SymlinkPolicy;
+
+#[test]
+fn a_whole_file_answer_has_its_lines_written_once_and_the_validators_read_from_them() {
+    let d = std::env::temp_dir().join(format!("sluice-lines-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("notes.txt"), b"hello").unwrap();
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let mut c = FileCache::new(Duration::from_secs(1), 100, 1024);
+    let Entry::File(f) = c.lookup(&root, "notes.txt", Instant::now()) else {
+        panic!("not a file");
+    };
+    let meta = std::fs::metadata(d.join("notes.txt")).unwrap();
+    let etag = format!("\"{:x}.{:x}-5\"", meta.mtime(), meta.mtime_nsec());
+    let lm = date::format(meta.mtime() as u64);
+    assert_eq!(f.etag(), etag);
+    assert_eq!(f.last_modified(), lm);
+    let want = format!(
+        "Last-Modified: {lm}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\
+         Content-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n"
+    );
+    assert_eq!(f.whole_file_lines(), Some(want.as_bytes()));
+    std::fs::remove_dir_all(&d).unwrap();
+
+    // The longest ETag and length with every type the table knows fit; a type
+    // too long for the record leaves the lines to the handler, validators intact.
+    let etag = format!("\"{:x}.{:x}-{:x}\"", u64::MAX, 999_999_999u32, u64::MAX);
+    for ext in ["deb", "js", "md", "html", "svg", "bin", "woff2", "xyz"] {
+        let mime = mime::for_path(&format!("f.{ext}"));
+        let (_, _, full) = head_lines(&lm, &etag, mime, u64::MAX);
+        assert!(full > 0, "{mime}");
+    }
+    let (lines, etag_end, full) = head_lines(&lm, &etag, &"x".repeat(200), 1);
+    assert_eq!(full, 0);
+    assert_eq!(&lines.as_str()[ETAG_AT..etag_end as usize], etag);
+    assert_eq!(&lines.as_str()[LM_AT..LM_AT + 29], lm);
+}
+
+#[test]
+fn expiry_closes_cached_descriptors() {
+    let d = std::env::temp_dir().join(format!("sluice-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("big"), vec![0u8; 100_000]).unwrap();
+    std::fs::write(d.join("small"), b"x").unwrap();
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let mut c = FileCache::new(Duration::from_millis(100), 100, 1024);
+    let t0 = Instant::now();
+    assert!(matches!(c.lookup(&root, "big", t0), Entry::File(f) if f.file.is_some()));
+    assert!(matches!(c.lookup(&root, "small", t0), Entry::File(f) if f.data.is_some()));
+    assert!(matches!(c.lookup(&root, "missing", t0), Entry::NotFound));
+    assert_eq!((c.len(), c.fds), (3, 1));
+    c.expire(t0 + Duration::from_millis(50));
+    assert_eq!(c.len(), 3, "still valid");
+    c.expire(t0 + Duration::from_millis(150));
+    // The descriptor is closed and the miss dropped; the small file's bytes stay,
+    // to be revalidated by its next request.
+    assert_eq!((c.len(), c.fds, c.bytes), (1, 0, 1));
+    // Unused for longer than that, it goes too.
+    c.expire(t0 + Duration::from_millis(100) + KEEP_UNUSED + Duration::from_secs(1));
+    assert_eq!((c.len(), c.fds, c.bytes), (0, 0, 0));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn paths_past_the_inline_key_length_are_cached_too() {
+    let d = std::env::temp_dir().join(format!("sluice-keys-{}", std::process::id()));
+    let long = format!("{}/f", "d".repeat(80));
+    std::fs::create_dir_all(d.join(&long).parent().unwrap()).unwrap();
+    std::fs::write(d.join(&long), b"long").unwrap();
+    std::fs::write(d.join("short"), b"short").unwrap();
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let mut c = FileCache::new(Duration::from_secs(60), 100, 1024);
+    let t = Instant::now();
+    for p in [long.as_str(), "short"] {
+        let a = info(c.lookup(&root, p, t));
+        assert!(
+            Rc::ptr_eq(&a, &info(c.lookup(&root, p, t))),
+            "{p} not cached"
+        );
+    }
+    assert_eq!(
+        info(c.lookup(&root, &long, t)).data.as_deref().unwrap(),
+        b"long"
+    );
+    // A miss is cached under its own path, long or short.
+    assert!(matches!(
+        c.lookup(&root, &format!("{long}x"), t),
+        Entry::NotFound
+    ));
+    assert_eq!(c.len(), 3);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+fn info(e: Entry) -> Rc<FileInfo> {
+    match e {
+        Entry::File(f) => f,
+        other => panic!("not a file: {other:?}"),
+    }
+}
+
+#[test]
+fn an_expired_entry_is_kept_only_while_its_file_is_unchanged() {
+    let d = std::env::temp_dir().join(format!("sluice-reval-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("f");
+    std::fs::write(&p, b"one").unwrap();
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let mut c = FileCache::new(Duration::from_millis(100), 100, 1024);
+    let mut t = Instant::now();
+    let a = info(c.lookup(&root, "f", t));
+    // Expired and swept, but unchanged: the same entry, not a reload.
+    t += Duration::from_millis(150);
+    c.expire(t);
+    let b = info(c.lookup(&root, "f", t));
+    assert!(Rc::ptr_eq(&a, &b), "an unchanged file was loaded again");
+    // Rewritten in place with the same size: its times change, so it is reloaded
+    // once the entry expires (and not before).
+    std::fs::write(&p, b"two").unwrap();
+    let f = std::fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    assert!(Rc::ptr_eq(&b, &info(c.lookup(&root, "f", t))));
+    t += Duration::from_millis(150);
+    let e = info(c.lookup(&root, "f", t));
+    assert_eq!(e.data.as_deref().unwrap(), b"two");
+    // Replaced by another file (a new inode, renamed over it).
+    std::fs::write(d.join("new"), b"three").unwrap();
+    std::fs::rename(d.join("new"), &p).unwrap();
+    t += Duration::from_millis(150);
+    let g = info(c.lookup(&root, "f", t));
+    assert_eq!(g.data.as_deref().unwrap(), b"three");
+    // Replaced by a symlink to the same file: not the same entry any more.
+    std::fs::rename(&p, d.join("target")).unwrap();
+    std::os::unix::fs::symlink("target", &p).unwrap();
+    t += Duration::from_millis(150);
+    let h = info(c.lookup(&root, "f", t));
+    assert!(
+        !Rc::ptr_eq(&g, &h),
+        "a symlink in the file's place passed as the file"
+    );
+    // Deleted: a miss.
+    std::fs::remove_file(&p).unwrap();
+    std::fs::remove_file(d.join("target")).unwrap();
+    t += Duration::from_millis(150);
+    assert!(matches!(c.lookup(&root, "f", t), Entry::NotFound));
+    let _ = std::fs::remove_dir_all(d);
+}
