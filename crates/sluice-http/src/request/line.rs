@@ -3,7 +3,7 @@
 //! in one pass each, a table lookup per byte. Owns the byte classes (tchar,
 //! target, host); must not look at header fields (`request.rs` does).
 
-use super::ParseError;
+use super::error::ParseError;
 use memchr::memchr;
 
 /// Bytes allowed raw in a request-target: visible ASCII except the characters RFC 3986
