@@ -144,6 +144,22 @@ impl Outgoing {
         spare.then(|| std::mem::take(&mut self.wbuf))
     }
 
+    /// A small body from memory goes into `wbuf` behind the head when it fits the
+    /// buffer as it is: head and body then leave in one `send` of one buffer,
+    /// copied once, with no body chunk queued (`advance_memory` counts the bytes
+    /// past `head_len` in `sent` as they are written). ~4% of a keep-alive 1 KiB
+    /// request's user-space instructions (`bench/user_instr.sh`).
+    pub fn append_small_body(&mut self, body: &[u8]) -> bool {
+        let fits = !self.wbuf_is_body
+            && self.wpos == 0
+            && self.wbuf.len() as u64 == self.head_len
+            && self.wbuf.capacity() - self.wbuf.len() >= body.len();
+        if fits {
+            self.wbuf.extend_from_slice(body);
+        }
+        fits
+    }
+
     pub fn is_idle(&self) -> bool {
         self.wpos >= self.wbuf.len() && self.chunks.is_empty()
     }
@@ -496,9 +512,14 @@ impl Outgoing {
     fn advance_memory(&mut self, mut n: usize) {
         let pending = self.wbuf.len() - self.wpos;
         let from_buf = n.min(pending);
+        let was = self.wpos;
         self.wpos += from_buf;
         if self.wbuf_is_body {
             self.sent += from_buf as u64;
+        } else {
+            // The head, then perhaps a small body (`append_small_body`).
+            let head = self.head_len as usize;
+            self.sent += self.wpos.saturating_sub(was.max(head)) as u64;
         }
         n -= from_buf;
         if self.wpos >= self.wbuf.len() {

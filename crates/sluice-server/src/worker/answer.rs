@@ -9,7 +9,7 @@ use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
 use sluice_condition::slowread::RateWindow;
 use sluice_condition::CloseReason;
-use sluice_http::response::{write_status_line, Response};
+use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
 use sluice_status::Counters;
 use std::sync::atomic::Ordering;
@@ -333,9 +333,17 @@ impl Worker {
         out.head_len = wbuf.len() as u64;
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless {
-            // Into the pooled queue, which keeps its capacity between responses.
+            // Behind the head when small and in memory, else into the pooled
+            // queue, which keeps its capacity between responses.
             out.chunks.clear();
-            out.chunks.extend(resp.body);
+            let small = match resp.body.as_slice() {
+                [Chunk::Shared(d, a, b)] => Some(&d[*a..*b]),
+                [Chunk::Owned(v)] => Some(&v[..]),
+                _ => None,
+            };
+            if !small.is_some_and(|b| out.append_small_body(b)) {
+                out.chunks.extend(resp.body);
+            }
         }
         c.phase = Phase::Send { last: self.now_ms };
         Step::Responded
