@@ -29,15 +29,14 @@ static TARGET_OK: [bool; 256] = target_table();
 
 /// Longest method accepted (`BASELINE-CONTROL` is 16).
 pub(super) const MAX_METHOD: usize = 32;
-/// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a header name.
-const fn tchar_table() -> [bool; 256] {
+/// A byte class: the ASCII letters and digits, and `extra`.
+const fn alnum_and(extra: &[u8]) -> [bool; 256] {
     let mut t = [false; 256];
     let mut i = 0;
     while i < 256 {
         t[i] = (i as u8).is_ascii_alphanumeric();
         i += 1;
     }
-    let extra = b"!#$%&'*+-.^_`|~";
     let mut j = 0;
     while j < extra.len() {
         t[extra[j] as usize] = true;
@@ -45,7 +44,9 @@ const fn tchar_table() -> [bool; 256] {
     }
     t
 }
-static TCHAR: [bool; 256] = tchar_table();
+
+/// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a header name.
+static TCHAR: [bool; 256] = alnum_and(b"!#$%&'*+-.^_`|~");
 
 pub(super) fn is_tchar(b: u8) -> bool {
     TCHAR[b as usize]
@@ -53,22 +54,7 @@ pub(super) fn is_tchar(b: u8) -> bool {
 
 /// The bytes of a `reg-name` or IPv4 host (RFC 3986 §3.2.2: unreserved,
 /// sub-delims, and `%` of a pct-encoding).
-const fn host_table() -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = (i as u8).is_ascii_alphanumeric();
-        i += 1;
-    }
-    let extra = b"-._~%!$&'()*+,;=";
-    let mut j = 0;
-    while j < extra.len() {
-        t[extra[j] as usize] = true;
-        j += 1;
-    }
-    t
-}
-static HOST_OK: [bool; 256] = host_table();
+static HOST_OK: [bool; 256] = alnum_and(b"-._~%!$&'()*+,;=");
 
 /// The request line, split: method, target, minor version.
 pub(super) struct RequestLine<'a> {
