@@ -422,13 +422,7 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
     );
     let csv = std::fs::read_to_string(out.path().join("concurrency.csv")).unwrap();
     let header = csv.lines().next().unwrap();
-    for col in [
-        "ttfb_p50_ms",
-        "ttfb_p99_ms",
-        "probe_p50_ms",
-        "probe_p99_ms",
-        "stall_ms",
-    ] {
+    for col in ["ttfb_p50_ms", "ttfb_p99_ms", "probe_p50_ms", "probe_p99_ms"] {
         assert!(header.contains(col), "{header}");
     }
     for row in csv.lines().skip(1) {
@@ -436,13 +430,6 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
         assert_eq!(f[5], "1.0000", "downloads failed against sluice: {row}");
         let probe_p99: f64 = f[9].parse().unwrap();
         assert!(probe_p99 > 0.0, "no probe latency: {row}");
-        // The machine's own stops: whole ms while watched, never more than the
-        // step lasted; "-" only where the watch cannot have SCHED_FIFO (not root).
-        match f[12].parse::<f64>() {
-            Ok(stall) => assert!((0.0..60_000.0).contains(&stall), "{row}"),
-            // SAFETY: a plain query of the calling process's credentials.
-            Err(_) => assert!(f[12] == "-" && unsafe { libc::geteuid() } != 0, "{row}"),
-        }
     }
     assert!(out.path().join("concurrency-probe.svg").exists());
 

@@ -1,13 +1,11 @@
 //! `concurrency` (seed 000): rate-capped downloads stepped up until availability
-//! falls below 50%, with the time to first byte and a probe client's latency, and
-//! how long the machine itself stopped meanwhile (`stall_ms`, `stall.rs`).
+//! falls below 50%, with the time to first byte and a probe client's latency.
 
 use super::common::*;
 use crate::engine;
 use crate::options::Options;
 use crate::plot::{Axis, Chart, Series, Unit};
 use crate::report::{Latency, Summary, Table};
-use crate::stall::{StallWatch, Stalls};
 use crate::workload::Workload;
 use std::time::Duration;
 
@@ -39,9 +37,6 @@ struct ConcStep {
     probe_p99_ms: f64,
     probe_availability: f64,
     mib_per_s: f64,
-    /// How long the machine itself stopped during the step (`stall.rs`): a probe
-    /// p99 near a stall's length is the machine's, not the server's.
-    stalls: Option<Stalls>,
 }
 
 /// Seed 000: concurrent slow downloads ramped up until availability falls below 50%,
@@ -84,7 +79,6 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         "probe_p99_ms",
         "probe_availability",
         "MiB_per_s",
-        "stall_ms",
     ]);
     let n = o.targets.len();
     let (mut ttfb_pts, mut probe_pts, mut av_pts) = (
@@ -133,7 +127,6 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
                 format!("{:.2}", st.probe_p99_ms),
                 format!("{:.4}", st.probe_availability),
                 fmt(st.mib_per_s),
-                Stalls::ms(st.stalls),
             ]);
         }
     }
@@ -245,7 +238,6 @@ fn concurrency_step(
     popts.timeout = len;
     let pw = Workload::single(&format!("{base}/sluice-bench/probe-1k.bin"), &popts);
     let fifo = o.probe_fifo;
-    let watch = StallWatch::start();
     let probe = std::thread::spawn(move || {
         if fifo {
             // This thread only (and the threads it starts): the downloads stay at
@@ -268,7 +260,6 @@ fn concurrency_step(
         .join()
         .map_err(|_| "the probe thread panicked".to_string())?
         .map_err(|e| format!("probe: {e}"))?;
-    let stalls = watch.map(StallWatch::finish);
     let ended = r.counts.attempted;
     let done = r.counts.succeeded;
     let ps = Summary::new(&tg.url, 1, 1, &pr);
@@ -282,7 +273,6 @@ fn concurrency_step(
         probe_p99_ms: ps.latency_us.p99 as f64 / 1000.0,
         probe_availability: ps.availability,
         mib_per_s: r.counts.bytes as f64 / r.elapsed.as_secs_f64().max(1e-9) / 1048576.0,
-        stalls,
     })
 }
 
