@@ -316,7 +316,7 @@ impl Wire for Trickle {
     }
     fn send(&mut self, iov: &[io::IoSlice<'_>], _more: bool) -> io::Result<usize> {
         self.calls += 1;
-        if self.calls % 3 == 0 {
+        if self.calls.is_multiple_of(3) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let mut n = 0;
