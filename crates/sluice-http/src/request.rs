@@ -27,7 +27,7 @@ mod error;
 mod line;
 pub use error::ParseError;
 pub use line::valid_authority;
-use line::{authority_host, is_tchar, parse_request_line, strip_scheme, MAX_METHOD};
+use line::{authority_host, is_tchar, parse_request_line, strip_scheme, text, MAX_METHOD};
 
 /// Size limits on a request head. Defaults are nginx-like.
 #[derive(Clone, Copy, Debug)]
@@ -158,17 +158,6 @@ fn eq_token_list_has(value: &str, token: &str) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// `raw` as text when it is valid UTF-8. Most values are ASCII, checked a word
-/// at a time; only the others go through the full UTF-8 validation.
-fn text(raw: &[u8]) -> Option<&str> {
-    if raw.is_ascii() {
-        // SAFETY: every byte is below 0x80, so `raw` is valid UTF-8.
-        Some(unsafe { std::str::from_utf8_unchecked(raw) })
-    } else {
-        std::str::from_utf8(raw).ok()
-    }
-}
-
 /// Parse one request head from the front of `buf`.
 pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
     // Tolerate (and skip) empty lines before a request (RFC 9112 §2.2), as most servers do.
@@ -226,7 +215,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     if head_len > limits.max_head {
         return Err(ParseError::HeadTooLarge);
     }
-    let (method_str, target, minor, qmark) = (rl.method, rl.target, rl.minor, rl.qmark);
+    let (method_str, target, minor) = (rl.method, rl.target, rl.minor);
     let mut h = RequestHead {
         method: Some(Method::from_bytes(method_str)),
         method_str,
@@ -255,13 +244,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             return Err(ParseError::Malformed);
         }
     }
-    // The request line's scan found the first '?' of an origin-form target.
-    let q = if authority.is_none() && path_and_query.len() == target.len() {
-        qmark
-    } else {
-        path_and_query.find('?')
-    };
-    match q {
+    match memchr(b'?', path_and_query.as_bytes()) {
         Some(i) => {
             h.path = &path_and_query[..i];
             h.query = Some(&path_and_query[i + 1..]);

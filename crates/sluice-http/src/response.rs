@@ -6,35 +6,53 @@
 
 pub type Status = u16;
 
+/// The status codes sluice sends, each with its reason phrase: one table, from
+/// which both [`reason`] and [`write_status_line`] read.
+macro_rules! statuses {
+    ($($code:literal $phrase:literal,)*) => {
+        /// The whole status line of a known status code.
+        fn known_line(status: Status) -> Option<&'static str> {
+            match status {
+                $($code => Some(concat!("HTTP/1.1 ", $code, " ", $phrase, "\r\n")),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+statuses! {
+    200 "OK",
+    204 "No Content",
+    206 "Partial Content",
+    301 "Moved Permanently",
+    302 "Found",
+    303 "See Other",
+    304 "Not Modified",
+    307 "Temporary Redirect",
+    308 "Permanent Redirect",
+    400 "Bad Request",
+    403 "Forbidden",
+    404 "Not Found",
+    405 "Method Not Allowed",
+    408 "Request Timeout",
+    410 "Gone",
+    412 "Precondition Failed",
+    413 "Content Too Large",
+    414 "URI Too Long",
+    416 "Range Not Satisfiable",
+    431 "Request Header Fields Too Large",
+    500 "Internal Server Error",
+    501 "Not Implemented",
+    503 "Service Unavailable",
+    505 "HTTP Version Not Supported",
+}
+
+/// `HTTP/1.1 ` and a three-digit code and a space.
+const PHRASE_AT: usize = 13;
+
 /// The reason phrase sluice sends for a status code.
 pub fn reason(status: Status) -> &'static str {
-    match status {
-        200 => "OK",
-        204 => "No Content",
-        206 => "Partial Content",
-        301 => "Moved Permanently",
-        302 => "Found",
-        303 => "See Other",
-        304 => "Not Modified",
-        307 => "Temporary Redirect",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        410 => "Gone",
-        412 => "Precondition Failed",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        416 => "Range Not Satisfiable",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "Unknown",
-    }
+    known_line(status).map_or("Unknown", |l| &l[PHRASE_AT..l.len() - 2])
 }
 
 /// Header lines under construction (`Name: value\r\n` each).
@@ -100,24 +118,14 @@ impl HeaderBuf {
 
 /// Append `HTTP/1.1 <code> <reason>\r\n` to `out`.
 pub fn write_status_line(out: &mut Vec<u8>, status: Status) {
-    // The answers a busy server sends most, written out.
-    let line: &[u8] = match status {
-        200 => b"HTTP/1.1 200 OK\r\n",
-        206 => b"HTTP/1.1 206 Partial Content\r\n",
-        304 => b"HTTP/1.1 304 Not Modified\r\n",
-        _ => b"",
-    };
-    if !line.is_empty() {
-        debug_assert!(line.ends_with(format!("{status} {}\r\n", reason(status)).as_bytes()));
-        out.extend_from_slice(line);
+    if let Some(line) = known_line(status) {
+        out.extend_from_slice(line.as_bytes());
         return;
     }
     let mut b = itoa::Buffer::new();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(b.format(status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason(status).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b" Unknown\r\n");
 }
 
 /// Make a redirect target safe to send:

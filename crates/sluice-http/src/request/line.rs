@@ -61,8 +61,6 @@ pub(super) struct RequestLine<'a> {
     pub method: &'a str,
     pub target: &'a str,
     pub minor: u8,
-    /// Offset of the target's first `?`.
-    pub qmark: Option<usize>,
 }
 
 /// Parse `method SP target SP HTTP/1.d` (the line, without its CRLF or LF) in one
@@ -82,15 +80,10 @@ pub(super) fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseEr
     }
     // The target: allowed bytes up to the next space (which is not one of them).
     let rest = &line[sp1 + 1..];
-    let mut qmark = None;
     let mut high = 0u8;
     let mut sp2 = 0;
     while sp2 < rest.len() && TARGET_OK[rest[sp2] as usize] {
-        let b = rest[sp2];
-        high |= b;
-        if b == b'?' && qmark.is_none() {
-            qmark = Some(sp2);
-        }
+        high |= rest[sp2];
         sp2 += 1;
     }
     if sp2 == 0 || rest.get(sp2) != Some(&b' ') {
@@ -107,22 +100,33 @@ pub(super) fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, ParseEr
         }
         _ => return Err(ParseError::Malformed),
     };
-    // SAFETY: tchars are ASCII, so the method is valid UTF-8.
-    let method = unsafe { std::str::from_utf8_unchecked(&line[..sp1]) };
-    let target = &rest[..sp2];
-    // The target may hold obs-text, which must be valid UTF-8 to be borrowed as text.
-    let target = if high < 0x80 {
-        // SAFETY: no byte has its high bit set: ASCII, valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(target) }
-    } else {
-        std::str::from_utf8(target).map_err(|_| ParseError::Malformed)?
-    };
+    // The method is tchars (ASCII); the target may hold obs-text, which must be
+    // valid UTF-8 to be borrowed as text. The scan has seen every byte of both.
+    let method = text_of(&line[..sp1], true).ok_or(ParseError::Malformed)?;
+    let target = text_of(&rest[..sp2], high < 0x80).ok_or(ParseError::Malformed)?;
     Ok(RequestLine {
         method,
         target,
         minor,
-        qmark,
     })
+}
+
+/// `raw` as text when it is valid UTF-8. Most request bytes are ASCII, checked a
+/// word at a time; only the others go through the full UTF-8 validation.
+pub(super) fn text(raw: &[u8]) -> Option<&str> {
+    text_of(raw, raw.is_ascii())
+}
+
+/// [`text`] for bytes the caller has already looked at: `ascii` when every one
+/// is below 0x80 (the only place that borrows request bytes as text unchecked).
+fn text_of(raw: &[u8], ascii: bool) -> Option<&str> {
+    if ascii {
+        debug_assert!(raw.is_ascii());
+        // SAFETY: every byte is below 0x80, so `raw` is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(raw) })
+    } else {
+        std::str::from_utf8(raw).ok()
+    }
 }
 
 /// Is `a` a valid `uri-host [ ":" port ]` (RFC 3986 §3.2.2, RFC 9112 §3.2)? Refuses
