@@ -46,6 +46,35 @@ impl RateWindow {
     }
 }
 
+/// The least [`unsent_share`] gives a connection: a few segments, so a reader at
+/// 1 MB/s still finds bytes queued when the worker comes back a few ms later.
+pub const UNSENT_MIN: u32 = 16 * 1024;
+
+/// The unsent bytes one connection may keep queued in the kernel when `open`
+/// connections share `budget` bytes of the kernel's TCP memory, at most `max`
+/// (`condition.unsent_max`). Rounded down to a power of two: a few distinct values,
+/// not one per connection count. `None`: `max` itself (the
+/// listener's value, which every accepted socket inherits), the case whenever the
+/// budget covers `max` for every connection, `max` is below [`UNSENT_MIN`], or it is 0 (the kernel's bound).
+///
+/// Why: each queue is capped by `max` alone, but 38,000 downloads each allowed
+/// 256 KiB ask for 9.3 GiB, where this machine's kernel allows 2.2 GiB for all of
+/// TCP and starts shrinking buffers and dropping at 1.5 GiB (`tcp_mem`): past its
+/// hard limit it resets connections at random. Shared out, 38,000 slow readers
+/// queue 16 KiB each, and a reader at 32 KB/s still has half a second queued.
+pub fn unsent_share(budget: u64, open: usize, max: u32) -> Option<u32> {
+    if max == 0 {
+        return None;
+    }
+    let share = budget / open.max(1) as u64;
+    if share >= u64::from(max) {
+        return None;
+    }
+    let share = share.max(u64::from(UNSENT_MIN)) as u32; // < max ≤ u32::MAX
+    let pow2 = 1u32 << (31 - share.leading_zeros());
+    (pow2 < max).then_some(pow2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +94,37 @@ mod tests {
         // Off.
         let mut w = RateWindow::start(0, 0);
         assert_eq!(w.check(99_000, 0, 0, 30_000), RateVerdict::CheckAt(30_000));
+    }
+
+    #[test]
+    fn the_unsent_share_shrinks_with_connections_in_powers_of_two() {
+        let gib = 1u64 << 30;
+        // Few connections: the budget covers the maximum; the listener's value.
+        assert_eq!(unsent_share(gib, 100, 256 * 1024), None);
+        assert_eq!(unsent_share(gib, 4096, 256 * 1024), None);
+        // 0.75 GiB over 10,800 connections: 72 KiB each, rounded down to 64 KiB.
+        assert_eq!(
+            unsent_share(3 * gib / 4, 10_800, 256 * 1024),
+            Some(64 * 1024)
+        );
+        // 38,000: 20 KiB, rounded down to 16 KiB; a million: never below the floor.
+        assert_eq!(
+            unsent_share(3 * gib / 4, 38_000, 256 * 1024),
+            Some(16 * 1024)
+        );
+        assert_eq!(
+            unsent_share(3 * gib / 4, 1_000_000, 256 * 1024),
+            Some(UNSENT_MIN)
+        );
+        // A maximum that is not a power of two is never exceeded.
+        assert_eq!(unsent_share(gib, 6_000, 200 * 1024), Some(128 * 1024));
+        assert_eq!(unsent_share(gib, 1, 20 * 1024), None);
+        assert_eq!(unsent_share(10 * 1024, 1, 20 * 1024), Some(16 * 1024));
+        // A maximum below the floor: the maximum, the listener's.
+        assert_eq!(unsent_share(1, 10, 4096), None);
+        // 0: the kernel's own bound, left alone.
+        assert_eq!(unsent_share(1, 1_000_000, 0), None);
+        // No connections counted yet: as if one.
+        assert_eq!(unsent_share(gib, 0, 256 * 1024), None);
     }
 }

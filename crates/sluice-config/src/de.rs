@@ -117,3 +117,4 @@ bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
 bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
 bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
 bounded!(unsent_max, u32, bounds::UNSENT_MAX);
+bounded!(unsent_total, u64, bounds::UNSENT_TOTAL);

@@ -241,6 +241,14 @@ pub struct ConditionSection {
     /// docs/CONDITIONING.md). Set at start.
     #[serde(deserialize_with = "crate::de::unsent_max")]
     pub unsent_max: u32,
+    /// Bytes the whole server's unsent queues share (0 = half the kernel's
+    /// `tcp_mem` pressure mark, read at start). Past `unsent_total / unsent_max`
+    /// connections, a large response's connection may queue only its share,
+    /// rounded down to a power of two and at least 16 KiB: 38,000 downloads would
+    /// otherwise ask for 9.3 GiB where this machine's kernel allows 2.2 GiB for all
+    /// of TCP, and past that it resets connections at random. Set at start.
+    #[serde(deserialize_with = "crate::de::unsent_total")]
+    pub unsent_total: u64,
     /// Ranges the caps do not apply to (`ADDR/LEN`). Default: loopback, whose
     /// clients are the machine itself (local proxies, monitoring, benchmarks).
     pub cap_exempt: Vec<String>,
@@ -322,6 +330,7 @@ impl Default for ConditionSection {
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
             unsent_max: 256 * 1024,
+            unsent_total: 0,
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
             defer_accept: DeferAccept::Auto,
         }

@@ -78,7 +78,7 @@ pub fn set_inherited(fd: RawFd, unsent_max: u32) -> io::Result<()> {
 }
 
 /// TCP_NOTSENT_LOWAT = `bytes` on one socket (0: leave the kernel's).
-fn set_unsent_max(fd: RawFd, bytes: u32) -> io::Result<()> {
+pub fn set_unsent_max(fd: RawFd, bytes: u32) -> io::Result<()> {
     if bytes == 0 {
         return Ok(());
     }

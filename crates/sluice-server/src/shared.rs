@@ -44,6 +44,9 @@ pub struct Shared {
     /// `serve --from unix:PATH`: take connections from a `sluice condition` front
     /// process there instead of from listeners.
     pub from: Option<PathBuf>,
+    /// Bytes of the kernel's TCP memory the whole server's unsent queues may share
+    /// (`condition.unsent_total`, by default [`kernel_unsent_budget`]).
+    pub unsent_budget: u64,
     /// Reads of cold file ranges off the workers (`[files] disk_threads`; set at
     /// start, not on reload). `None`: cold turns are sent from the worker.
     pub disk: Option<disk::DiskPool>,
@@ -75,6 +78,10 @@ impl Shared {
         sluice_rules::pattern::count_failures_in(&region.procs[process].regex_failures);
         let c = &snap.config.condition;
         let limit = |f: f64| ((server_connections as f64 * f).ceil() as u32).max(1);
+        let unsent_budget = match c.unsent_total {
+            0 => kernel_unsent_budget(),
+            n => n,
+        };
         let disk = match snap.config.files.disk_threads {
             0 => None,
             n => disk::DiskPool::start(n)
@@ -101,6 +108,7 @@ impl Shared {
             board: sluice_status::Board::new(region.tops),
             nofile,
             from: None,
+            unsent_budget,
             disk,
         })
     }
@@ -116,6 +124,14 @@ impl Shared {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Connections open in the whole server (every process's).
+    pub fn open_total(&self) -> usize {
+        self.procs
+            .iter()
+            .map(|p| p.open.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Tarpits and oversize replies open in the whole server (every process's).
     pub fn drips_open(&self) -> usize {
         self.procs
@@ -123,4 +139,19 @@ impl Shared {
             .map(|p| p.drips.load(Ordering::Relaxed))
             .sum()
     }
+}
+
+/// The share of the kernel's TCP memory sluice's unsent queues may take, in all:
+/// half of `net.ipv4.tcp_mem`'s pressure mark (its second figure, in pages), the
+/// point past which the kernel shrinks every socket's buffers. The other half is
+/// left for what the server does not control: its clients' receive windows (on
+/// this machine when the clients are local), uploads, other services. 1 GiB if
+/// the file cannot be read. See `sluice_condition::slowread::unsent_share`.
+fn kernel_unsent_budget() -> u64 {
+    let pressure_pages = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok());
+    // SAFETY: sysconf reads a constant of the running kernel; no memory is touched.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    pressure_pages.map_or(1 << 30, |p| p * page / 2)
 }

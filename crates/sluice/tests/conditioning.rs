@@ -455,3 +455,41 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
         "control: only {kernel} bytes queued without the bound"
     );
 }
+
+#[test]
+fn many_connections_share_the_unsent_budget() {
+    // A reader that stops reading, beside three idle connections: four share
+    // `unsent_total`, so its queue is set to its share (64 KiB / 4 = 16 KiB) when
+    // its response starts; the control's budget covers `unsent_max` for everyone.
+    let peak_queue = |conf: &str| {
+        let dir = docroot();
+        std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
+        let srv = Server::start_with_config(dir, conf, &[]);
+        let idle: Vec<_> = (0..3).map(|_| srv.connect()).collect();
+        std::thread::sleep(Duration::from_millis(100)); // accepted and counted
+        let mut c = srv.connect();
+        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut b = [0u8; 100];
+        c.read_exact(&mut b).unwrap();
+        let mut peak = 0;
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(50));
+            peak = peak.max(server_send_queue(&srv, &c));
+        }
+        drop(idle);
+        peak
+    };
+    let shared = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 65536\n");
+    let control = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 1073741824\n");
+    // The share, plus what one write may overshoot it by (a loopback segment of up
+    // to 64 KiB; 93 KiB measured), well under half of `unsent_max`'s 256 KiB.
+    assert!(
+        shared <= 128 * 1024,
+        "{shared} bytes queued with a 16 KiB share"
+    );
+    assert!(
+        control > 200 * 1024,
+        "control: only {control} bytes queued with the budget covering unsent_max"
+    );
+}

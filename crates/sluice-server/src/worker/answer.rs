@@ -7,7 +7,7 @@ use super::*;
 use crate::accesslog::Pending;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
-use sluice_condition::slowread::RateWindow;
+use sluice_condition::slowread::{unsent_share, RateWindow, UNSENT_MIN};
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
@@ -286,6 +286,10 @@ impl Worker {
             recycle(&mut self.pool, rbuf);
             return self.errant_answer(key, e, log);
         }
+        let bodyless = head_only || resp.status == 304 || resp.status == 204;
+        if !bodyless && resp.body.iter().map(|b| b.len()).sum::<u64>() > u64::from(UNSENT_MIN) {
+            self.fit_unsent(key);
+        }
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));
@@ -331,7 +335,6 @@ impl Worker {
         }
         wbuf.extend_from_slice(b"\r\n");
         out.head_len = wbuf.len() as u64;
-        let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless {
             // Behind the head when small and in memory, else into the pooled
             // queue, which keeps its capacity between responses.
@@ -347,5 +350,21 @@ impl Worker {
         }
         c.phase = Phase::Send { last: self.now_ms };
         Step::Responded
+    }
+
+    /// Slow-read prevention, for the kernel's memory: once the connections outgrow
+    /// the server's unsent budget, a large response's connection may keep only its
+    /// share queued (`slowread::unsent_share`): one socket option per response
+    /// larger than the smallest share while the share is below `unsent_max`. Below
+    /// ~2,900 connections (the default budget over 256 KiB) nothing is set.
+    /// Not undone when the connections fall again: the socket keeps its smaller
+    /// share (more wake-ups per byte, nothing lost), so that the record of every
+    /// connection need not remember what was set on it.
+    fn fit_unsent(&mut self, key: usize) {
+        let max = self.snap.config.condition.unsent_max;
+        if let Some(share) = unsent_share(self.shared.unsent_budget, self.shared.open_total(), max)
+        {
+            let _ = crate::listener::set_unsent_max(self.conns[key].sock.as_raw_fd(), share);
+        }
     }
 }
