@@ -32,8 +32,7 @@ fn per_request(c: &mut Criterion) {
             let p = &paths[if i & 3 == 0 { i % 1000 } else { i % 10 }];
             let peer = peers[i % 256];
             counters.response(black_box(200));
-            talkers.request(peer, p);
-            talkers.bytes(p, 1024);
+            talkers.answered(peer, p, 1024);
             counters.timings(black_box(300), black_box(1200));
         })
     });
@@ -44,8 +43,7 @@ fn per_request(c: &mut Criterion) {
             let peer = IpAddr::from([127, 0, 0, 1]);
             b.iter(|| {
                 counters.response(black_box(200));
-                talkers.request(peer, "/f.bin");
-                talkers.bytes("/f.bin", 1024);
+                talkers.answered(peer, "/f.bin", 1024);
                 counters.timings(black_box(300), black_box(1200));
             })
         },

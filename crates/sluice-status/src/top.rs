@@ -8,6 +8,14 @@
 //! than total/k hits is always present. Cost per request: one hash lookup per sketch
 //! (two for URLs, one for the /24 tally; FxHash, a few ns for a short path); O(k)
 //! only when a new URL evicts another. Measured: `cargo bench -p sluice-status`.
+//!
+//! Past [`SAMPLE_ABOVE`] requests a second on a worker, only about one request in
+//! [`SAMPLE_STRIDE`] is counted, with that weight (which ones is random, so a
+//! client cycling through a few URLs cannot hide one of them). A busy worker's lists
+//! then cost ~40 instructions a request instead of ~330 (7% of sluice's user-space
+//! work per small request; `bench/user_instr.sh`), and a URL or range with more than
+//! a few hundred requests in the second is estimated within a few percent; below that
+//! rate every request counts exactly.
 
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -15,6 +23,10 @@ use std::net::IpAddr;
 
 /// Counters kept per sketch.
 pub const SKETCH_K: usize = 64;
+/// Requests a second on one worker above which the top lists are sampled.
+pub const SAMPLE_ABOVE: u64 = 4096;
+/// One request in this many is counted when sampled (on average), with this weight.
+pub const SAMPLE_STRIDE: u32 = 8;
 /// Entries shown per list.
 pub const SHOWN: usize = 10;
 
@@ -152,6 +164,14 @@ pub struct Talkers {
     tally_24: FxHashMap<(bool, u128), Tally>,
     /// (site, rule index) → (action, matches, bytes).
     rules: FxHashMap<(u16, u32), (&'static str, u64, u64)>,
+    /// Requests answered since the last publish (all of them, sampled or not).
+    seen: u64,
+    /// 1: every request counts; else [`SAMPLE_STRIDE`] (set at each publish).
+    stride: u32,
+    /// Requests to pass over before the next one is counted.
+    skip: u32,
+    /// The sampler's random state (xorshift, seeded from the clock).
+    rng: u32,
 }
 
 impl Default for Talkers {
@@ -161,6 +181,13 @@ impl Default for Talkers {
             by_bytes: SpaceSaving::new(SKETCH_K),
             tally_24: FxHashMap::default(),
             rules: FxHashMap::default(),
+            seen: 0,
+            stride: 1,
+            skip: 0,
+            rng: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9, |d| d.subsec_nanos())
+                | 1,
         }
     }
 }
@@ -185,17 +212,29 @@ impl Talkers {
         })
     }
 
-    /// A request for `path` from `peer`.
-    pub fn request(&mut self, peer: IpAddr, path: &str) {
-        self.by_requests.add(path, 1);
-        self.tally(peer).requests += 1;
-    }
-
-    /// A response for `path` finished with `bytes` sent.
-    pub fn bytes(&mut self, path: &str, bytes: u64) {
-        if bytes > 0 {
-            self.by_bytes.add(path, bytes);
+    /// A request for `path` from `peer`, answered with `bytes` of body: counted in
+    /// the URL lists and its /24's request rate (every request, or a sample of them
+    /// on a busy worker; see the module doc).
+    pub fn answered(&mut self, peer: IpAddr, path: &str, bytes: u64) {
+        self.seen += 1;
+        if self.skip > 0 {
+            self.skip -= 1;
+            return;
         }
+        let w = self.stride;
+        if w > 1 {
+            // Skip 0 ..= 2w-2 requests, w-1 on average: one in w counted.
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 17;
+            self.rng ^= self.rng << 5;
+            self.skip = self.rng % (2 * w - 1);
+        }
+        let w = u64::from(w);
+        self.by_requests.add(path, w);
+        if bytes > 0 {
+            self.by_bytes.add(path, bytes * w);
+        }
+        self.tally(peer).requests += w;
     }
 
     /// Conditioning closed a connection from `peer` to make room.
@@ -259,6 +298,13 @@ impl Talkers {
             });
         }
         let secs = secs.max(1e-3);
+        // Sample the next interval if this one was busy.
+        let busy = self.seen as f64 / secs > SAMPLE_ABOVE as f64;
+        self.stride = if busy { SAMPLE_STRIDE } else { 1 };
+        if !busy {
+            self.skip = 0;
+        }
+        self.seen = 0;
         for (_, t) in self.tally_24.drain() {
             rows_of(t.ip, &mut |r| {
                 r.req_rate += t.requests as f64 / secs;
@@ -399,9 +445,9 @@ mod tests {
         let b: IpAddr = "10.1.9.9".parse().unwrap();
         let c: IpAddr = "2001:db8:1:2::5".parse().unwrap();
         for _ in 0..4 {
-            t.request(a, "/x");
+            t.answered(a, "/x", 0);
         }
-        t.request(c, "/y");
+        t.answered(c, "/y", 0);
         let conns = vec![(a, true), (a, false), (b, true), (c, false)];
         t.evicted(b);
         t.refused(b);
@@ -431,5 +477,60 @@ mod tests {
         assert_eq!(m.ranges[0].range, "10.0.0.0/8");
         assert_eq!(m.ranges[0].open, 6);
         assert_eq!(m.urls_by_requests[0], ("/x".to_string(), 8));
+    }
+
+    #[test]
+    fn a_busy_worker_samples_and_its_estimates_hold() {
+        let mut t = Talkers::default();
+        let a: IpAddr = "10.1.2.3".parse().unwrap();
+        // Quiet: every request counts, exactly.
+        for _ in 0..1000 {
+            t.answered(a, "/quiet", 10);
+        }
+        let l = t.publish(std::iter::empty(), 1.0, |_, _| String::new());
+        assert_eq!(l.urls_by_requests[0], ("/quiet".to_string(), 1000));
+        assert_eq!(l.urls_by_bytes[0], ("/quiet".to_string(), 10_000));
+        // A busy second: the next one is sampled.
+        for _ in 0..SAMPLE_ABOVE + 1 {
+            t.answered(a, "/busy", 0);
+        }
+        t.publish(std::iter::empty(), 1.0, |_, _| String::new());
+        assert_eq!(t.stride, SAMPLE_STRIDE);
+        // Eight URLs in a fixed cycle: a sampler that took every eighth request
+        // would see only one of them. Each is estimated within 10%.
+        let mut t2 = Talkers::default();
+        t2.stride = SAMPLE_STRIDE;
+        let n = 80_000u64;
+        for i in 0..n {
+            t2.answered(
+                a,
+                ["/0", "/1", "/2", "/3", "/4", "/5", "/6", "/7"][(i % 8) as usize],
+                100,
+            );
+        }
+        let l = t2.publish(std::iter::empty(), 1.0, |_, _| String::new());
+        assert_eq!(l.urls_by_requests.len(), 8, "{:?}", l.urls_by_requests);
+        for (path, est) in &l.urls_by_requests {
+            assert!(
+                (9_000..=11_000).contains(est),
+                "{path}: {est} of 10,000 requests"
+            );
+        }
+        let total: u64 = l.urls_by_bytes.iter().map(|(_, b)| b).sum();
+        assert!(
+            (7_600_000..=8_400_000).contains(&total),
+            "{total} of 8,000,000 bytes"
+        );
+        let r = l.ranges.iter().find(|r| r.range == "10.1.2.0/24").unwrap();
+        assert!(
+            (76_000.0..=84_000.0).contains(&r.req_rate),
+            "{}",
+            r.req_rate
+        );
+        // Quiet again: exact again.
+        let mut t3 = Talkers::default();
+        t3.answered(a, "/x", 1);
+        let l = t3.publish(std::iter::empty(), 1.0, |_, _| String::new());
+        assert_eq!(l.urls_by_requests[0].1, 1);
     }
 }

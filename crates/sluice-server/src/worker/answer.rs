@@ -241,8 +241,7 @@ impl Worker {
                 // Status page: top URLs (by requests, and by bytes answered) and the
                 // request rate per address range.
                 let body_len: u64 = resp.body.iter().map(|b| b.len()).sum();
-                self.talkers.request(c.peer, head.path);
-                self.talkers.bytes(head.path, body_len);
+                self.talkers.answered(c.peer, head.path, body_len);
                 if let Some((rule, action)) = rule {
                     Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
                     self.talkers.rule(
