@@ -498,8 +498,10 @@ mod tests {
         assert_eq!(t.stride, SAMPLE_STRIDE);
         // Eight URLs in a fixed cycle: a sampler that took every eighth request
         // would see only one of them. Each is estimated within 10%.
-        let mut t2 = Talkers::default();
-        t2.stride = SAMPLE_STRIDE;
+        let mut t2 = Talkers {
+            stride: SAMPLE_STRIDE,
+            ..Default::default()
+        };
         let n = 80_000u64;
         for i in 0..n {
             t2.answered(
