@@ -322,7 +322,7 @@ impl Worker {
         match &resp.date {
             // An errant-client rule's fixed Date (`date=`).
             Some(d) => wbuf.extend_from_slice(d.as_bytes()),
-            None => wbuf.extend_from_slice(self.date.get(self.wall).as_bytes()),
+            None => wbuf.extend_from_slice(self.date.text().as_bytes()),
         }
         wbuf.extend_from_slice(b"\r\n");
         wbuf.extend_from_slice(resp.headers.as_bytes());

@@ -297,6 +297,7 @@ impl Worker {
             }
             self.now = Instant::now();
             self.wall = SystemTime::now();
+            self.date.set(self.wall);
             self.now_ms = self.now.duration_since(self.epoch).as_millis() as Ms;
             self.refresh_snapshot();
             for ev in events.iter() {
