@@ -188,7 +188,7 @@ impl Worker {
                 c.phase = Phase::Ready { started };
                 return Step::Wait;
             }
-            Ok(Parsed::Complete(head)) => {
+            Ok(Parsed::Complete(ref head)) => {
                 if self.panic_path.as_deref() == Some(head.path) {
                     panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
                 }
