@@ -422,27 +422,36 @@ fn server_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
     panic!("no server socket for client port {cport}");
 }
 
+/// The most the server's send queue reaches, over half a second, for a client that
+/// asks for a 16 MiB file and stops reading after 100 bytes (its receive window
+/// fills; what the server queues past it stays queued), with `idle` other
+/// connections open beside it, under `conf`.
+fn peak_queue_of_a_stalled_reader(conf: &str, idle: usize) -> usize {
+    let dir = docroot();
+    std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
+    let srv = Server::start_with_config(dir, conf, &[]);
+    let others: Vec<_> = (0..idle).map(|_| srv.connect()).collect();
+    if idle > 0 {
+        std::thread::sleep(Duration::from_millis(100)); // accepted and counted
+    }
+    let mut c = srv.connect();
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 100];
+    c.read_exact(&mut b).unwrap();
+    let mut peak = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(50));
+        peak = peak.max(server_send_queue(&srv, &c));
+    }
+    drop(others);
+    peak
+}
+
 #[test]
 fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
-    // The most the server's send queue reaches for a client that stops reading,
-    // with the bound and (the control) without it.
-    let peak_queue = |conf: &str| {
-        let dir = docroot();
-        std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
-        let srv = Server::start_with_config(dir, conf, &[]);
-        let mut c = srv.connect();
-        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
-            .unwrap();
-        let mut b = [0u8; 100];
-        c.read_exact(&mut b).unwrap();
-        // Its receive window fills; what the server queues past it stays queued.
-        let mut peak = 0;
-        for _ in 0..10 {
-            std::thread::sleep(Duration::from_millis(50));
-            peak = peak.max(server_send_queue(&srv, &c));
-        }
-        peak
-    };
+    // With the bound and (the control) without it.
+    let peak_queue = |conf: &str| peak_queue_of_a_stalled_reader(conf, 0);
     let bounded = peak_queue("[condition]\nunsent_max = 65536\n");
     let kernel = peak_queue("[condition]\nunsent_max = 0\n");
     // The bound, plus what one write may overshoot it by (a partly filled buffer).
@@ -461,25 +470,7 @@ fn many_connections_share_the_unsent_budget() {
     // A reader that stops reading, beside three idle connections: four share
     // `unsent_total`, so its queue is set to its share (64 KiB / 4 = 16 KiB) when
     // its response starts; the control's budget covers `unsent_max` for everyone.
-    let peak_queue = |conf: &str| {
-        let dir = docroot();
-        std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
-        let srv = Server::start_with_config(dir, conf, &[]);
-        let idle: Vec<_> = (0..3).map(|_| srv.connect()).collect();
-        std::thread::sleep(Duration::from_millis(100)); // accepted and counted
-        let mut c = srv.connect();
-        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
-            .unwrap();
-        let mut b = [0u8; 100];
-        c.read_exact(&mut b).unwrap();
-        let mut peak = 0;
-        for _ in 0..10 {
-            std::thread::sleep(Duration::from_millis(50));
-            peak = peak.max(server_send_queue(&srv, &c));
-        }
-        drop(idle);
-        peak
-    };
+    let peak_queue = |conf: &str| peak_queue_of_a_stalled_reader(conf, 3);
     let shared = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 65536\n");
     let control = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 1073741824\n");
     // The share, plus what one write may overshoot it by (a loopback segment of up
