@@ -220,7 +220,7 @@ impl Worker {
                     r.close = true;
                     r
                 } else {
-                    phases::respond(&mut ctx, &head)
+                    phases::respond(&mut ctx, head)
                 };
                 let rule = ctx.rule;
                 errant = ctx.errant.take();
@@ -257,7 +257,7 @@ impl Worker {
                 let log = self
                     .log
                     .enabled()
-                    .then(|| Pending::new(&head, resp.status, self.site_log[site]))
+                    .then(|| Pending::new(head, resp.status, self.site_log[site]))
                     .map(|p| match rule {
                         // Errant-client answers say which in the log line.
                         Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
