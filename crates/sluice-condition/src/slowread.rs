@@ -53,9 +53,9 @@ pub const UNSENT_MIN: u32 = 16 * 1024;
 /// The unsent bytes one connection may keep queued in the kernel when `open`
 /// connections share `budget` bytes of the kernel's TCP memory, at most `max`
 /// (`condition.unsent_max`). Rounded down to a power of two: a few distinct values,
-/// not one per connection count. `None`: `max` itself (the
-/// listener's value, which every accepted socket inherits), the case whenever the
-/// budget covers `max` for every connection, `max` is below [`UNSENT_MIN`], or it is 0 (the kernel's bound).
+/// not one per connection count. `None`: `max` itself (the listener's value, which
+/// every accepted socket inherits), whenever the budget covers `max` for every
+/// connection, `max` is below [`UNSENT_MIN`], or it is 0 (the kernel's bound).
 ///
 /// Why: each queue is capped by `max` alone, but 38,000 downloads each allowed
 /// 256 KiB ask for 9.3 GiB, where this machine's kernel allows 2.2 GiB for all of

@@ -240,7 +240,7 @@ impl Worker {
                 c.requests += 1;
                 // Status page: top URLs (by requests, and by bytes answered) and the
                 // request rate per address range.
-                let body_len: u64 = resp.body.iter().map(|b| b.len()).sum();
+                let body_len = resp.body_len();
                 self.talkers.answered(c.peer, head.path, body_len);
                 if let Some((rule, action)) = rule {
                     Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
@@ -286,7 +286,7 @@ impl Worker {
             return self.errant_answer(key, e, log);
         }
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
-        if !bodyless && resp.body.iter().map(|b| b.len()).sum::<u64>() > u64::from(UNSENT_MIN) {
+        if !bodyless && resp.body_len() > u64::from(UNSENT_MIN) {
             self.fit_unsent(key);
         }
         let c = &mut self.conns[key];
