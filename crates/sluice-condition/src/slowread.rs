@@ -58,7 +58,7 @@ pub const UNSENT_MIN: u32 = 16 * 1024;
 /// connection, `max` is below [`UNSENT_MIN`], or it is 0 (the kernel's bound).
 ///
 /// Why: each queue is capped by `max` alone, but 38,000 downloads each allowed
-/// 256 KiB ask for 9.3 GiB, where this machine's kernel allows 2.2 GiB for all of
+/// 1 MiB ask for 37 GiB, where this machine's kernel allows 2.2 GiB for all of
 /// TCP and starts shrinking buffers and dropping at 1.5 GiB (`tcp_mem`): past its
 /// hard limit it resets connections at random. Shared out, 38,000 slow readers
 /// queue 16 KiB each, and a reader at 32 KB/s still has half a second queued.

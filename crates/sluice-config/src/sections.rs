@@ -233,12 +233,13 @@ pub struct ConditionSection {
     /// sent (`TCP_NOTSENT_LOWAT` on the listeners, which every accepted socket
     /// inherits; 0 = the kernel's own bound, the socket's whole send buffer). A
     /// reader that stops reading then pins this much of the kernel's TCP memory
-    /// beyond its own receive window, instead of a send buffer autotuned to ~1 MiB:
-    /// 2,000 slow readers held 1.9 GiB without it, past the kernel's `tcp_mem`
-    /// pressure mark, and ~0.8 GiB with the default 256 KiB (docs/CONDITIONING.md).
-    /// A fast reader is not slowed: the queue refills as it drains; a slow one takes
-    /// more wake-ups per byte (within noise in CPU per GiB at 19,000 readers,
-    /// docs/CONDITIONING.md). Set at start.
+    /// beyond its own receive window, instead of a send buffer autotuned to several
+    /// MiB: 2,000 slow readers held 1.9 GiB without it, past the kernel's `tcp_mem`
+    /// pressure mark, and ~0.8 GiB at 256 KiB (docs/CONDITIONING.md). The default,
+    /// 1 MiB, keeps one fast download's pipe full (256 KiB cost a single 100 MB
+    /// download ~25% of its speed on a slow receiver); past `unsent_total /
+    /// unsent_max` connections each large response gets its share instead, so many
+    /// slow readers are held to the budget, not to this. Set at start.
     #[serde(deserialize_with = "crate::de::unsent_max")]
     pub unsent_max: u32,
     /// Bytes the whole server's unsent queues share (0 = half the kernel's
@@ -329,7 +330,7 @@ impl Default for ConditionSection {
             cap_24: 0.10,
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
-            unsent_max: 256 * 1024,
+            unsent_max: 1024 * 1024,
             unsent_total: 0,
             cap_exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
             defer_accept: DeferAccept::Auto,

@@ -465,6 +465,69 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
     );
 }
 
+/// The most the server's send queue reaches, over half a second, for a client that
+/// began a 16 MiB download alone and kept reading (16 KiB every 100 ms, above
+/// `min_send_rate`) while three other connections joined, past its first 1 s rate
+/// window, then read a megabyte at once and stopped reading.
+fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
+    let dir = docroot();
+    std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
+    let srv = Server::start_with_config(dir, conf, &[]);
+    let mut c = srv.connect();
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = vec![0u8; 16 * 1024];
+    c.read_exact(&mut b[..100]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // A first line each (a silent connection may wait in the kernel, deferred).
+    let others: Vec<_> = (0..3)
+        .map(|_| {
+            let mut o = srv.connect();
+            o.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+            o
+        })
+        .collect();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(1600) {
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = c.read(&mut b).unwrap();
+    }
+    // A megabyte at once (more than the queue and the window hold), then nothing.
+    let mut mib = vec![0u8; 1 << 20];
+    c.read_exact(&mut mib).unwrap();
+    let mut peak = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(50));
+        peak = peak.max(server_send_queue(&srv, &c));
+    }
+    drop(others);
+    peak
+}
+
+#[test]
+fn a_download_begun_alone_takes_its_share_at_its_next_rate_window() {
+    // Alone, the reader's budget (256 KiB) covers `unsent_max`; once three more
+    // connections share it, its share is 64 KiB, set when its rate window renews.
+    // The control's budget covers everyone.
+    let conf = |total: u64| {
+        format!(
+            "[condition]\nmin_send_rate = 1024\nsend_rate_window = \"1s\"\n\
+             unsent_max = 262144\nunsent_total = {total}\n"
+        )
+    };
+    let shared = peak_queue_of_a_reader_joined_by_others(&conf(262144));
+    let control = peak_queue_of_a_reader_joined_by_others(&conf(1 << 30));
+    // The share plus a loopback segment's overshoot, against `unsent_max`.
+    assert!(
+        shared <= 160 * 1024,
+        "{shared} bytes queued after the share fell to 64 KiB"
+    );
+    assert!(
+        control > 200 * 1024,
+        "control: only {control} bytes queued with the budget covering unsent_max"
+    );
+}
+
 #[test]
 fn many_connections_share_the_unsent_budget() {
     // A reader that stops reading, beside three idle connections: four share

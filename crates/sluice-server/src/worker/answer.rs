@@ -355,11 +355,14 @@ impl Worker {
     /// the server's unsent budget, a large response's connection may keep only its
     /// share queued (`slowread::unsent_share`): one socket option per response
     /// larger than the smallest share while the share is below `unsent_max`. Below
-    /// ~2,900 connections (the default budget over 256 KiB) nothing is set.
+    /// ~750 connections (the default budget over 1 MiB) nothing is set. Called when
+    /// a response starts and again each time a sending response passes its rate
+    /// window (`check_rate`), so the downloads that began while the server was
+    /// quiet are held to the share within one window as the connections grow.
     /// Not undone when the connections fall again: the socket keeps its smaller
     /// share (more wake-ups per byte, nothing lost), so that the record of every
     /// connection need not remember what was set on it.
-    fn fit_unsent(&mut self, key: usize) {
+    pub(super) fn fit_unsent(&mut self, key: usize) {
         let max = self.snap.config.condition.unsent_max;
         if let Some(share) = unsent_share(self.shared.unsent_budget, self.shared.open_total(), max)
         {

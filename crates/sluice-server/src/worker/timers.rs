@@ -197,7 +197,12 @@ impl Worker {
         match out.rate.check(now, out.sent, min_rate, window) {
             RateVerdict::TooSlow => None,
             RateVerdict::CheckAt(t) => Some(stall.min(t)),
-            RateVerdict::Renewed => Some(stall.min(now + window)),
+            RateVerdict::Renewed => {
+                // Once a window: the share of the unsent budget may have shrunk
+                // since this response began.
+                self.fit_unsent(key);
+                Some(stall.min(now + window))
+            }
         }
     }
 
