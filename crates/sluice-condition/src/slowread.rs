@@ -50,11 +50,45 @@ impl RateWindow {
 /// 1 MB/s still finds bytes queued when the worker comes back a few ms later.
 pub const UNSENT_MIN: u32 = 16 * 1024;
 
+/// What a socket may keep unsent until its reader has proven fast: at most this,
+/// or `unsent_max` if lower. A reader that stops reading at once (the slow-read
+/// attack) pins no more than this; one that takes [`UNSENT_PROVEN`] bytes of a
+/// response is allowed `unsent_max` (1 MiB by default), which keeps one fast
+/// download's pipe full.
+pub const UNSENT_START: u32 = 256 * 1024;
+
+/// Body bytes a response's reader must have taken before its socket may keep
+/// `unsent_max` unsent rather than [`UNSENT_START`]: 2 MiB, ~1 ms for a fast
+/// download, never reached by a reader of a few bytes a second before
+/// `min_send_rate` closes it.
+pub const UNSENT_PROVEN: u64 = 2 << 20;
+
+/// The bound every accepted socket starts with (the listener's, inherited):
+/// `max` (`condition.unsent_max`) or [`UNSENT_START`], the lower; 0 stays 0 (the
+/// kernel's own bound).
+pub fn unsent_start(max: u32) -> u32 {
+    max.min(UNSENT_START)
+}
+
+/// The bound to set on a response's socket now, or `None` to leave the one it
+/// has: the share of the budget when the connections outgrow it
+/// ([`unsent_share`], under the start bound until the reader is `proven`, under
+/// `max` after), and `max` itself for a proven reader when the budget covers it.
+/// A reader not proven is never raised; one proven is raised at most to `max`.
+pub fn unsent_bound(budget: u64, open: usize, max: u32, proven: bool) -> Option<u32> {
+    let cap = if proven { max } else { unsent_start(max) };
+    match unsent_share(budget, open, cap) {
+        Some(share) => Some(share),
+        None if cap > UNSENT_START => Some(cap),
+        None => None,
+    }
+}
+
 /// The unsent bytes one connection may keep queued in the kernel when `open`
-/// connections share `budget` bytes of the kernel's TCP memory, at most `max`
-/// (`condition.unsent_max`). Rounded down to a power of two: a few distinct values,
-/// not one per connection count. `None`: `max` itself (the listener's value, which
-/// every accepted socket inherits), whenever the budget covers `max` for every
+/// connections share `budget` bytes of the kernel's TCP memory, at most `max` (the
+/// connection's cap: [`unsent_start`] or `condition.unsent_max`, see
+/// [`unsent_bound`]). Rounded down to a power of two: a few distinct values, not
+/// one per connection count. `None`: `max` itself, whenever the budget covers `max` for every
 /// connection, `max` is below [`UNSENT_MIN`], or it is 0 (the kernel's bound).
 ///
 /// Why: each queue is capped by `max` alone, but 38,000 downloads each allowed
@@ -126,5 +160,38 @@ mod tests {
         assert_eq!(unsent_share(1, 1_000_000, 0), None);
         // No connections counted yet: as if one.
         assert_eq!(unsent_share(gib, 0, 256 * 1024), None);
+    }
+
+    #[test]
+    fn a_reader_is_raised_to_the_maximum_only_once_proven_and_within_the_budget() {
+        let (gib, mib) = (1u64 << 30, 1u32 << 20);
+        assert_eq!(unsent_start(mib), UNSENT_START);
+        assert_eq!(unsent_start(64 * 1024), 64 * 1024);
+        assert_eq!(unsent_start(0), 0);
+        // Few connections: a new response keeps the start bound; a proven one
+        // gets the maximum.
+        assert_eq!(unsent_bound(gib, 10, mib, false), None);
+        assert_eq!(unsent_bound(gib, 10, mib, true), Some(mib));
+        // 2,000 connections over 0.75 GiB: 384 KiB each, rounded to 256 KiB, for
+        // the proven; the start bound already covers it for the rest.
+        assert_eq!(
+            unsent_bound(3 * gib / 4, 2_000, mib, true),
+            Some(256 * 1024)
+        );
+        assert_eq!(unsent_bound(3 * gib / 4, 2_000, mib, false), None);
+        // 19,000: 32 KiB for everyone, proven or not.
+        assert_eq!(
+            unsent_bound(3 * gib / 4, 19_000, mib, false),
+            Some(32 * 1024)
+        );
+        assert_eq!(
+            unsent_bound(3 * gib / 4, 19_000, mib, true),
+            Some(32 * 1024)
+        );
+        // A maximum at or below the start bound: nothing to raise.
+        assert_eq!(unsent_bound(gib, 10, 256 * 1024, true), None);
+        assert_eq!(unsent_bound(gib, 10, 64 * 1024, true), None);
+        // The kernel's bound is left alone.
+        assert_eq!(unsent_bound(1, 1_000_000, 0, true), None);
     }
 }

@@ -229,17 +229,17 @@ pub struct ConditionSection {
     pub min_send_rate: u64,
     #[serde(deserialize_with = "crate::de::duration")]
     pub send_rate_window: Duration,
-    /// Most bytes of a response a connection keeps queued in the kernel and not yet
-    /// sent (`TCP_NOTSENT_LOWAT` on the listeners, which every accepted socket
-    /// inherits; 0 = the kernel's own bound, the socket's whole send buffer). A
-    /// reader that stops reading then pins this much of the kernel's TCP memory
-    /// beyond its own receive window, instead of a send buffer autotuned to several
-    /// MiB: 2,000 slow readers held 1.9 GiB without it, past the kernel's `tcp_mem`
-    /// pressure mark, and ~0.8 GiB at 256 KiB (docs/CONDITIONING.md). The default,
-    /// 1 MiB, keeps one fast download's pipe full (256 KiB cost a single 100 MB
-    /// download ~25% of its speed on a slow receiver); past `unsent_total /
-    /// unsent_max` connections each large response gets its share instead, so many
-    /// slow readers are held to the budget, not to this. Set at start.
+    /// Most bytes of a response a fast reader's connection keeps queued in the
+    /// kernel and not yet sent (`TCP_NOTSENT_LOWAT`; 0 = the kernel's own bound, the
+    /// socket's whole send buffer). Every socket starts at 256 KiB (or this, if
+    /// lower: the listeners' value, which accepted sockets inherit) and is raised
+    /// to this once its reader has taken 2 MiB of a response. A reader that stops
+    /// reading then pins 256 KiB of the kernel's TCP memory beyond its own receive
+    /// window, instead of a send buffer autotuned to several MiB (2,000 slow
+    /// readers held 1.9 GiB without a bound, ~0.8 GiB with 256 KiB), while one fast
+    /// download keeps its pipe full (256 KiB cost it 20–30% on a slow receiver).
+    /// Past `unsent_total` the connections get their share of that instead
+    /// (docs/CONDITIONING.md). Set at start.
     #[serde(deserialize_with = "crate::de::unsent_max")]
     pub unsent_max: u32,
     /// Bytes the whole server's unsent queues share (0 = half the kernel's

@@ -132,6 +132,9 @@ pub struct Outgoing {
     fast: bool,
     /// `io = "auto"`: is the socket's peer on this machine? (`None`: not asked yet.)
     local: Option<bool>,
+    /// Its reader has taken `slowread::UNSENT_PROVEN` bytes: its socket may keep
+    /// `unsent_max` unsent (`Worker::fit_unsent`).
+    pub proven: bool,
 }
 
 impl Outgoing {
@@ -184,6 +187,7 @@ impl Outgoing {
         self.was_cold = false;
         self.fast = false;
         self.local = None;
+        self.proven = false;
     }
 
     /// The file the next body bytes come from, if they come from a file.

@@ -79,7 +79,8 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto
         && defer > 0)
         .then_some(defer);
-    let unsent_max = snap.config.condition.unsent_max;
+    // Every socket starts at the start bound; `Worker::fit_unsent` raises a fast reader's.
+    let unsent_max = sluice_condition::slowread::unsent_start(snap.config.condition.unsent_max);
     if activated.is_empty() {
         for a in &addrs {
             listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;

@@ -423,10 +423,10 @@ fn server_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
 }
 
 /// The most the server's send queue reaches, over half a second, for a client that
-/// asks for a 16 MiB file and stops reading after 100 bytes (its receive window
+/// asks for a 16 MiB file and stops reading after `first` bytes (its receive window
 /// fills; what the server queues past it stays queued), with `idle` other
 /// connections open beside it, under `conf`.
-fn peak_queue_of_a_stalled_reader(conf: &str, idle: usize) -> usize {
+fn peak_queue_of_a_reader_that_stops(conf: &str, idle: usize, first: usize) -> usize {
     let dir = docroot();
     std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
     let srv = Server::start_with_config(dir, conf, &[]);
@@ -437,7 +437,7 @@ fn peak_queue_of_a_stalled_reader(conf: &str, idle: usize) -> usize {
     let mut c = srv.connect();
     c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    let mut b = [0u8; 100];
+    let mut b = vec![0u8; first];
     c.read_exact(&mut b).unwrap();
     let mut peak = 0;
     for _ in 0..10 {
@@ -451,7 +451,7 @@ fn peak_queue_of_a_stalled_reader(conf: &str, idle: usize) -> usize {
 #[test]
 fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
     // With the bound and (the control) without it.
-    let peak_queue = |conf: &str| peak_queue_of_a_stalled_reader(conf, 0);
+    let peak_queue = |conf: &str| peak_queue_of_a_reader_that_stops(conf, 0, 100);
     let bounded = peak_queue("[condition]\nunsent_max = 65536\n");
     let kernel = peak_queue("[condition]\nunsent_max = 0\n");
     // The bound, plus what one write may overshoot it by (a partly filled buffer).
@@ -529,11 +529,29 @@ fn a_download_begun_alone_takes_its_share_at_its_next_rate_window() {
 }
 
 #[test]
+fn a_reader_may_keep_unsent_max_queued_only_once_it_has_read_fast() {
+    // Defaults: `unsent_max` 1 MiB, a socket's start bound 256 KiB, raised after
+    // the reader has taken 2 MiB. A reader that stops at once pins the start
+    // bound; one that took 4 MiB first, up to `unsent_max`.
+    let stalled = peak_queue_of_a_reader_that_stops("", 0, 100);
+    let proven = peak_queue_of_a_reader_that_stops("", 0, 4 << 20);
+    // Each plus what one write may overshoot it by (a loopback segment).
+    assert!(
+        stalled <= 256 * 1024 + 96 * 1024,
+        "{stalled} bytes queued for a reader that never read"
+    );
+    assert!(
+        proven > 512 * 1024,
+        "only {proven} bytes queued for a reader that took 4 MiB first"
+    );
+}
+
+#[test]
 fn many_connections_share_the_unsent_budget() {
     // A reader that stops reading, beside three idle connections: four share
     // `unsent_total`, so its queue is set to its share (64 KiB / 4 = 16 KiB) when
     // its response starts; the control's budget covers `unsent_max` for everyone.
-    let peak_queue = |conf: &str| peak_queue_of_a_stalled_reader(conf, 3);
+    let peak_queue = |conf: &str| peak_queue_of_a_reader_that_stops(conf, 3, 100);
     let shared = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 65536\n");
     let control = peak_queue("[condition]\nunsent_max = 262144\nunsent_total = 1073741824\n");
     // The share, plus what one write may overshoot it by (a loopback segment of up

@@ -234,7 +234,7 @@ impl Front {
         // Slow-read prevention also bounds what a backend can queue for a reader
         // that stops reading (`condition.unsent_max`, inherited by every client).
         let unsent_max = if filters.slowread {
-            config.condition.unsent_max
+            sluice_condition::slowread::unsent_start(config.condition.unsent_max)
         } else {
             0
         };

@@ -7,7 +7,7 @@ use super::*;
 use crate::accesslog::Pending;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
-use sluice_condition::slowread::{unsent_share, RateWindow, UNSENT_MIN};
+use sluice_condition::slowread::{unsent_bound, RateWindow, UNSENT_MIN};
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
@@ -287,7 +287,7 @@ impl Worker {
         }
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless && resp.body_len() > u64::from(UNSENT_MIN) {
-            self.fit_unsent(key);
+            self.fit_unsent(key, false);
         }
         let c = &mut self.conns[key];
         let mut rbuf = rbuf;
@@ -351,22 +351,25 @@ impl Worker {
         Step::Responded
     }
 
-    /// Slow-read prevention, for the kernel's memory: once the connections outgrow
-    /// the server's unsent budget, a large response's connection may keep only its
-    /// share queued (`slowread::unsent_share`): one socket option per response
-    /// larger than the smallest share while the share is below `unsent_max`. Below
-    /// ~750 connections (the default budget over 1 MiB) nothing is set. Called when
-    /// a response starts and again each time a sending response passes its rate
-    /// window (`check_rate`), so the downloads that began while the server was
-    /// quiet are held to the share within one window as the connections grow.
-    /// Not undone when the connections fall again: the socket keeps its smaller
-    /// share (more wake-ups per byte, nothing lost), so that the record of every
-    /// connection need not remember what was set on it.
-    pub(super) fn fit_unsent(&mut self, key: usize) {
+    /// Slow-read prevention, for the kernel's memory: what a response's socket may
+    /// keep unsent (`slowread::unsent_bound`). Every socket starts at the start
+    /// bound (256 KiB, or `unsent_max` if lower: the listener's value, inherited);
+    /// a reader that has taken 2 MiB of a response (`proven`) is raised to
+    /// `unsent_max`; and once the connections outgrow the server's unsent budget,
+    /// each large response's socket is held to its share. Called when a response
+    /// larger than 16 KiB starts, when its reader is proven, and each time a
+    /// sending response passes its rate window (`check_rate`), so downloads that
+    /// began while the server was quiet follow the share as the connections grow.
+    /// One `setsockopt` each time, and none for a response that starts while the
+    /// budget covers everyone. A socket keeps what was set on it for the
+    /// connection's next responses (a lowered one more wake-ups per byte, a raised
+    /// one up to `unsent_max` queued), so that the record of every connection need
+    /// not remember it.
+    pub(super) fn fit_unsent(&mut self, key: usize, proven: bool) {
         let max = self.snap.config.condition.unsent_max;
-        if let Some(share) = unsent_share(self.shared.unsent_budget, self.shared.open_total(), max)
-        {
-            let _ = crate::listener::set_unsent_max(self.conns[key].sock.as_raw_fd(), share);
+        let open = self.shared.open_total();
+        if let Some(bytes) = unsent_bound(self.shared.unsent_budget, open, max, proven) {
+            let _ = crate::listener::set_unsent_max(self.conns[key].sock.as_raw_fd(), bytes);
         }
     }
 }

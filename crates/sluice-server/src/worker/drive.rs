@@ -7,6 +7,7 @@ use super::*;
 use crate::io::{drain_input, read_into, recycle, unread_bytes_waiting, ReadOutcome};
 use crate::send::{Flush, Plain};
 use crate::tls;
+use sluice_condition::slowread::UNSENT_PROVEN;
 use sluice_condition::{Class, CloseReason};
 use sluice_status::Counters;
 use std::io;
@@ -126,6 +127,11 @@ impl Worker {
                         recycle(&mut self.pool, b);
                     }
                 }
+                // A reader that has taken 2 MiB may keep more queued (`fit_unsent`).
+                let proven = matches!(flushed, Ok(Flush::Yield | Flush::Blocked))
+                    && !out.proven
+                    && out.sent >= UNSENT_PROVEN;
+                out.proven |= proven;
                 match flushed {
                     Ok(Flush::Cold { off, len, rest }) => {
                         // Not in the page cache: a pool thread reads it and the
@@ -151,6 +157,9 @@ impl Worker {
                         return;
                     }
                     Ok(Flush::Yield) => {
+                        if proven {
+                            self.fit_unsent(key, true);
+                        }
                         self.pause_send(key, Class::Waiting);
                         return;
                     }
@@ -159,6 +168,9 @@ impl Worker {
                         c.phase = Phase::Send { last: self.now_ms };
                         if !std::mem::replace(&mut out.armed, true) {
                             self.arm_writable(key);
+                        }
+                        if proven {
+                            self.fit_unsent(key, true);
                         }
                         match self.check_rate(key) {
                             Some(d) => self.set_deadline(key, d),

@@ -200,7 +200,8 @@ impl Worker {
             RateVerdict::Renewed => {
                 // Once a window: the share of the unsent budget may have shrunk
                 // since this response began.
-                self.fit_unsent(key);
+                let proven = out.proven;
+                self.fit_unsent(key, proven);
                 Some(stall.min(now + window))
             }
         }
