@@ -232,7 +232,8 @@ impl Front {
         // port open was refused in the moment between the two).
         let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
         // Slow-read prevention also bounds what a backend can queue for a reader
-        // that stops reading (`condition.unsent_max`, inherited by every client).
+        // that stops reading (the start bound of `condition.unsent_max`, inherited
+        // by every client; the backend's worker raises a proven reader's).
         let unsent_max = if filters.slowread {
             sluice_condition::slowread::unsent_start(config.condition.unsent_max)
         } else {
