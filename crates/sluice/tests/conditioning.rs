@@ -422,6 +422,16 @@ fn server_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
     panic!("no server socket for client port {cport}");
 }
 
+/// The most [`server_send_queue`] reaches over half a second (ten samples).
+fn peak_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
+    let mut peak = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(50));
+        peak = peak.max(server_send_queue(srv, client));
+    }
+    peak
+}
+
 /// The most the server's send queue reaches, over half a second, for a client that
 /// asks for a 16 MiB file and stops reading after `first` bytes (its receive window
 /// fills; what the server queues past it stays queued), with `idle` other
@@ -439,11 +449,7 @@ fn peak_queue_of_a_reader_that_stops(conf: &str, idle: usize, first: usize) -> u
         .unwrap();
     let mut b = vec![0u8; first];
     c.read_exact(&mut b).unwrap();
-    let mut peak = 0;
-    for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(50));
-        peak = peak.max(server_send_queue(&srv, &c));
-    }
+    let peak = peak_send_queue(&srv, &c);
     drop(others);
     peak
 }
@@ -470,8 +476,9 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
 /// other connections joined, past its first 2 s rate window, then read 512 KiB at
 /// once (more than was queued before the window ended: ~130 KiB in its receive
 /// queue, up to 320 KiB unsent) and stopped reading. It has taken ~1.1 MiB in all,
-/// short of the 2 MiB that would prove it fast and set its share that way. The next window ends
-/// after the measurement, so the rate check cannot close it meanwhile.
+/// short of the 2 MiB that would prove it fast and set its share that way. The
+/// next window ends after the measurement, so the rate check cannot close it
+/// meanwhile.
 fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
     let dir = docroot();
     std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
@@ -495,16 +502,12 @@ fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
         std::thread::sleep(Duration::from_millis(100));
         let _ = c.read(&mut b).unwrap();
     }
-    // A megabyte at once (more than the queue and the window hold), then nothing.
+    // 512 KiB at once (more than the queue and the window held), then nothing.
     let mut half = vec![0u8; 512 << 10];
     c.read_exact(&mut half).unwrap();
     // What was in flight settles (a busy machine may defer the loopback's acks).
     std::thread::sleep(Duration::from_millis(150));
-    let mut peak = 0;
-    for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(50));
-        peak = peak.max(server_send_queue(&srv, &c));
-    }
+    let peak = peak_send_queue(&srv, &c);
     drop(others);
     peak
 }
