@@ -422,6 +422,14 @@ fn server_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
     panic!("no server socket for client port {cport}");
 }
 
+/// A server under `conf` whose root holds `big.bin`, 16 MiB: more than any send
+/// queue and receive window on loopback hold together.
+fn with_a_16_mib_file(conf: &str) -> Server {
+    let dir = docroot();
+    std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
+    Server::start_with_config(dir, conf, &[])
+}
+
 /// The most [`server_send_queue`] reaches over half a second (ten samples).
 fn peak_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
     let mut peak = 0;
@@ -437,9 +445,7 @@ fn peak_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
 /// fills; what the server queues past it stays queued), with `idle` other
 /// connections open beside it, under `conf`.
 fn peak_queue_of_a_reader_that_stops(conf: &str, idle: usize, first: usize) -> usize {
-    let dir = docroot();
-    std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
-    let srv = Server::start_with_config(dir, conf, &[]);
+    let srv = with_a_16_mib_file(conf);
     let others: Vec<_> = (0..idle).map(|_| srv.connect()).collect();
     if idle > 0 {
         std::thread::sleep(Duration::from_millis(100)); // accepted and counted
@@ -480,9 +486,7 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
 /// next window ends after the measurement, so the rate check cannot close it
 /// meanwhile.
 fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
-    let dir = docroot();
-    std::fs::write(dir.path().join("big.bin"), vec![3u8; 16 << 20]).unwrap();
-    let srv = Server::start_with_config(dir, conf, &[]);
+    let srv = with_a_16_mib_file(conf);
     let mut c = srv.connect();
     c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
