@@ -21,6 +21,9 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0,
 ];
 
+/// Upper bounds (µs) of the loop-turn histogram: 100 µs … 100 ms.
+pub const TURN_BOUNDS_US: [u64; 6] = [100, 1_000, 5_000, 10_000, 50_000, 100_000];
+
 /// Connection states shown on the page (and as the `state` label).
 pub const STATES: [&str; 7] = [
     "reading",
@@ -76,8 +79,19 @@ pub struct Counters {
     ttfb_sum_us: AtomicU64,
     transfer: [AtomicU64; TRANSFER_BOUNDS.len() + 1],
     transfer_sum_ms: AtomicU64,
-    /// Gauges, refreshed by the worker about once a second: connections by state.
+    /// The worker's event-loop turns by how long each took, from `epoll_wait`'s
+    /// return to its next call: while a turn runs, every other connection of the
+    /// worker waits (a cold-disk stall, a long listing, a big batch of sends).
+    turn: [AtomicU64; TURN_BOUNDS_US.len() + 1],
+    turn_sum_us: AtomicU64,
+    /// The worker thread's time runnable but waiting for a CPU, µs since start
+    /// (the kernel's `schedstat`, read once a second): what the machine, not the
+    /// worker, added to every connection's wait.
+    pub cpu_wait_us: AtomicU64,
+    /// Gauges, refreshed by the worker about once a second: connections by state,
+    /// and the longest loop turn of the last second (µs).
     pub states: [AtomicU64; STATES.len()],
+    pub turn_longest_us: AtomicU64,
 }
 
 impl Default for Counters {
@@ -98,7 +112,11 @@ impl Default for Counters {
             ttfb_sum_us: AtomicU64::new(0),
             transfer: Default::default(),
             transfer_sum_ms: AtomicU64::new(0),
+            turn: Default::default(),
+            turn_sum_us: AtomicU64::new(0),
+            cpu_wait_us: AtomicU64::new(0),
             states: Default::default(),
+            turn_longest_us: AtomicU64::new(0),
         }
     }
 }
@@ -144,6 +162,17 @@ impl Counters {
         );
         Counters::add(&self.transfer_sum_ms, transfer_us / 1000);
     }
+
+    /// One event-loop turn ended after `us` µs.
+    #[inline]
+    pub fn turn(&self, us: u64) {
+        let i = TURN_BOUNDS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(TURN_BOUNDS_US.len());
+        Counters::add(&self.turn[i], 1);
+        Counters::add(&self.turn_sum_us, us);
+    }
 }
 
 /// The sum over all workers, read once per status request.
@@ -166,6 +195,13 @@ pub struct Totals {
     pub transfer_sum_s: f64,
     /// Per worker, connections by state.
     pub states: Vec<[u64; STATES.len()]>,
+    /// Event-loop turns by duration ([`TURN_BOUNDS_US`], last = beyond) and their sum.
+    pub turn: Vec<u64>,
+    pub turn_sum_s: f64,
+    /// Per worker: the longest loop turn of the last second, and the time waited
+    /// for a CPU since start, both in seconds.
+    pub turn_longest_s: Vec<f64>,
+    pub cpu_wait_s: Vec<f64>,
 }
 
 impl Totals {
@@ -174,6 +210,7 @@ impl Totals {
         let mut t = Totals {
             ttfb: vec![0; TTFB_BOUNDS.len() + 1],
             transfer: vec![0; TRANSFER_BOUNDS.len() + 1],
+            turn: vec![0; TURN_BOUNDS_US.len() + 1],
             ..Default::default()
         };
         let mut codes = vec![0u64; CODES];
@@ -202,6 +239,12 @@ impl Totals {
             }
             t.ttfb_sum_s += ld(&w.ttfb_sum_us) as f64 / 1e6;
             t.transfer_sum_s += ld(&w.transfer_sum_ms) as f64 / 1e3;
+            for (a, b) in t.turn.iter_mut().zip(&w.turn) {
+                *a += ld(b);
+            }
+            t.turn_sum_s += ld(&w.turn_sum_us) as f64 / 1e6;
+            t.turn_longest_s.push(ld(&w.turn_longest_us) as f64 / 1e6);
+            t.cpu_wait_s.push(ld(&w.cpu_wait_us) as f64 / 1e6);
             let mut s = [0u64; STATES.len()];
             for (a, b) in s.iter_mut().zip(&w.states) {
                 *a = ld(b);
@@ -256,5 +299,21 @@ mod tests {
         assert_eq!(t.ttfb[TTFB_BOUNDS.len()], 1, "2 s is past 1 s");
         assert_eq!(t.transfer[1], 1, "2 s: the 5 s bucket");
         assert_eq!(t.transfer[TRANSFER_BOUNDS.len()], 1);
+    }
+
+    #[test]
+    fn loop_turns_land_in_their_buckets_and_the_longest_is_per_worker() {
+        let w = [Counters::default(), Counters::default()];
+        w[0].turn(40); // ≤ 100 µs
+        w[0].turn(100); // a bound is inclusive
+        w[1].turn(7_000); // ≤ 10 ms
+        w[1].turn(250_000); // past 100 ms
+        w[1].turn_longest_us.store(250_000, Ordering::Relaxed);
+        w[0].cpu_wait_us.store(1_500_000, Ordering::Relaxed);
+        let t = Totals::sum(&w);
+        assert_eq!(t.turn, vec![2, 0, 0, 1, 0, 0, 1]);
+        assert!((t.turn_sum_s - 0.25714).abs() < 1e-9);
+        assert_eq!(t.turn_longest_s, vec![0.0, 0.25]);
+        assert_eq!(t.cpu_wait_s, vec![1.5, 0.0]);
     }
 }

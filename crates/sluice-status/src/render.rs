@@ -4,13 +4,18 @@
 //! Labels are bounded sets (status code, state, close reason, range level); client
 //! addresses and paths appear only in the JSON and HTML top lists, never as labels.
 
-use crate::counters::{ACTIONS, STATES, TRANSFER_BOUNDS, TTFB_BOUNDS};
+use crate::counters::{ACTIONS, STATES, TRANSFER_BOUNDS, TTFB_BOUNDS, TURN_BOUNDS_US};
 use crate::View;
 use serde_json::{json, Value};
 use sluice_condition::CloseReason;
 use std::fmt::Write;
 
 const LEVELS: [&str; 3] = ["8", "16", "24"];
+
+/// The loop-turn histogram's bounds in seconds, as the other histograms have them.
+fn turn_bounds() -> [f64; TURN_BOUNDS_US.len()] {
+    TURN_BOUNDS_US.map(|us| us as f64 / 1e6)
+}
 
 pub fn json(v: &View) -> String {
     let t = &v.totals;
@@ -81,6 +86,7 @@ pub fn json(v: &View) -> String {
         "redirects_total": t.redirects(),
         "connections": conns,
         "connections_per_worker": per_worker,
+        "workers": t.turn_longest_s.iter().zip(&t.cpu_wait_s).map(|(l, w)| json!({"longest_turn_seconds": l, "cpu_wait_seconds_total": w})).collect::<Vec<_>>(),
         "connections_accepted_total": t.accepted,
         "connections_closed_total": t.closed,
         "closes_by_reason": closes,
@@ -103,6 +109,7 @@ pub fn json(v: &View) -> String {
         "top_urls_by_bytes": urls(&v.top.urls_by_bytes, "bytes"),
         "ttfb_seconds": hist(&TTFB_BOUNDS, &t.ttfb, t.ttfb_sum_s),
         "transfer_seconds": hist(&TRANSFER_BOUNDS, &t.transfer, t.transfer_sum_s),
+        "loop_turn_seconds": hist(&turn_bounds(), &t.turn, t.turn_sum_s),
     });
     let mut s = serde_json::to_string_pretty(&out).unwrap_or_default();
     s.push('\n');
@@ -239,6 +246,16 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "sluice_rule_regex_failures_total {}",
         v.process.rule_regex_failures
     );
+    counter(
+        &mut o,
+        "sluice_cpu_wait_seconds_total",
+        "Time the workers were ready to run but waited for a CPU (the kernel's schedstat).",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_cpu_wait_seconds_total {}",
+        t.cpu_wait_s.iter().sum::<f64>()
+    );
     gauge(&mut o, "sluice_connections", "Open connections by state.");
     for (s, n) in STATES.iter().zip(t.states_total()) {
         let _ = writeln!(o, "sluice_connections{{state=\"{s}\"}} {n}");
@@ -284,6 +301,11 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
             "Reloads applied since start.",
             v.config_generation as f64,
         ),
+        (
+            "sluice_loop_turn_longest_seconds",
+            "The longest event-loop turn of any worker in the last second.",
+            t.turn_longest_s.iter().copied().fold(0.0, f64::max),
+        ),
     ] {
         gauge(&mut o, name, help);
         let _ = writeln!(o, "{name} {val}");
@@ -317,6 +339,14 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         &TRANSFER_BOUNDS,
         &t.transfer,
         t.transfer_sum_s,
+    );
+    hist(
+        &mut o,
+        "sluice_loop_turn_seconds",
+        "How long the workers' event-loop turns took; while one runs, the worker's other connections wait.",
+        &turn_bounds(),
+        &t.turn,
+        t.turn_sum_s,
     );
     if openmetrics {
         o.push_str("# EOF\n");
@@ -373,13 +403,19 @@ pub fn html(v: &View) -> String {
     for s in STATES {
         let _ = write!(o, "<th>{s}</th>");
     }
-    o.push_str("</tr>");
+    o.push_str("<th>longest turn (1 s)</th><th>waited for a CPU</th></tr>");
     for (i, w) in t.states.iter().enumerate() {
         let _ = write!(o, "<tr><td>{i}</td>");
         for n in w {
             let _ = write!(o, "<td>{n}</td>");
         }
-        o.push_str("</tr>");
+        let longest = t.turn_longest_s.get(i).copied().unwrap_or(0.0);
+        let wait = t.cpu_wait_s.get(i).copied().unwrap_or(0.0);
+        let _ = write!(
+            o,
+            "<td>{:.2} ms</td><td>{wait:.3} s</td></tr>",
+            longest * 1e3
+        );
     }
     o.push_str("</table>\n<h2>Responses by status</h2><table>");
     for (c, n) in &t.responses {

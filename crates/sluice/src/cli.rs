@@ -181,6 +181,10 @@ pub struct ExperimentArgs {
     /// count as the server's latency. cold-files: use it with --small-rate.
     #[arg(long)]
     pub probe_fifo: bool,
+    /// concurrency: every probe request on a new connection (a new client's
+    /// latency: the server's accept of it included), not on one kept-alive one.
+    #[arg(long)]
+    pub probe_new_connections: bool,
     /// redirects: a path the rules redirect (e.g. the last rule's).
     #[arg(long)]
     pub redirect_path: Option<String>,
@@ -210,6 +214,7 @@ impl ExperimentArgs {
             download_size: self.download_size,
             download_rate: self.download_rate,
             probe_fifo: self.probe_fifo,
+            probe_new_connections: self.probe_new_connections,
             redirect_path: self.redirect_path.clone(),
             small_rate: self.small_rate,
             ..Default::default()

@@ -520,6 +520,53 @@ fn concurrency_probe_fifo_raises_only_the_probe() {
     assert!(probe_p99 > 0.0, "no probe latency: {row}");
 }
 
+/// `--probe-new-connections`: the probe opens a connection per request (a new
+/// client, the server's accept included in its latency), where by default it keeps
+/// one alive. Counted by the server: connections accepted during each run.
+#[test]
+fn concurrency_probe_new_connections_connects_once_per_request() {
+    let srv = Server::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let accepted = || {
+        srv.status_json()["connections_accepted_total"]
+            .as_u64()
+            .unwrap()
+    };
+    let mut per_run = Vec::new();
+    for flag in [None, Some("--probe-new-connections")] {
+        let before = accepted();
+        let mut extra = vec![
+            "--download-size",
+            "16384",
+            "--download-rate",
+            "8192",
+            "--max-concurrency",
+            "100",
+        ];
+        extra.extend(flag);
+        let o = Command::new(bin())
+            .args(experiment_args(
+                &srv,
+                out.path(),
+                "concurrency",
+                "300ms",
+                &extra,
+            ))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        // Less the status request that reads the count.
+        per_run.push(accepted() - before - 1);
+    }
+    // One step of at least two download times (4 s), 100 kept-alive downloads, and
+    // the probe at 20 requests a second: ~80 more connections with the flag.
+    let (kept, new) = (per_run[0], per_run[1]);
+    assert!(
+        new >= kept + 60,
+        "connections accepted: {kept} with one probe connection, {new} with one per request"
+    );
+}
+
 /// The conditioning experiments: attackers really hold their connections (seen on
 /// the server's status page while the experiment runs), the table reports the
 /// legitimate client before and under attack, and the sweep writes its plot.

@@ -107,6 +107,9 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         v[(s.name, tuple(sorted(s.labels.items())))] = s.value
 assert types['sluice_time_to_first_byte_seconds'] == 'histogram', types
 assert types['sluice_requests'] == 'counter', types
+assert types['sluice_loop_turn_seconds'] == 'histogram', types
+assert v[('sluice_loop_turn_seconds_count', ())] >= 1
+assert v[('sluice_cpu_wait_seconds_total', ())] >= 0
 assert v[('sluice_build_info', (('version', '0.1.0'),))] == 1
 print(int(v[('sluice_requests_total', ())]), int(v[('sluice_responses_total', (('code', '404'),))]),
       int(v[('sluice_time_to_first_byte_seconds_count', ())]) >= 1000)
@@ -114,6 +117,52 @@ print(int(v[('sluice_requests_total', ())]), int(v[('sluice_responses_total', ((
         &om.text(),
     );
     assert_eq!(strict.trim(), "1003 10 True", "{}", om.text());
+}
+
+/// A worker busy in one turn (here: listing a directory of 3,000 files, done on the
+/// worker) shows as that worker's longest turn of the second, and in the turn
+/// histogram past 1 ms; the time it waited for a CPU is a per-worker counter.
+#[test]
+fn a_long_loop_turn_shows_on_the_page() {
+    let d = docroot();
+    std::fs::create_dir(d.path().join("big")).unwrap();
+    for i in 0..3000 {
+        std::fs::write(d.path().join(format!("big/file-{i:05}.txt")), b"").unwrap();
+    }
+    let srv = Server::start_in(d, &["--workers", "1"]);
+    let j = srv.status_json();
+    let slow = |j: &serde_json::Value| -> u64 {
+        let c = j["loop_turn_seconds"]["counts"].as_array().unwrap();
+        c[1..].iter().map(|n| n.as_u64().unwrap()).sum()
+    };
+    let slow_before = slow(&j);
+    let t = Instant::now();
+    let r = srv.get("GET /big/ HTTP/1.0\r\n\r\n");
+    let took = t.elapsed();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("file-02999.txt"));
+    assert!(
+        took >= Duration::from_millis(2),
+        "the listing took only {took:?}"
+    );
+    // The gauge is the longest turn of the second before each publish: read the
+    // page until the publish after the listing.
+    let mut longest = 0.0f64;
+    let mut j = j;
+    while longest < 1e-3 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+        j = srv.status_json();
+        longest = j["workers"][0]["longest_turn_seconds"].as_f64().unwrap();
+    }
+    assert!(
+        longest >= 1e-3,
+        "longest turn {longest} s after a {took:?} listing: {j}"
+    );
+    assert!(slow(&j) > slow_before, "no turn past 100 µs counted: {j}");
+    assert_eq!(j["workers"].as_array().unwrap().len(), 1, "{j}");
+    assert!(j["workers"][0]["cpu_wait_seconds_total"].as_f64().unwrap() >= 0.0);
+    let html = srv.get("GET /server-status HTTP/1.0\r\n\r\n").text();
+    assert!(html.contains("<th>longest turn (1 s)</th>"), "{html}");
 }
 
 #[test]

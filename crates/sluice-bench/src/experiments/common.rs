@@ -64,6 +64,9 @@ pub struct ExpOptions {
     /// `concurrency` and `cold-files`: the measuring client (the probe; the small-file
     /// client) runs at `SCHED_FIFO` priority 1 ([`measuring_client_fifo`]).
     pub probe_fifo: bool,
+    /// `concurrency`: each probe request on a new connection (closed after its
+    /// response), so the server accepts every one; `false`: one kept-alive connection.
+    pub probe_new_connections: bool,
     /// `redirects`: the path the last rule redirects.
     pub redirect_path: Option<String>,
     /// `cold-files`: the small client's rate (req/s, open loop); `None`: closed loop.
@@ -88,6 +91,7 @@ impl Default for ExpOptions {
             download_size: 256 * 1024,
             download_rate: 64 * 1024,
             probe_fifo: false,
+            probe_new_connections: false,
             redirect_path: None,
             small_rate: None,
         }

@@ -229,9 +229,13 @@ fn concurrency_step(
     let base = base_path(&p);
     let dl_path = format!("{base}/sluice-bench/{file}");
     // The probe: one connection, 20 small requests a second, open loop (its
-    // latency counts from when each request was due).
+    // latency counts from when each request was due). With new connections, the
+    // client connects ahead of the next due time and closes after each response:
+    // the latency holds the server's accept (deferred until the request arrives),
+    // not the handshake the kernel completes alone.
     let (mut popts, _) = options_for(&tg.url, o)?;
     popts.connections = 1;
+    popts.keepalive = !o.probe_new_connections;
     popts.threads = 1;
     popts.duration = len;
     popts.rate = Some(20.0);

@@ -155,6 +155,10 @@ pub struct Worker {
     /// Top URLs and address ranges for the status page (published once a second).
     talkers: sluice_status::top::Talkers,
     last_publish: Instant,
+    /// The longest loop turn since the last publish (µs), and the thread's time
+    /// waiting for a CPU at the last publish (ns, `schedstat`).
+    turn_longest_us: u64,
+    cpu_wait_ns: u64,
     /// Where the disk pool reports this worker's cold ranges as read (`disk.rs`).
     disk_done: Arc<crate::disk::Completions>,
     disk_keys: Vec<(u32, u32)>,
@@ -255,6 +259,8 @@ impl Worker {
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             talkers: Default::default(),
             last_publish: now,
+            turn_longest_us: 0,
+            cpu_wait_ns: 0,
             drips: Default::default(),
             proxy_listeners,
             tls_listeners,
@@ -279,7 +285,15 @@ impl Worker {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut due = Vec::new();
+        // Counted from this thread's own start: a replacement after a panic adds on.
+        self.cpu_wait_ns = cpu_wait_ns().unwrap_or(0);
+        self.now = Instant::now();
         loop {
+            // The turn that just ended (from the last poll's return): every other
+            // connection of this worker waited that long. One clock read per turn.
+            let turn_us = self.now.elapsed().as_micros() as u64;
+            self.shared.stats[self.id].turn(turn_us);
+            self.turn_longest_us = self.turn_longest_us.max(turn_us);
             // Requests or responses waiting for a turn: look for new events without
             // sleeping (ready requests held back only by the cap on active
             // responses wait for one to finish instead).
@@ -432,6 +446,13 @@ impl Worker {
         for (a, n) in st.states.iter().zip(states) {
             a.store(n, Ordering::Relaxed);
         }
+        st.turn_longest_us
+            .store(std::mem::take(&mut self.turn_longest_us), Ordering::Relaxed);
+        if let Some(ns) = cpu_wait_ns() {
+            let us = (ns / 1000).saturating_sub(self.cpu_wait_ns / 1000);
+            Counters::add(&st.cpu_wait_us, us);
+            self.cpu_wait_ns = ns;
+        }
         self.shared.board.publish(self.id, &list);
     }
 
@@ -495,6 +516,17 @@ fn active_share(snap: &Snapshot, workers: usize) -> u32 {
     }
 }
 
+/// This thread's time runnable but waiting for a CPU, ns: the second field of
+/// `/proc/thread-self/schedstat` (`None` without schedstats in the kernel).
+fn cpu_wait_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    schedstat_wait(&s)
+}
+
+fn schedstat_wait(s: &str) -> Option<u64> {
+    s.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
 fn ms(d: Duration) -> Ms {
     d.as_millis() as Ms
 }
@@ -541,4 +573,17 @@ fn site_logs(snap: &Snapshot, log: &WorkerLog) -> Vec<Option<u8>> {
             Some(p) => log.index_of(p).or(main),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cpu_wait_is_schedstat_s_second_field() {
+        assert_eq!(super::schedstat_wait("5120334 88112 97\n"), Some(88112));
+        assert_eq!(super::schedstat_wait("5120334\n"), None);
+        // The running thread's own file, where the kernel has it.
+        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            assert!(super::cpu_wait_ns().is_some());
+        }
+    }
 }
