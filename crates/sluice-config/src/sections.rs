@@ -139,7 +139,8 @@ pub struct FilesSection {
     pub hidden: bool,
     pub listing: bool,
     pub index: Vec<String>,
-    /// How long a cached open file / stat result is trusted.
+    /// How long a cached open file / stat result is trusted, and a built directory
+    /// listing kept (per URL and form) before it is built again.
     #[serde(deserialize_with = "crate::de::duration")]
     pub cache_validity: Duration,
     #[serde(deserialize_with = "crate::de::cache_entries")]

@@ -39,12 +39,13 @@ pub struct StaticHandler {
     boundary_seq: u64,
     /// Reused for sibling names, so a lookup allocates nothing.
     scratch: String,
-    gzipped: listing::GzipCache,
+    listings: listing::PageCache,
 }
 
 impl StaticHandler {
     pub fn new(root: Root, cfg: FilesSection, max_ranges: usize) -> Self {
         let cache = FileCache::new(cfg.cache_validity, cfg.cache_entries, cfg.small_file_max);
+        let listings = listing::PageCache::new(cfg.cache_validity);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -56,7 +57,7 @@ impl StaticHandler {
             cache,
             boundary_seq: seed,
             scratch: String::new(),
-            gzipped: listing::GzipCache::default(),
+            listings,
         }
     }
 
@@ -136,10 +137,6 @@ impl StaticHandler {
         if !self.cfg.listing {
             return Response::text(403, Some("directory listing is off"));
         }
-        let mut items = match listing::read(&self.root, rel, self.cfg.hidden) {
-            Ok(i) => i,
-            Err(_) => return Response::text(403, None),
-        };
         let (mut key, mut desc, mut json) = (listing::SortKey::Name, false, false);
         for kv in query.unwrap_or("").split('&') {
             match kv {
@@ -155,31 +152,39 @@ impl StaticHandler {
         if head.accept.is_some_and(listing::prefers_json) {
             json = true;
         }
-        listing::sort(&mut items, key, desc);
-        let (body, ctype) = if json {
-            (listing::json(&items), "application/json")
+        let ctype = if json {
+            "application/json"
         } else {
-            let decoded = path::percent_decode(raw_path.as_bytes()).unwrap_or_default();
-            (
-                listing::html(&decoded, &items, key, desc),
-                "text/html; charset=utf-8",
-            )
+            "text/html; charset=utf-8"
         };
         let gzip = self.cfg.compress_listings
             && head
                 .accept_encoding
                 .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
+        // Built (read, sorted, rendered) at most once per cache_validity per form.
+        let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
+        let (root, hidden) = (&self.root, self.cfg.hidden);
+        let built = self.listings.get(raw_path, form, gzip, now, || {
+            let mut items = listing::read(root, rel, hidden).ok()?;
+            listing::sort(&mut items, key, desc);
+            Some(if json {
+                listing::json(&items)
+            } else {
+                let decoded = path::percent_decode(raw_path.as_bytes()).unwrap_or_default();
+                listing::html(&decoded, &items, key, desc)
+            })
+        });
+        let Some(body) = built else {
+            return Response::text(403, None);
+        };
         let mut r = Response::new(200);
         r.headers.add("Content-Type", ctype);
         if gzip {
             r.headers.add("Content-Encoding", "gzip");
-            let gz = self.gzipped.get(&body);
-            r.headers.add_u64("Content-Length", gz.len() as u64);
-            r.body.push(Chunk::Shared(gz.clone(), 0, gz.len()));
-        } else {
-            r.headers.add_u64("Content-Length", body.len() as u64);
-            r.body.push(Chunk::Owned(body));
         }
+        r.headers.add_u64("Content-Length", body.len() as u64);
+        let n = body.len();
+        r.body.push(Chunk::Shared(body, 0, n));
         r.headers.add("Cache-Control", "no-cache");
         r.headers.add(
             "Vary",

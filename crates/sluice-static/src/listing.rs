@@ -2,8 +2,9 @@
 //! it works without JavaScript) and JSON (`Accept: application/json` or
 //! `?format=json`).
 //!
-//! Listings are built per request and not cached: mirrors serve files far more often
-//! than they are browsed. Cost: one `readdir` plus one `lstat` per entry. Hidden
+//! A listing is built at most once per `files.cache_validity` per URL and form
+//! ([`PageCache`]): building costs one `readdir` plus one `lstat` per entry and the
+//! rendering, ~4 µs an entry on the worker (20 ms for 5,000 entries). Hidden
 //! entries are left out unless hidden files are served; symlinks are listed only if
 //! they open under the root's policy.
 //!
@@ -20,8 +21,11 @@
 use crate::open::Root;
 use sluice_http::date;
 use sluice_http::response::html_escape;
+use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 /// The page's only style; [`CSP`] allows exactly this text by its SHA-256 hash (a
 /// unit test recomputes it, so editing one without the other fails).
@@ -297,6 +301,75 @@ mod tests {
     }
 
     #[test]
+    fn a_page_is_built_once_per_validity_and_per_form() {
+        let t0 = Instant::now();
+        let mut c = PageCache::new(Duration::from_secs(1));
+        let mut builds = 0;
+        let mut build = |b: &mut i32, text: &str| {
+            *b += 1;
+            Some(text.as_bytes().to_vec())
+        };
+        let p = c
+            .get("/d/", 0, false, t0, || build(&mut builds, "one"))
+            .unwrap();
+        assert_eq!(&*p, b"one");
+        // Within the validity: kept, not rebuilt.
+        let p = c.get("/d/", 0, false, t0 + Duration::from_millis(900), || {
+            build(&mut builds, "two")
+        });
+        assert_eq!(&*p.unwrap(), b"one");
+        assert_eq!(builds, 1);
+        // Another form of the same URL is its own page.
+        let p = c.get("/d/", 1, false, t0, || build(&mut builds, "json"));
+        assert_eq!(&*p.unwrap(), b"json");
+        // Past the validity: rebuilt.
+        let p = c.get("/d/", 0, false, t0 + Duration::from_secs(1), || {
+            build(&mut builds, "two")
+        });
+        assert_eq!(&*p.unwrap(), b"two");
+        assert_eq!(builds, 3);
+        // gzipped from the kept page, once.
+        let gz = c
+            .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
+                build(&mut builds, "x")
+            })
+            .unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out)
+            .unwrap();
+        assert_eq!(out, "two");
+        let again = c
+            .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
+                build(&mut builds, "x")
+            })
+            .unwrap();
+        assert!(Rc::ptr_eq(&gz, &again));
+        assert_eq!(builds, 3);
+        // A failed build is not kept: the next request builds again.
+        assert!(c.get("/gone/", 0, false, t0, || None).is_none());
+        let p = c.get("/gone/", 0, false, t0, || build(&mut builds, "back"));
+        assert_eq!(&*p.unwrap(), b"back");
+    }
+
+    #[test]
+    fn the_pages_kept_are_bounded_in_bytes() {
+        let t0 = Instant::now();
+        let mut c = PageCache::new(Duration::from_secs(60));
+        let big = PageCache::MAX_BYTES / 3 + 1;
+        for i in 0..10 {
+            c.get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'x'; big]));
+            assert!(c.bytes <= PageCache::MAX_BYTES, "{} bytes kept", c.bytes);
+            assert_eq!(c.bytes, c.map.values().map(|p| p.body.len()).sum::<usize>());
+        }
+        // Larger than the bound: served, never kept.
+        let huge = c.get("/huge/", 0, false, t0, || {
+            Some(vec![0; PageCache::MAX_BYTES + 1])
+        });
+        assert_eq!(huge.unwrap().len(), PageCache::MAX_BYTES + 1);
+        assert!(!c.map.keys().any(|(u, _)| u == "/huge/"));
+    }
+
+    #[test]
     fn sorting_keeps_directories_first() {
         // Name, size and date each give a different order of the three files.
         let mut v = vec![
@@ -387,9 +460,100 @@ mod tests {
     }
 }
 
-/// gzipped listings, keyed by a hash of the uncompressed page: a directory whose
-/// listing has not changed is compressed once, not per request (the page itself is
-/// rebuilt each time, so a changed file size or a new entry shows at once).
+/// Built listings, per worker: a page is built once per `cache_validity` for each
+/// URL and form (sort order, HTML or JSON), not once per request. Building one reads
+/// and stats every entry and renders it, on the worker, while the worker's other
+/// connections wait (~20 ms for 5,000 entries on this machine: docs/BENCHMARKS.md),
+/// so a crawler asking again and again for a mirror's big directories costs one
+/// build per directory a second, not one per request. A new or changed entry shows
+/// within `cache_validity`, as a replaced file does. The gzipped form is made on the
+/// first request that accepts it, from [`GzipCache`].
+/// Bounded: at most [`PageCache::MAX`] pages and [`PageCache::MAX_BYTES`] per worker
+/// (all dropped together when full; a larger page is built every time).
+pub struct PageCache {
+    validity: Duration,
+    map: HashMap<(String, u8), Page>,
+    bytes: usize,
+    gzipped: GzipCache,
+}
+
+struct Page {
+    built: Instant,
+    body: Rc<[u8]>,
+    gz: Option<Rc<[u8]>>,
+}
+
+impl PageCache {
+    pub const MAX: usize = 256;
+    pub const MAX_BYTES: usize = 16 << 20;
+
+    pub fn new(validity: Duration) -> PageCache {
+        PageCache {
+            validity,
+            map: HashMap::new(),
+            bytes: 0,
+            gzipped: GzipCache::default(),
+        }
+    }
+
+    /// The page for `url` in `form` (built by `build` unless a build younger than
+    /// the validity is kept), gzipped if `gzip`; `None` if `build` fails.
+    pub fn get(
+        &mut self,
+        url: &str,
+        form: u8,
+        gzip: bool,
+        now: Instant,
+        build: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<Rc<[u8]>> {
+        let key = (url.to_string(), form);
+        let fresh = self
+            .map
+            .get(&key)
+            .is_some_and(|p| now.saturating_duration_since(p.built) < self.validity);
+        if !fresh {
+            if let Some(old) = self.map.remove(&key) {
+                self.bytes -= old.body.len();
+            }
+            let body: Rc<[u8]> = build()?.into();
+            if body.len() > Self::MAX_BYTES {
+                return Some(if gzip {
+                    self.gzipped.get(&body).clone()
+                } else {
+                    body
+                });
+            }
+            if self.map.len() >= Self::MAX || self.bytes + body.len() > Self::MAX_BYTES {
+                self.map.clear();
+                self.bytes = 0;
+            }
+            self.bytes += body.len();
+            self.map.insert(
+                key.clone(),
+                Page {
+                    built: now,
+                    body,
+                    gz: None,
+                },
+            );
+        }
+        let Some(page) = self.map.get_mut(&key) else {
+            unreachable!("inserted above")
+        };
+        if !gzip {
+            return Some(page.body.clone());
+        }
+        let gzipped = &mut self.gzipped;
+        Some(
+            page.gz
+                .get_or_insert_with(|| gzipped.get(&page.body).clone())
+                .clone(),
+        )
+    }
+}
+
+/// gzipped listings, keyed by a hash of the uncompressed page: a listing rebuilt
+/// unchanged is compressed once, not once per build.
 /// Bounded: at most [`GzipCache::MAX`] pages per worker, dropped together when full.
 #[derive(Default)]
 pub struct GzipCache {
