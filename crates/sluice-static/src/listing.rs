@@ -305,7 +305,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = PageCache::new(Duration::from_secs(1));
         let mut builds = 0;
-        let mut build = |b: &mut i32, text: &str| {
+        let build = |b: &mut i32, text: &str| {
             *b += 1;
             Some(text.as_bytes().to_vec())
         };
@@ -485,7 +485,7 @@ struct Page {
 
 impl PageCache {
     pub const MAX: usize = 256;
-    pub const MAX_BYTES: usize = 16 << 20;
+    pub const MAX_BYTES: usize = 8 << 20;
 
     pub fn new(validity: Duration) -> PageCache {
         PageCache {

@@ -430,10 +430,10 @@ fn with_a_16_mib_file(conf: &str) -> Server {
     Server::start_with_config(dir, conf, &[])
 }
 
-/// The most [`server_send_queue`] reaches over half a second (ten samples).
-fn peak_send_queue(srv: &Server, client: &std::net::TcpStream) -> usize {
+/// The most [`server_send_queue`] reaches over `samples` samples 50 ms apart.
+fn peak_send_queue(srv: &Server, client: &std::net::TcpStream, samples: usize) -> usize {
     let mut peak = 0;
-    for _ in 0..10 {
+    for _ in 0..samples {
         std::thread::sleep(Duration::from_millis(50));
         peak = peak.max(server_send_queue(srv, client));
     }
@@ -455,7 +455,7 @@ fn peak_queue_of_a_reader_that_stops(conf: &str, idle: usize, first: usize) -> u
         .unwrap();
     let mut b = vec![0u8; first];
     c.read_exact(&mut b).unwrap();
-    let peak = peak_send_queue(&srv, &c);
+    let peak = peak_send_queue(&srv, &c, 10);
     drop(others);
     peak
 }
@@ -477,14 +477,17 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
     );
 }
 
-/// The most the server's send queue reaches, over half a second, for a client that
-/// began a 16 MiB download alone and kept reading (16 KiB every 100 ms) while three
+/// The most the server's send queue reaches, over 1.2 s, for a client that
+/// began a 16 MiB download alone and kept reading (16 KiB every 100 ms) while 15
 /// other connections joined, past its first 2 s rate window, then read 512 KiB at
-/// once (more than was queued before the window ended: ~130 KiB in its receive
-/// queue, up to 320 KiB unsent) and stopped reading. It has taken ~1.1 MiB in all,
-/// short of the 2 MiB that would prove it fast and set its share that way. The
-/// next window ends after the measurement, so the rate check cannot close it
-/// meanwhile.
+/// once (more than was queued before the window ended) and stopped reading. It has
+/// taken ~1.1 MiB in all, short of the 2 MiB that would prove it fast and set its
+/// share that way. The next window's check finds it above the minimum rate.
+///
+/// What a bound lets rest unsent is not the bound itself: the kernel wakes a writer
+/// only once its unsent bytes fall below half the bound (`tcp_stream_memory_free`
+/// on wake-up), so a reader that read some and stopped leaves between half the
+/// bound and the bound plus one write unsent (145–320 KB measured for 256 KiB).
 fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
     let srv = with_a_16_mib_file(conf);
     let mut c = srv.connect();
@@ -494,7 +497,7 @@ fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
     c.read_exact(&mut b[..100]).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     // A first line each (a silent connection may wait in the kernel, deferred).
-    let others: Vec<_> = (0..3)
+    let others: Vec<_> = (0..15)
         .map(|_| {
             let mut o = srv.connect();
             o.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
@@ -509,17 +512,20 @@ fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
     // 512 KiB at once (more than the queue and the window held), then nothing.
     let mut half = vec![0u8; 512 << 10];
     c.read_exact(&mut half).unwrap();
-    // What was in flight settles (a busy machine may defer the loopback's acks).
+    // What was in flight settles (a busy machine may defer the loopback's acks),
+    // then 1.2 s of samples: the receiver's buffer may have grown with that read,
+    // and on a machine busy with the whole test suite the worker takes many turns
+    // to fill it and reach its bound (the control once peaked at 183 KB in 0.5 s).
     std::thread::sleep(Duration::from_millis(150));
-    let peak = peak_send_queue(&srv, &c);
+    let peak = peak_send_queue(&srv, &c, 24);
     drop(others);
     peak
 }
 
 #[test]
 fn a_download_begun_alone_takes_its_share_at_its_next_rate_window() {
-    // Alone, the reader's budget (256 KiB) covers `unsent_max`; once three more
-    // connections share it, its share is 64 KiB, set when its rate window renews.
+    // Alone, the reader's budget (256 KiB) covers `unsent_max`; once 15 more
+    // connections share it, its share is 16 KiB, set when its rate window renews.
     // The control's budget covers everyone.
     let conf = |total: u64| {
         format!(
@@ -529,13 +535,14 @@ fn a_download_begun_alone_takes_its_share_at_its_next_rate_window() {
     };
     let shared = peak_queue_of_a_reader_joined_by_others(&conf(262144));
     let control = peak_queue_of_a_reader_joined_by_others(&conf(1 << 30));
-    // The share plus a loopback segment's overshoot, against `unsent_max`.
+    // The share plus a loopback segment's overshoot (93 KiB measured), against at
+    // least half of `unsent_max` (128 KiB: see the helper) for the control.
     assert!(
-        shared <= 160 * 1024,
-        "{shared} bytes queued after the share fell to 64 KiB"
+        shared <= 112 * 1024,
+        "{shared} bytes queued after the share fell to 16 KiB"
     );
     assert!(
-        control > 200 * 1024,
+        control > 120 * 1024,
         "control: only {control} bytes queued with the budget covering unsent_max"
     );
 }
@@ -552,8 +559,11 @@ fn a_reader_may_keep_unsent_max_queued_only_once_it_has_read_fast() {
         stalled <= 256 * 1024 + 96 * 1024,
         "{stalled} bytes queued for a reader that never read"
     );
+    // A reader that read and then stopped may rest anywhere from half the bound
+    // (the kernel wakes the writer below it) to the bound plus one write: 512 KiB
+    // to ~1.1 MiB here, well above the stalled reader's.
     assert!(
-        proven > 512 * 1024,
+        proven > 448 * 1024,
         "only {proven} bytes queued for a reader that took 4 MiB first"
     );
 }

@@ -143,8 +143,10 @@ fn curl_compressed_gets_a_real_gzip_sibling_and_a_gzipped_listing() {
     assert!(gz.header("vary").unwrap().contains("Accept-Encoding"));
     let out = curl(&["-sS", "--compressed", &srv.url("/list/")]);
     assert_eq!(out.stdout, plain.body);
-    // A new file shows at once (the page is rebuilt; only compression is cached).
+    // A new file shows once the built page's validity (`cache_validity`, 1 s)
+    // has passed: the page is built again, and compressed again.
     std::fs::write(srv.root().join("list/new-file.txt"), b"n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let out = curl(&["-sS", "--compressed", &srv.url("/list/")]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("new-file.txt"));
 }
