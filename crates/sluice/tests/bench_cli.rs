@@ -460,6 +460,30 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
     );
 }
 
+/// `sluice bench run concurrency` for one step of 100 downloads of 16 KiB at
+/// 8 KiB/s (4.5 s: a step lasts two download times), with `extra` (one argument,
+/// or "").
+fn one_small_concurrency_step(srv: &Server, out: &std::path::Path, extra: &str) -> Vec<String> {
+    let mut args = experiment_args(
+        srv,
+        out,
+        "concurrency",
+        "300ms",
+        &[
+            "--download-size",
+            "16384",
+            "--download-rate",
+            "8192",
+            "--max-concurrency",
+            "100",
+        ],
+    );
+    if !extra.is_empty() {
+        args.push(extra.into());
+    }
+    args
+}
+
 /// `--probe-fifo`: the probe runs at real-time priority and the downloads do not
 /// (seen in /proc while the experiment runs), and the step still reports a probe.
 #[test]
@@ -467,21 +491,7 @@ fn concurrency_probe_fifo_raises_only_the_probe() {
     let srv = Server::start(&[]);
     let out = tempfile::tempdir().unwrap();
     let child = Command::new(bin())
-        .args(experiment_args(
-            &srv,
-            out.path(),
-            "concurrency",
-            "300ms",
-            &[
-                "--download-size",
-                "16384",
-                "--download-rate",
-                "8192",
-                "--max-concurrency",
-                "100",
-                "--probe-fifo",
-            ],
-        ))
+        .args(one_small_concurrency_step(&srv, out.path(), "--probe-fifo"))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -533,25 +543,10 @@ fn concurrency_probe_new_connections_connects_once_per_request() {
             .unwrap()
     };
     let mut per_run = Vec::new();
-    for flag in [None, Some("--probe-new-connections")] {
+    for flag in ["", "--probe-new-connections"] {
         let before = accepted();
-        let mut extra = vec![
-            "--download-size",
-            "16384",
-            "--download-rate",
-            "8192",
-            "--max-concurrency",
-            "100",
-        ];
-        extra.extend(flag);
         let o = Command::new(bin())
-            .args(experiment_args(
-                &srv,
-                out.path(),
-                "concurrency",
-                "300ms",
-                &extra,
-            ))
+            .args(one_small_concurrency_step(&srv, out.path(), flag))
             .output()
             .unwrap();
         assert!(o.status.success(), "{o:?}");
