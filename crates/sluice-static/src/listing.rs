@@ -507,48 +507,43 @@ impl PageCache {
         build: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Option<Rc<[u8]>> {
         let key = (url.to_string(), form);
-        let fresh = self
-            .map
-            .get(&key)
-            .is_some_and(|p| now.saturating_duration_since(p.built) < self.validity);
-        if !fresh {
-            if let Some(old) = self.map.remove(&key) {
-                self.bytes -= old.body.len();
+        if let Some(p) = self.map.get_mut(&key) {
+            if now.saturating_duration_since(p.built) < self.validity {
+                return Some(p.encoded(gzip, &mut self.gzipped));
             }
-            let body: Rc<[u8]> = build()?.into();
-            if body.len() > Self::MAX_BYTES {
-                return Some(if gzip {
-                    self.gzipped.get(&body).clone()
-                } else {
-                    body
-                });
-            }
-            if self.map.len() >= Self::MAX || self.bytes + body.len() > Self::MAX_BYTES {
+        }
+        if let Some(old) = self.map.remove(&key) {
+            self.bytes -= old.body.len();
+        }
+        let mut page = Page {
+            built: now,
+            body: build()?.into(),
+            gz: None,
+        };
+        let out = page.encoded(gzip, &mut self.gzipped);
+        let len = page.body.len();
+        if len <= Self::MAX_BYTES {
+            if self.map.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
                 self.map.clear();
                 self.bytes = 0;
             }
-            self.bytes += body.len();
-            self.map.insert(
-                key.clone(),
-                Page {
-                    built: now,
-                    body,
-                    gz: None,
-                },
-            );
+            self.bytes += len;
+            self.map.insert(key, page);
         }
-        let Some(page) = self.map.get_mut(&key) else {
-            unreachable!("inserted above")
-        };
+        Some(out)
+    }
+}
+
+impl Page {
+    /// The page as sent: itself, or gzipped (once per build, through `gzipped`).
+    fn encoded(&mut self, gzip: bool, gzipped: &mut GzipCache) -> Rc<[u8]> {
         if !gzip {
-            return Some(page.body.clone());
+            return self.body.clone();
         }
-        let gzipped = &mut self.gzipped;
-        Some(
-            page.gz
-                .get_or_insert_with(|| gzipped.get(&page.body).clone())
-                .clone(),
-        )
+        let body = &self.body;
+        self.gz
+            .get_or_insert_with(|| gzipped.get(body).clone())
+            .clone()
     }
 }
 
