@@ -430,10 +430,14 @@ fn with_a_16_mib_file(conf: &str) -> Server {
     Server::start_with_config(dir, conf, &[])
 }
 
-/// The most [`server_send_queue`] reaches over `samples` samples 50 ms apart.
-fn peak_send_queue(srv: &Server, client: &std::net::TcpStream, samples: usize) -> usize {
+/// The most [`server_send_queue`] reaches over `span`, sampled every 50 ms. Bounded
+/// in time, not in samples: under the whole suite's load `/proc/net/tcp` holds
+/// thousands of sockets and one read of it can take longer than the pause, and a
+/// count of samples then ran past the reader's next rate window (which closes it).
+fn peak_send_queue(srv: &Server, client: &std::net::TcpStream, span: Duration) -> usize {
+    let t = Instant::now();
     let mut peak = 0;
-    for _ in 0..samples {
+    while t.elapsed() < span {
         std::thread::sleep(Duration::from_millis(50));
         peak = peak.max(server_send_queue(srv, client));
     }
@@ -455,7 +459,7 @@ fn peak_queue_of_a_reader_that_stops(conf: &str, idle: usize, first: usize) -> u
         .unwrap();
     let mut b = vec![0u8; first];
     c.read_exact(&mut b).unwrap();
-    let peak = peak_send_queue(&srv, &c, 10);
+    let peak = peak_send_queue(&srv, &c, Duration::from_millis(500));
     drop(others);
     peak
 }
@@ -482,7 +486,8 @@ fn a_reader_that_stops_reading_pins_at_most_unsent_max_of_kernel_memory() {
 /// other connections joined, past its first 2 s rate window, then read 512 KiB at
 /// once (more than was queued before the window ended) and stopped reading. It has
 /// taken ~1.1 MiB in all, short of the 2 MiB that would prove it fast and set its
-/// share that way. The next window's check finds it above the minimum rate.
+/// share that way. The next window's check (~4 s) finds it above the minimum rate;
+/// the measurement ends before the one after (~6 s) would close it.
 ///
 /// What a bound lets rest unsent is not the bound itself: the kernel wakes a writer
 /// only once its unsent bytes fall below half the bound (`tcp_stream_memory_free`
@@ -513,11 +518,10 @@ fn peak_queue_of_a_reader_joined_by_others(conf: &str) -> usize {
     let mut half = vec![0u8; 512 << 10];
     c.read_exact(&mut half).unwrap();
     // What was in flight settles (a busy machine may defer the loopback's acks),
-    // then 1.2 s of samples: the receiver's buffer may have grown with that read,
-    // and on a machine busy with the whole test suite the worker takes many turns
-    // to fill it and reach its bound (the control once peaked at 183 KB in 0.5 s).
+    // then 1.2 s of samples, ending ~4 s after the response began: the window
+    // after next (from ~4 s, with nothing read) would close it at ~6 s.
     std::thread::sleep(Duration::from_millis(150));
-    let peak = peak_send_queue(&srv, &c, 24);
+    let peak = peak_send_queue(&srv, &c, Duration::from_millis(1200));
     drop(others);
     peak
 }
