@@ -27,6 +27,12 @@ pub struct Options {
     pub follow_redirects: bool,
     /// Slow reader: at most this many bytes per second per connection.
     pub read_rate: Option<u64>,
+    /// Slow readers out of step: each connection's one-second rate window starts at a
+    /// random point of its first second, and it first reads a random head start of up
+    /// to this many bytes at once, as if it had joined a download already under way.
+    /// Without it, readers started together refill together and downloads of one
+    /// size end together, in bursts no mirror's clients make. 0: off.
+    pub read_stagger: u64,
     /// Spread connections over these local addresses (many 127.0.0.x for >28K).
     pub source_addrs: Vec<IpAddr>,
     /// Stop after this many ended transactions, successful or not (for tests and
@@ -52,6 +58,7 @@ impl Default for Options {
             timeout: Duration::from_secs(10),
             follow_redirects: false,
             read_rate: None,
+            read_stagger: 0,
             source_addrs: Vec::new(),
             max_requests: None,
             progress: false,

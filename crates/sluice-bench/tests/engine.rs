@@ -253,6 +253,39 @@ fn slow_reader_is_slow() {
     );
 }
 
+/// `read_stagger`: readers started together neither refill nor end together. Each of
+/// 16 connections reads a 64 KiB response at 32 KiB/s. In step, every one needs its
+/// second rate window, a full second after the start; out of step, each has a random
+/// head start and its own window phase within the first second, so at least half end
+/// well inside it (the median fails only if 8 of 16 drew both a short head start
+/// and a phase past 0.9 s, p ≈ 10⁻⁷).
+#[test]
+fn staggered_slow_readers_end_apart() {
+    let big = "z".repeat(64 * 1024);
+    let addr = serve(move |_, _| ok(&big));
+    let run_with = |stagger: u64| {
+        let o = Options {
+            connections: 16,
+            read_rate: Some(32 * 1024),
+            read_stagger: stagger,
+            max_requests: Some(16),
+            ..opts(addr)
+        };
+        run(&o, &Workload::single("/", &o)).unwrap()
+    };
+    let in_step = run_with(0);
+    assert_eq!(in_step.counts.status_2xx, 16);
+    assert!(
+        in_step.latency.min() >= 950_000,
+        "in step, the quickest response took {} µs",
+        in_step.latency.min()
+    );
+    let apart = run_with(64 * 1024);
+    assert_eq!(apart.counts.status_2xx, 16);
+    let median = apart.latency.value_at_quantile(0.5);
+    assert!(median < 900_000, "out of step, the median took {median} µs");
+}
+
 #[test]
 fn several_source_addresses() {
     let (addr, peers) = serve_recording(|_, _| ok("x"));

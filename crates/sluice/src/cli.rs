@@ -92,6 +92,10 @@ pub struct BenchArgs {
     /// Slow reader: bytes per second per connection.
     #[arg(long)]
     pub read_rate: Option<u64>,
+    /// Slow readers out of step: a random head start of up to this many bytes each,
+    /// and rate windows at random phases (so downloads of one size do not end together).
+    #[arg(long, default_value_t = 0)]
+    pub read_stagger: u64,
     /// Local addresses to spread connections over, e.g. 127.0.0.1,127.0.0.2.
     #[arg(long, value_delimiter = ',')]
     pub source_addrs: Vec<IpAddr>,
@@ -185,6 +189,17 @@ pub struct ExperimentArgs {
     /// latency: the server's accept of it included), not on one kept-alive one.
     #[arg(long)]
     pub probe_new_connections: bool,
+    /// concurrency: downloads out of step, as a mirror's clients are: each starts with
+    /// a random part of its first file already read and reads in its own second, so
+    /// they do not end and reconnect together (without it a step's downloads, started
+    /// at once and all of one size and rate, end in lockstep).
+    #[arg(long)]
+    pub download_stagger: bool,
+    /// concurrency: the probe starts this long into each step (e.g. 4s), so it measures
+    /// a client at that many downloads, not during the step's opening burst of
+    /// connections (default 0: the whole step, as before).
+    #[arg(long)]
+    pub probe_after: Option<String>,
     /// redirects: a path the rules redirect (e.g. the last rule's).
     #[arg(long)]
     pub redirect_path: Option<String>,
@@ -215,6 +230,11 @@ impl ExperimentArgs {
             download_rate: self.download_rate,
             probe_fifo: self.probe_fifo,
             probe_new_connections: self.probe_new_connections,
+            download_stagger: self.download_stagger,
+            probe_after: match &self.probe_after {
+                Some(d) => sluice_config::parse_duration(d).map_err(anyhow::Error::msg)?,
+                None => std::time::Duration::ZERO,
+            },
             redirect_path: self.redirect_path.clone(),
             small_rate: self.small_rate,
             ..Default::default()

@@ -214,6 +214,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         timeout: sluice_config::parse_duration(&a.timeout).map_err(anyhow::Error::msg)?,
         follow_redirects: a.follow_redirects,
         read_rate: a.read_rate,
+        read_stagger: a.read_stagger,
         source_addrs: a.source_addrs,
         max_requests: None,
         progress: !a.json

@@ -478,9 +478,7 @@ fn one_small_concurrency_step(srv: &Server, out: &std::path::Path, extra: &str) 
             "100",
         ],
     );
-    if !extra.is_empty() {
-        args.push(extra.into());
-    }
+    args.extend(extra.split_whitespace().map(String::from));
     args
 }
 
@@ -543,7 +541,11 @@ fn concurrency_probe_new_connections_connects_once_per_request() {
             .unwrap()
     };
     let mut per_run = Vec::new();
-    for flag in ["", "--probe-new-connections"] {
+    for flag in [
+        "",
+        "--probe-new-connections",
+        "--probe-new-connections --probe-after 2s",
+    ] {
         let before = accepted();
         let o = Command::new(bin())
             .args(one_small_concurrency_step(&srv, out.path(), flag))
@@ -555,10 +557,15 @@ fn concurrency_probe_new_connections_connects_once_per_request() {
     }
     // One step of at least two download times (4 s), 100 kept-alive downloads, and
     // the probe at 20 requests a second: ~80 more connections with the flag.
-    let (kept, new) = (per_run[0], per_run[1]);
+    let (kept, new, later) = (per_run[0], per_run[1], per_run[2]);
     assert!(
         new >= kept + 60,
         "connections accepted: {kept} with one probe connection, {new} with one per request"
+    );
+    // `--probe-after 2s`: the probe starts 2 s into the step, ~40 requests fewer.
+    assert!(
+        later + 25 <= new && later >= kept + 20,
+        "connections accepted: {new} with the probe from the start, {later} from 2 s in"
     );
 }
 

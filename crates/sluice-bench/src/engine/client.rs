@@ -109,6 +109,7 @@ impl Thread {
         for i in 0..self.conns.len() {
             self.connect(i, Instant::now());
         }
+        self.out_of_step(Instant::now());
         let mut last_sweep = Instant::now();
         loop {
             let now = Instant::now();
@@ -165,6 +166,20 @@ impl Thread {
             self.counts.attempted -= open.min(self.counts.attempted);
         }
         Ok((self.counts, self.lat, self.ttfb))
+    }
+
+    /// `read_stagger`: slow readers started together get a random head start and a
+    /// rate window at a random phase, so that they neither refill nor end together.
+    fn out_of_step(&mut self, now: Instant) {
+        use rand::Rng;
+        let max = self.o.read_stagger;
+        if self.o.read_rate.is_none() || max == 0 {
+            return;
+        }
+        for c in &mut self.conns {
+            c.budget = c.budget.saturating_add(self.rng.gen_range(0..=max));
+            c.refill_at = now + Duration::from_micros(self.rng.gen_range(1..=1_000_000));
+        }
     }
 
     /// Periodic work: reconnect after failures, timeouts, slow-reader refills.

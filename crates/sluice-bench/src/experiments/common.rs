@@ -67,6 +67,13 @@ pub struct ExpOptions {
     /// `concurrency`: each probe request on a new connection (closed after its
     /// response), so the server accepts every one; `false`: one kept-alive connection.
     pub probe_new_connections: bool,
+    /// `concurrency`: the downloads out of step (`Options::read_stagger` of one file's
+    /// size), so they do not all end and reconnect together.
+    pub download_stagger: bool,
+    /// `concurrency`: how far into each step the probe starts (it runs to the step's
+    /// end), so it can measure a client at the step's concurrency, after the burst
+    /// of connections that opens the step.
+    pub probe_after: Duration,
     /// `redirects`: the path the last rule redirects.
     pub redirect_path: Option<String>,
     /// `cold-files`: the small client's rate (req/s, open loop); `None`: closed loop.
@@ -92,6 +99,8 @@ impl Default for ExpOptions {
             download_rate: 64 * 1024,
             probe_fifo: false,
             probe_new_connections: false,
+            download_stagger: false,
+            probe_after: Duration::ZERO,
             redirect_path: None,
             small_rate: None,
         }

@@ -47,6 +47,13 @@ struct ConcStep {
 /// A step lasts at least two download times (size / rate), so downloads finish
 /// inside it; availability counts downloads that ended (finished, refused, reset or
 /// timed out), so a transfer still in progress at the end is not a failure.
+///
+/// A step opens all its downloads at once. By default they then run in step (one
+/// size, one rate, windows that refill together) and end and reconnect together
+/// every download time: bursts of thousands of connections no mirror's clients make.
+/// `--download-stagger` runs them out of step, and `--probe-after` starts the probe
+/// once the opening burst is over, so the probe measures a client *at* that many
+/// downloads (docs/BENCHMARKS.md has the step at 19,000 both ways).
 pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
     let size = o.download_size.max(1);
     let rate = o.download_rate.max(1);
@@ -225,6 +232,9 @@ fn concurrency_step(
     opts.threads = o.threads.max(1);
     opts.duration = len;
     opts.read_rate = Some(o.download_rate.max(1));
+    if o.download_stagger {
+        opts.read_stagger = o.download_size as u64;
+    }
     opts.timeout = Duration::from_secs(60).max(len);
     let base = base_path(&p);
     let dl_path = format!("{base}/sluice-bench/{file}");
@@ -237,12 +247,17 @@ fn concurrency_step(
     popts.connections = 1;
     popts.keepalive = !o.probe_new_connections;
     popts.threads = 1;
-    popts.duration = len;
+    // Measured after `probe_after` (clamped to leave a second), to the step's end.
+    let after = o
+        .probe_after
+        .min(len.saturating_sub(Duration::from_secs(1)));
+    popts.duration = len - after;
     popts.rate = Some(20.0);
     popts.timeout = len;
     let pw = Workload::single(&format!("{base}/sluice-bench/probe-1k.bin"), &popts);
     let fifo = o.probe_fifo;
     let probe = std::thread::spawn(move || {
+        std::thread::sleep(after);
         if fifo {
             // This thread only (and the threads it starts): the downloads stay at
             // ordinary priority.
@@ -302,6 +317,9 @@ fn downloads_in_processes(
         .args(["--processes", &procs.to_string()]);
     if let Some(r) = opts.read_rate {
         cmd.args(["--read-rate", &r.to_string()]);
+    }
+    if opts.read_stagger > 0 {
+        cmd.args(["--read-stagger", &opts.read_stagger.to_string()]);
     }
     if addr.ip().is_loopback() && addr.is_ipv4() {
         let sources: Vec<String> = (1..=c.div_ceil(PER_SOURCE).max(1))
