@@ -14,7 +14,8 @@ at the top step. Past 15,000
 connections the load runs in several processes over several 127.0.1.x addresses.
 
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
-                                 [--sluice-processes N] [--probe-fifo]
+                                 [--sluice-processes N] [--probe-fifo] [--probe-new]
+                                 [--stagger] [--probe-after 4s]
 
 --sluice-processes N sets sluice's serving processes (each with its own descriptor
 limit, as nginx's worker processes have; past 20,000 connections one process cannot
@@ -22,7 +23,11 @@ hold them). Without it sluice runs its default: one process per worker, two here
 
 --probe-fifo runs the probe client's thread at real-time priority (the downloads stay
 ordinary): on two cores shared with 19,000 downloads' clients, an ordinary probe
-mostly measures its own wait for a CPU.
+mostly measures its own wait for a CPU. --probe-new sends each probe request on a new
+connection (a new client). --stagger runs the downloads out of step (they do not all
+end and reconnect together), and --probe-after starts the probe that far into each step,
+after the burst of connections that opens it (sluice bench run concurrency's
+--download-stagger and --probe-after).
 """
 import argparse, os, subprocess, sys
 
@@ -40,6 +45,12 @@ def main():
     ap.add_argument("--probe-fifo", action="store_true",
                     help="run the probe client at SCHED_FIFO (its own wait for a CPU on "
                          "cores shared with the load then does not count)")
+    ap.add_argument("--probe-new", action="store_true",
+                    help="every probe request on a new connection")
+    ap.add_argument("--stagger", action="store_true",
+                    help="the downloads out of step (--download-stagger)")
+    ap.add_argument("--probe-after", default=None,
+                    help="start the probe this far into each step, e.g. 4s")
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes (0, the default: sluice's own, one per worker)")
     a = ap.parse_args()
@@ -60,6 +71,12 @@ def main():
                "--out", a.out, "--max-concurrency", str(a.max), "-d", a.duration]
         if a.probe_fifo:
             cmd.append("--probe-fifo")
+        if a.probe_new:
+            cmd.append("--probe-new-connections")
+        if a.stagger:
+            cmd.append("--download-stagger")
+        if a.probe_after:
+            cmd += ["--probe-after", a.probe_after]
         for s in procs:
             cmd += ["--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
         print("$", " ".join(cmd), flush=True)
