@@ -305,22 +305,12 @@ impl Outgoing {
             if (at_edge || self.sent - sent_before >= turn) && !self.chunks.is_empty() {
                 return Ok(Flush::Yield);
             }
-            let front_is_mem = matches!(
-                self.chunks.front(),
-                Some(Chunk::Shared(..)) | Some(Chunk::Owned(_))
-            );
-            if self.wpos < self.wbuf.len() || front_is_mem {
-                let n = match self.send_memory(wire) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                self.advance_memory(n);
-                continue;
-            }
+            // Bytes in the write buffer go first, then the chunks in order: memory
+            // ones by `send_memory`, a file's below.
+            let head_left = self.wpos < self.wbuf.len();
             let (file, start, len) = match self.chunks.front() {
-                None => {
+                Some(Chunk::File(f, s, l)) if !head_left => (f.clone(), *s, *l),
+                None if !head_left => {
                     self.wbuf.clear();
                     self.wpos = 0;
                     // Done means on the socket, not in a TLS record buffer.
@@ -330,8 +320,18 @@ impl Outgoing {
                         Flush::Blocked
                     });
                 }
-                Some(Chunk::File(f, s, l)) => (f.clone(), *s, *l),
-                Some(_) => unreachable!("memory chunks handled above"),
+                _ => {
+                    let n = match self.send_memory(wire) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Ok(Flush::Blocked)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    self.advance_memory(n);
+                    continue;
+                }
             };
             if self.off >= len {
                 self.chunks.pop_front();
@@ -364,7 +364,8 @@ impl Outgoing {
             // nobody asked about, and the worker would wait on the disk for them.
             let cached = self.warm_to.saturating_sub(pos).max(1);
             match how {
-                IoMode::Sendfile => {
+                // (`Auto` is resolved just above; sendfile is its safe reading.)
+                IoMode::Sendfile | IoMode::Auto => {
                     let mut want = remaining.min(to_edge);
                     if checked {
                         want = want.min(cached);
@@ -427,17 +428,17 @@ impl Outgoing {
                     }
                 }
                 IoMode::Mmap => {
-                    let need_map = match &self.map {
-                        Some(m) => pos < m.base || pos >= m.base + m.len as u64,
-                        None => true,
+                    // The mapped window holding `pos`, or a new one from it (the old
+                    // one unmapped first).
+                    let m = match &mut self.map {
+                        Some(m) if pos >= m.base && pos < m.base + m.len as u64 => &*m,
+                        slot => {
+                            *slot = None;
+                            let base = pos & !4095;
+                            let maplen = (start + len - base).min(MAP_WINDOW) as usize;
+                            &*slot.insert(window::window_for(&file, base, maplen)?)
+                        }
                     };
-                    if need_map {
-                        self.map = None;
-                        let base = pos & !4095;
-                        let maplen = (start + len - base).min(MAP_WINDOW) as usize;
-                        self.map = Some(window::window_for(&file, base, maplen)?);
-                    }
-                    let m = self.map.as_ref().expect("mapped above");
                     let delta = (pos - m.base) as usize;
                     // Up to the window's end and MAP_SEND, and never past the
                     // bytes found cached (a fault on a cold page would hold the
@@ -468,7 +469,6 @@ impl Outgoing {
                     self.off += n as u64;
                     self.sent += n as u64;
                 }
-                IoMode::Auto => unreachable!("resolved above"),
             }
         }
     }
