@@ -12,7 +12,7 @@
 //! workers = 0                 # 0 = one per core
 //!
 //! [http]
-//! keepalive_timeout = "15s"
+//! keepalive_timeout = "75s"
 //! header_timeout = "20s"      # total deadline for a whole request head
 //!
 //! [files]
