@@ -197,9 +197,9 @@ pub struct ExperimentArgs {
     pub download_stagger: bool,
     /// concurrency: the probe starts this long into each step (e.g. 4s), so it measures
     /// a client at that many downloads, not during the step's opening burst of
-    /// connections (default 0: the whole step, as before).
-    #[arg(long)]
-    pub probe_after: Option<String>,
+    /// connections (0: the whole step, as before).
+    #[arg(long, default_value = "0s")]
+    pub probe_after: String,
     /// redirects: a path the rules redirect (e.g. the last rule's).
     #[arg(long)]
     pub redirect_path: Option<String>,
@@ -231,10 +231,8 @@ impl ExperimentArgs {
             probe_fifo: self.probe_fifo,
             probe_new_connections: self.probe_new_connections,
             download_stagger: self.download_stagger,
-            probe_after: match &self.probe_after {
-                Some(d) => sluice_config::parse_duration(d).map_err(anyhow::Error::msg)?,
-                None => std::time::Duration::ZERO,
-            },
+            probe_after: sluice_config::parse_duration(&self.probe_after)
+                .map_err(anyhow::Error::msg)?,
             redirect_path: self.redirect_path.clone(),
             small_rate: self.small_rate,
             ..Default::default()

@@ -461,8 +461,8 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
 }
 
 /// `sluice bench run concurrency` for one step of 100 downloads of 16 KiB at
-/// 8 KiB/s (4.5 s: a step lasts two download times), with `extra` (one argument,
-/// or "").
+/// 8 KiB/s (4.5 s: a step lasts two download times), with `extra` (arguments
+/// separated by spaces, or "").
 fn one_small_concurrency_step(srv: &Server, out: &std::path::Path, extra: &str) -> Vec<String> {
     let mut args = experiment_args(
         srv,
