@@ -20,5 +20,6 @@ pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
 pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
 pub const DISK_THREADS: (u64, u64) = (0, 256);
 pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);
+pub const ANSWER_CACHE: (u64, u64) = (0, 1 << 16);
 pub const UNSENT_MAX: (u64, u64) = (0, 1 << 30);
 pub const UNSENT_TOTAL: (u64, u64) = (0, 1 << 50);

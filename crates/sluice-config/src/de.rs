@@ -116,5 +116,6 @@ bounded!(max_ranges, usize, bounds::MAX_RANGES);
 bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
 bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
 bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
+bounded!(answer_cache, usize, bounds::ANSWER_CACHE);
 bounded!(unsent_max, u32, bounds::UNSENT_MAX);
 bounded!(unsent_total, u64, bounds::UNSENT_TOTAL);

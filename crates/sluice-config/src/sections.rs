@@ -155,6 +155,13 @@ pub struct FilesSection {
     /// Files up to this size are kept in memory and sent with one `writev`.
     #[serde(deserialize_with = "crate::de::small_file_max")]
     pub small_file_max: usize,
+    /// Whole small-file answers kept per worker for reuse, keyed by the request
+    /// head's exact bytes (`sluice_static::answers`; 0: none kept). A hot file
+    /// asked for again the same way skips the parse, the lookup and the head's
+    /// assembly; kept only as long as the file's cache entry is trusted
+    /// (`cache_validity`), and never for a site with rules.
+    #[serde(deserialize_with = "crate::de::answer_cache")]
+    pub answer_cache: usize,
     /// Serve `foo.br` / `foo.zst` / `foo.gz` in place of `foo` to clients that
     /// accept that coding.
     pub precompressed: bool,
@@ -487,6 +494,7 @@ impl Default for FilesSection {
             cache_validity: Duration::from_secs(1),
             cache_entries: 16_384,
             small_file_max: 16 * 1024,
+            answer_cache: 1024,
             precompressed: true,
             compress_listings: true,
             disk_threads: 8,

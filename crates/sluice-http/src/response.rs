@@ -304,6 +304,12 @@ pub struct Response {
     /// A fixed `Date` header instead of the clock's (an operator's answer to clients
     /// that read the time from it; errant-client rules, `date=`).
     pub date: Option<std::sync::Arc<str>>,
+    /// The handler's promise that the same request bytes get a byte-identical
+    /// answer (its `Date` aside) until then: set only for a whole small file
+    /// from memory whose answer read nothing but the request and that file, and
+    /// only for as long as the file's cache entry is trusted. The worker may keep
+    /// such an answer for reuse (`sluice_static::answers`).
+    pub reuse_until: Option<std::time::Instant>,
 }
 
 impl Response {

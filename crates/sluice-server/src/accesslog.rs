@@ -117,7 +117,7 @@ impl Writer {
 
 /// What a log line needs from the request, kept until the response is done
 /// (the line records the bytes actually sent).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Pending {
     request_line: Vec<u8>,
     status: u16,

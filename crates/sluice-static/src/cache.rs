@@ -87,6 +87,11 @@ impl FileInfo {
     pub fn last_modified(&self) -> &str {
         &self.lines.as_str()[LM_AT..LM_AT + 29]
     }
+    /// Until when this entry is trusted without a look at the disk (an answer
+    /// built from it may be reused until then: `Response::reuse_until`).
+    pub fn trusted_until(&self) -> Instant {
+        self.until.get()
+    }
     /// The header lines of a 200 for the whole file, without a content coding
     /// (`Last-Modified`, `ETag`, `Accept-Ranges`, `Content-Type`,
     /// `Content-Length`), or `None` when the handler must write them.

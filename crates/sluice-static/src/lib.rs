@@ -12,6 +12,7 @@
 //! Cost on a cache hit: one path normalization, one hash lookup, a few header
 //! writes; no syscalls.
 
+pub mod answers;
 pub mod cache;
 pub mod listing;
 pub mod mime;
@@ -110,7 +111,13 @@ impl StaticHandler {
                 }
                 Response::redirect(301, &loc)
             }
-            Entry::Dir => self.directory(head, raw_path, &norm.rel, query, now),
+            Entry::Dir => {
+                // An index file's answer also depends on the directory and on the
+                // index names before it: not reusable.
+                let mut r = self.directory(head, raw_path, &norm.rel, query, now);
+                r.reuse_until = None;
+                r
+            }
             Entry::NotFound => Response::text(404, None),
             Entry::Forbidden => Response::text(403, None),
         }
@@ -246,6 +253,8 @@ impl StaticHandler {
             // Caches must key this URL by Accept-Encoding, whichever variant we sent.
             r.headers.add("Vary", "Accept-Encoding");
         }
+        // The choice read the siblings' entries too: not reusable.
+        r.reuse_until = None;
         r
     }
 
@@ -286,9 +295,13 @@ impl StaticHandler {
         let mut r = Response::new(200);
         if let (RangeResult::Full, None, Some(lines)) = (&ranges, encoded, info.whole_file_lines())
         {
-            // The common answer, its lines written when the file was loaded.
+            // The common answer, its lines written when the file was loaded; from
+            // memory, it reads nothing but the request and this entry.
             r.headers.add_lines(lines);
             push_body(&mut r, info, 0, info.len);
+            if info.data.is_some() {
+                r.reuse_until = Some(info.trusted_until());
+            }
             return r;
         }
         r.headers.add("Last-Modified", info.last_modified());

@@ -67,6 +67,8 @@ pub struct Counters {
     /// File ranges found not in the page cache and read by the disk threads
     /// while their response waited (the worker went on with others).
     pub disk_waits: AtomicU64,
+    /// Requests answered from the worker's kept answers (`files.answer_cache`).
+    pub answers_reused: AtomicU64,
     /// Times this worker switched TCP_DEFER_ACCEPT off (`defer_accept = "auto"`,
     /// on SYN-queue overflows).
     pub defer_offs: AtomicU64,
@@ -104,6 +106,7 @@ impl Default for Counters {
             timeouts: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             disk_waits: AtomicU64::new(0),
+            answers_reused: AtomicU64::new(0),
             defer_offs: AtomicU64::new(0),
             closes: Default::default(),
             rule_actions: Default::default(),
@@ -184,6 +187,7 @@ pub struct Totals {
     pub bytes: u64,
     pub restarts: u64,
     pub disk_waits: u64,
+    pub answers_reused: u64,
     pub defer_offs: u64,
     pub closes: [u64; CloseReason::COUNT],
     pub rule_actions: [u64; ACTIONS.len()],
@@ -221,6 +225,7 @@ impl Totals {
             t.bytes += ld(&w.bytes);
             t.restarts += ld(&w.restarts);
             t.disk_waits += ld(&w.disk_waits);
+            t.answers_reused += ld(&w.answers_reused);
             t.defer_offs += ld(&w.defer_offs);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {
                 *a += ld(b);

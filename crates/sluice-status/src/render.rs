@@ -92,6 +92,7 @@ pub fn json(v: &View) -> String {
         "closes_by_reason": closes,
         "worker_restarts_total": t.restarts,
         "disk_waits_total": t.disk_waits,
+        "answers_reused_total": t.answers_reused,
         "defer_accept_offs_total": t.defer_offs,
         "rule_regex_failures_total": v.process.rule_regex_failures,
         "open_connections": v.process.open_connections,
@@ -230,6 +231,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "File ranges not in the page cache, read by the disk threads while their response waited.",
     );
     let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
+    counter(
+        &mut o,
+        "sluice_answers_reused_total",
+        "Requests answered from a worker's kept answers (files.answer_cache).",
+    );
+    let _ = writeln!(o, "sluice_answers_reused_total {}", t.answers_reused);
     counter(
         &mut o,
         "sluice_defer_accept_offs_total",

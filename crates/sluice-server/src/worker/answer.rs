@@ -7,10 +7,12 @@ use super::*;
 use crate::accesslog::Pending;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
+use crate::send::Outgoing;
 use sluice_condition::slowread::{unsent_bound, RateWindow, UNSENT_MIN};
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
+use sluice_static::answers::{Answer, Probe};
 use sluice_status::Counters;
 use std::sync::atomic::Ordering;
 
@@ -138,6 +140,17 @@ impl Worker {
                 Step::NeedMore
             };
         }
+        // The same bytes as a kept answer's request: answered from it. Only a
+        // request answered now; one that must wait is parked like any other.
+        let probe = if must_wait {
+            None
+        } else {
+            self.answers.probe(&c.rbuf)
+        };
+        if probe.is_some_and(|p| self.reuse_answer(key, p)) {
+            return Step::Responded;
+        }
+        let c = &mut self.conns[key];
         let rbuf = std::mem::take(&mut c.rbuf);
         let mut head_started = self.now_ms;
         let parsed = parse_head(&rbuf, &self.limits);
@@ -266,6 +279,42 @@ impl Worker {
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
+                // An answer its handler promised is the same for the same bytes, on
+                // a site without rules, kept alive, with no body to skip: offered
+                // for reuse (`reuse_answer` does per request what is left here).
+                if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
+                    let plain = p.end == head.head_len
+                        && self.snap.sites[site].rules.is_none()
+                        && rule.is_none()
+                        && errant.is_none()
+                        && resp.status == 200
+                        && resp.date.is_none()
+                        && keep
+                        && !resp.close
+                        && head.method() == Method::Get
+                        && matches!(head.framing(), BodyFraming::None);
+                    let bytes = match resp.body.as_slice() {
+                        [] => Some(None),
+                        [Chunk::Shared(d, a, b)] => Some(Some((d.clone(), *a, *b))),
+                        _ => None,
+                    };
+                    if let (true, Some(bytes)) = (plain, bytes) {
+                        self.answers.offer(&rbuf, p, until, self.now, || {
+                            let mut lines = resp.headers.as_bytes().to_vec();
+                            if announce {
+                                lines.extend_from_slice(b"Connection: keep-alive\r\n");
+                            }
+                            lines.extend_from_slice(b"\r\n");
+                            Answer {
+                                site,
+                                lines: lines.into(),
+                                bytes,
+                                path: head.path.into(),
+                                extra: log.clone(),
+                            }
+                        });
+                    }
+                }
                 head_started = match c.phase {
                     Phase::Head { started, .. } => started,
                     _ => self.now_ms,
@@ -306,25 +355,21 @@ impl Worker {
         // Closed by this process right after the response (a front process holds
         // its own copy of the socket, so its close sends no FIN).
         let fin_follows = close && c.front_id() == 0;
-        let out = c.out.insert(self.out_pool.pop().unwrap_or_default());
+        // An errant-client rule's fixed Date (`date=`), or the clock's.
+        let date = resp.date.as_deref().unwrap_or(self.date.text());
+        let out = begin_response(
+            &mut self.out_pool,
+            &mut self.pool,
+            c,
+            resp.status,
+            date,
+            self.now_ms,
+            head_started,
+        );
         out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;
-        out.head_started = head_started;
-        out.ready_at = self.now_ms;
-        out.rate = RateWindow::start(self.now_ms, 0);
         let wbuf = &mut out.wbuf;
-        if wbuf.capacity() == 0 {
-            *wbuf = take_buffer(&mut self.pool);
-        }
-        write_status_line(wbuf, resp.status);
-        wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
-        match &resp.date {
-            // An errant-client rule's fixed Date (`date=`).
-            Some(d) => wbuf.extend_from_slice(d.as_bytes()),
-            None => wbuf.extend_from_slice(self.date.text().as_bytes()),
-        }
-        wbuf.extend_from_slice(b"\r\n");
         wbuf.extend_from_slice(resp.headers.as_bytes());
         resp.headers.recycle();
         if close {
@@ -351,6 +396,62 @@ impl Worker {
         Step::Responded
     }
 
+    /// Answer the request at the start of the connection's buffer (its head ends
+    /// at `p.end`) from the worker's kept answers (`sluice_static::answers`), when
+    /// one is kept for exactly those bytes and the connection is where the full
+    /// path would answer it the same way: not over a range cap, not out of time
+    /// behind `max_active`, not its last request, the server not stopping. Does
+    /// per request what `next_request` does for every answer: the keep-alive
+    /// count, the status counters and top lists, the access log's record. `false`:
+    /// nothing done, the full path answers.
+    fn reuse_answer(&mut self, key: usize, p: Probe) -> bool {
+        let c = &mut self.conns[key];
+        if c.cap == Cap::Over
+            || c.why == CloseReason::Busy
+            || self.stopping.is_some()
+            || u64::from(c.requests) + 1 >= self.snap.config.http.keepalive_requests
+        {
+            return false;
+        }
+        let Some(a) = self.answers.get(&c.rbuf, p, self.now) else {
+            return false;
+        };
+        c.requests += 1;
+        let body = a.body();
+        self.talkers.answered(c.peer, &a.path, body.len() as u64);
+        let st = &self.shared.stats[self.id];
+        st.response(200);
+        Counters::add(&st.answers_reused, 1);
+        let head_started = match c.phase {
+            Phase::Head { started, .. } => started,
+            _ => self.now_ms,
+        };
+        c.rbuf.drain(..p.end);
+        self.answered += 1;
+        self.active += 1;
+        self.admit_one = false;
+        let out = begin_response(
+            &mut self.out_pool,
+            &mut self.pool,
+            c,
+            200,
+            self.date.text(),
+            self.now_ms,
+            head_started,
+        );
+        out.log = a.extra.clone();
+        out.wbuf.extend_from_slice(&a.lines);
+        out.head_len = out.wbuf.len() as u64;
+        out.chunks.clear();
+        if let Some((d, from, to)) = &a.bytes {
+            if !out.append_small_body(body) {
+                out.chunks.push_back(Chunk::Shared(d.clone(), *from, *to));
+            }
+        }
+        c.phase = Phase::Send { last: self.now_ms };
+        true
+    }
+
     /// Slow-read prevention, for the kernel's memory: what a response's socket may
     /// keep unsent (`slowread::unsent_bound`). Every socket starts at the start
     /// bound (256 KiB, or `unsent_max` if lower: the listener's value, inherited);
@@ -372,4 +473,34 @@ impl Worker {
             let _ = crate::listener::set_unsent_max(self.conns[key].sock.as_raw_fd(), bytes);
         }
     }
+}
+
+/// A response starts on `c`: its `Outgoing` from the pool (a reused one keeps its
+/// buffers), timed from `head_started`, and its head begun with the status line,
+/// `Server` and `Date`. Both ways of answering start here (`next_request`,
+/// `reuse_answer`); each then writes its own head lines and body. (The pool holds
+/// boxes on purpose: see `Worker::out_pool`.)
+#[allow(clippy::vec_box)]
+fn begin_response<'a>(
+    out_pool: &mut Vec<Box<Outgoing>>,
+    pool: &mut Vec<Vec<u8>>,
+    c: &'a mut Conn,
+    status: u16,
+    date: &str,
+    now_ms: Ms,
+    head_started: Ms,
+) -> &'a mut Outgoing {
+    let out = c.out.insert(out_pool.pop().unwrap_or_default());
+    out.head_started = head_started;
+    out.ready_at = now_ms;
+    out.rate = RateWindow::start(now_ms, 0);
+    let wbuf = &mut out.wbuf;
+    if wbuf.capacity() == 0 {
+        *wbuf = take_buffer(pool);
+    }
+    write_status_line(wbuf, status);
+    wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
+    wbuf.extend_from_slice(date.as_bytes());
+    wbuf.extend_from_slice(b"\r\n");
+    out
 }

@@ -58,6 +58,7 @@ use slab::Slab;
 use sluice_condition::{Class, CloseReason, Conditioner, RangeKey};
 use sluice_http::date::DateCache;
 use sluice_http::Limits;
+use sluice_static::answers::AnswerCache;
 use sluice_static::StaticHandler;
 use sluice_status::Counters;
 use std::io;
@@ -99,6 +100,9 @@ pub struct Worker {
     snap_gen: u64,
     /// One file handler per site (`snap.sites` order).
     files: Vec<StaticHandler>,
+    /// Whole small-file answers kept for the same request bytes, with the access
+    /// log's record of each (`files.answer_cache`; `answer::reuse_answer`).
+    answers: AnswerCache<Option<crate::accesslog::Pending>>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
@@ -217,6 +221,7 @@ impl Worker {
             None => None,
         };
         let files = snap.static_handlers()?;
+        let answers = AnswerCache::new(snap.config.files.answer_cache);
         let site_log = site_logs(&snap, &log);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
         // `max_active` is the whole server's (every process's workers share it);
@@ -240,6 +245,7 @@ impl Worker {
             snap,
             snap_gen,
             files,
+            answers,
             site_log,
             date: DateCache::default(),
             pool: Vec::new(),
@@ -384,6 +390,7 @@ impl Worker {
                 for f in &mut self.files {
                     f.expire(self.now);
                 }
+                self.answers.expire(self.now);
                 crate::send::forget_recent_windows();
                 self.publish_status();
             }
@@ -465,6 +472,8 @@ impl Worker {
         match snap.static_handlers() {
             Ok(files) => {
                 self.files = files;
+                // Sites, files and settings may all differ: nothing kept is reused.
+                self.answers = AnswerCache::new(snap.config.files.answer_cache);
                 self.site_log = site_logs(&snap, &self.log);
                 // Rule indices belong to the old rules.
                 self.talkers.reset_rules();

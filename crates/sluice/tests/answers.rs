@@ -1,0 +1,164 @@
+//! Kept answers (`files.answer_cache`): the same request bytes for a hot small file
+//! answered from the worker's kept answer. Each test tells the kept answer from the
+//! full path by the status page's `answers_reused_total`, and checks that the kept
+//! answer is the one the full path gives: the same head lines and body, the log
+//! line, the keep-alive count, a changed file seen after `cache_validity`, and no
+//! reuse where the answer depends on more than the request and the file.
+
+use sluice_testkit::*;
+use std::time::Duration;
+
+const HELLO: &[u8] = b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n";
+
+fn reused(srv: &Server) -> u64 {
+    srv.status_json()["answers_reused_total"].as_u64().unwrap()
+}
+
+/// A response's head lines without `Date`, and its body.
+fn shape(r: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let lines = r
+        .headers
+        .iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case("date"))
+        .cloned()
+        .collect();
+    (r.status, lines, r.body.clone())
+}
+
+#[test]
+fn a_kept_answer_is_the_full_paths_answer_and_is_logged() {
+    let log = log_path("answers");
+    let srv = Server::start(&["--workers", "1", "--access-log", log.to_str().unwrap()]);
+    let mut c = srv.client();
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        c.send(HELLO);
+        seen.push(shape(&c.response(false).unwrap()));
+    }
+    assert_eq!(seen[0].0, 200);
+    assert_eq!(seen[0].2, b"hello world\n");
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    // Offered on the first two, kept from the second: the last four reused.
+    assert_eq!(reused(&srv), 4);
+    // Pipelined: five in one write, each answered in order from the kept answer.
+    c.send(&HELLO.repeat(5));
+    for _ in 0..5 {
+        assert_eq!(shape(&c.response(false).unwrap()), seen[0]);
+    }
+    assert_eq!(reused(&srv), 9);
+    // curl asking four times on one connection: its third and fourth are reused.
+    let url = srv.url("/hello.txt");
+    let out = curl(&["-sS", &url, &url, &url, &url]);
+    assert_eq!(out.stdout, b"hello world\n".repeat(4));
+    assert_eq!(reused(&srv), 11);
+    // Every request has its log line, with the bytes sent.
+    wait_for_lines(&log, 15, Duration::from_secs(5), |l| {
+        l.contains("\"GET /hello.txt HTTP/1.1\" 200 12")
+    });
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn a_changed_file_is_answered_anew_after_cache_validity() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("v.txt"), b"one").unwrap();
+    let root = dir.path().to_path_buf();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ncache_validity = \"300ms\"\n",
+        &["--workers", "1"],
+    );
+    let get = b"GET /v.txt HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut c = srv.client();
+    for _ in 0..4 {
+        c.send(get);
+        assert_eq!(c.response(false).unwrap().body, b"one");
+    }
+    assert!(reused(&srv) >= 1);
+    std::fs::write(root.join("v.txt"), b"second").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    for _ in 0..4 {
+        c.send(get);
+        let r = c.response(false).unwrap();
+        assert_eq!(
+            (r.body.as_slice(), r.header("content-length")),
+            (&b"second"[..], Some("6"))
+        );
+    }
+}
+
+#[test]
+fn http10_keep_alive_is_announced_and_the_last_request_closes() {
+    let srv = Server::start_with_config(
+        docroot(),
+        "[http]\nkeepalive_requests = 5\n",
+        &["--workers", "1"],
+    );
+    let mut c = srv.client();
+    let get = b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    for i in 1..=5 {
+        c.send(get);
+        let r = c.response(false).unwrap();
+        assert_eq!(r.body, b"hello world\n");
+        let want = if i < 5 { "keep-alive" } else { "close" };
+        assert_eq!(r.header("connection"), Some(want), "response {i}");
+    }
+    assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+    // The third and fourth came from the kept answer; the fifth, the last the
+    // connection may ask, took the full path to say `close`.
+    assert_eq!(reused(&srv), 2);
+}
+
+#[test]
+fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("hello.txt.gz"), b"not really gzip").unwrap();
+    let srv = Server::start_in(dir, &["--workers", "1"]);
+    let mut c = srv.client();
+    let asks: [&[u8]; 5] = [
+        // The choice of a precompressed sibling reads the siblings too, whether
+        // one is sent or (not accepted) only named in `Vary`.
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br\r\n\r\n",
+        // An index file: the directory and the index names before it.
+        b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        // A range, a HEAD: not a whole-file GET.
+        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\n",
+        b"HEAD /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+    ];
+    for ask in asks {
+        for _ in 0..4 {
+            c.send(ask);
+            let r = c.response(ask.starts_with(b"HEAD")).unwrap();
+            assert!(r.status == 200 || r.status == 206, "{}", r.status);
+        }
+    }
+    assert_eq!(reused(&srv), 0);
+    // The same server does keep a plain GET's answer.
+    for _ in 0..4 {
+        c.send(HELLO);
+        c.response(false).unwrap();
+    }
+    assert_eq!(reused(&srv), 2);
+}
+
+#[test]
+fn never_on_a_site_with_rules_nor_with_the_cache_off() {
+    let dir = docroot();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(&rules, "Redirect 301 /old /hello.txt\n").unwrap();
+    let with_rules = Server::start_in(dir, &["--workers", "1", "--rules", rules.to_str().unwrap()]);
+    let off = Server::start_with_config(
+        docroot(),
+        "[files]\nanswer_cache = 0\n",
+        &["--workers", "1"],
+    );
+    for srv in [&with_rules, &off] {
+        let mut c = srv.client();
+        for _ in 0..6 {
+            c.send(HELLO);
+            assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+        }
+        assert_eq!(reused(srv), 0);
+    }
+}
