@@ -142,14 +142,14 @@ impl Worker {
         }
         // The same bytes as a kept answer's request: answered from it. Only a
         // request answered now; one that must wait is parked like any other.
-        let probe = if must_wait {
-            None
-        } else {
-            self.answers.probe(&c.rbuf)
+        // Otherwise where its head ends and its hash, for the offer below.
+        let probe = match must_wait {
+            true => None,
+            false => match self.reuse_answer(key) {
+                Ok(()) => return Step::Responded,
+                Err(p) => p,
+            },
         };
-        if probe.is_some_and(|p| self.reuse_answer(key, p)) {
-            return Step::Responded;
-        }
         let c = &mut self.conns[key];
         let rbuf = std::mem::take(&mut c.rbuf);
         let mut head_started = self.now_ms;
@@ -396,26 +396,26 @@ impl Worker {
         Step::Responded
     }
 
-    /// Answer the request at the start of the connection's buffer (its head ends
-    /// at `p.end`) from the worker's kept answers (`sluice_static::answers`), when
-    /// one is kept for exactly those bytes and the connection is where the full
-    /// path would answer it the same way: not over a range cap, not out of time
-    /// behind `max_active`, not its last request, the server not stopping. Does
-    /// per request what `next_request` does for every answer: the keep-alive
-    /// count, the status counters and top lists, the access log's record. `false`:
-    /// nothing done, the full path answers.
-    fn reuse_answer(&mut self, key: usize, p: Probe) -> bool {
+    /// Answer the request at the start of the connection's buffer from the
+    /// worker's kept answers (`sluice_static::answers`), when one is kept for
+    /// exactly its bytes and the connection is where the full path would answer
+    /// it the same way: not over a range cap, not out of time behind
+    /// `max_active`, not its last request, the server not stopping. Does per
+    /// request what `next_request` does for every answer: the keep-alive count,
+    /// the status counters and top lists, the access log's record. `Err`: nothing
+    /// done, the full path answers; with the head's end and hash when its answer
+    /// could be offered.
+    fn reuse_answer(&mut self, key: usize) -> Result<(), Option<Probe>> {
         let c = &mut self.conns[key];
         if c.cap == Cap::Over
             || c.why == CloseReason::Busy
             || self.stopping.is_some()
             || u64::from(c.requests) + 1 >= self.snap.config.http.keepalive_requests
         {
-            return false;
+            // The full path closes or refuses: nothing it answers is offered.
+            return Err(None);
         }
-        let Some(a) = self.answers.get(&c.rbuf, p, self.now) else {
-            return false;
-        };
+        let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
         c.requests += 1;
         let body = a.body();
         self.talkers.answered(c.peer, &a.path, body.len() as u64);
@@ -449,7 +449,7 @@ impl Worker {
             }
         }
         c.phase = Phase::Send { last: self.now_ms };
-        true
+        Ok(())
     }
 
     /// Slow-read prevention, for the kernel's memory: what a response's socket may
