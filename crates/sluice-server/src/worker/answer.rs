@@ -1,5 +1,6 @@
 //! A complete request head → a response on the connection ([`Worker::next_request`]:
-//! limits, body framing, the request phases, the access log), and the answers for
+//! limits, body framing, the request phases, the access log; or, for the same bytes
+//! as a kept answer's request, that answer: `reuse_answer`), and the answers for
 //! errant clients (`tarpit`, `oversize`) that drip bytes on a timer.
 
 use super::conn::*;
