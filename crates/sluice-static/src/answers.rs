@@ -253,7 +253,9 @@ mod tests {
         c.offer(&buf, p, until, now, || parts("first"));
         assert!(c.lookup(&buf, now).is_err(), "kept on its first offer");
         c.offer(&buf, p, until, now, || parts("second"));
-        let (q, a) = c.lookup(&buf, now).ok().expect("kept on its second offer");
+        let Ok((q, a)) = c.lookup(&buf, now) else {
+            panic!("kept on its second offer")
+        };
         assert_eq!((q, a.body(), a.extra.as_str()), (p, &b"ell"[..], "second"));
         // Alone in the buffer, or before a whole second head: the same answer.
         assert!(c.lookup(GET, now).is_ok());

@@ -8,7 +8,7 @@ use super::*;
 use crate::accesslog::Pending;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
-use crate::send::Outgoing;
+use crate::send::{Outgoing, Plain, Wire};
 use sluice_condition::slowread::{unsent_bound, RateWindow, UNSENT_MIN};
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
@@ -358,15 +358,11 @@ impl Worker {
         let fin_follows = close && c.front_id() == 0;
         // An errant-client rule's fixed Date (`date=`), or the clock's.
         let date = resp.date.as_deref().unwrap_or(self.date.text());
-        let out = begin_response(
-            &mut self.out_pool,
-            &mut self.pool,
-            c,
-            resp.status,
-            date,
-            self.now_ms,
-            head_started,
-        );
+        let out = start_outgoing(&mut self.out_pool, c, self.now_ms, head_started);
+        if out.wbuf.capacity() == 0 {
+            out.wbuf = take_buffer(&mut self.pool);
+        }
+        write_head_start(&mut out.wbuf, resp.status, date);
         out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;
@@ -429,28 +425,76 @@ impl Worker {
         };
         c.rbuf.drain(..p.end);
         self.answered += 1;
-        self.active += 1;
         self.admit_one = false;
-        let out = begin_response(
-            &mut self.out_pool,
-            &mut self.pool,
-            c,
-            200,
-            self.date.text(),
-            self.now_ms,
-            head_started,
-        );
-        out.log = a.extra.clone();
-        out.wbuf.extend_from_slice(&a.lines);
-        out.head_len = out.wbuf.len() as u64;
-        out.chunks.clear();
-        if let Some((d, from, to)) = &a.bytes {
-            if !out.append_small_body(body) {
-                out.chunks.push_back(Chunk::Shared(d.clone(), *from, *to));
+        // The whole answer in the worker's scratch buffer, sent at once on a plain
+        // connection: most go out in this one `send`, with no `Outgoing` taken from
+        // the pool and given back. What the socket does not take (or all of it,
+        // through TLS or for a front process's connection) waits in an `Outgoing`
+        // like any response's remainder.
+        let mut whole = std::mem::take(&mut self.scratch);
+        whole.clear();
+        write_head_start(&mut whole, 200, self.date.text());
+        whole.extend_from_slice(&a.lines);
+        let head_len = whole.len();
+        whole.extend_from_slice(body);
+        let sent_body = body.len() as u64;
+        let log = a.extra.clone();
+        let took = match c.via {
+            None => Plain(c.sock.as_raw_fd())
+                .send(&[std::io::IoSlice::new(&whole)], false)
+                .unwrap_or(0), // an error shows again in the remainder's flush
+            Some(_) => 0,
+        };
+        let now_ms = self.now_ms;
+        if took < whole.len() {
+            self.active += 1;
+            let out = start_outgoing(&mut self.out_pool, c, now_ms, head_started);
+            if out.wbuf.capacity() == 0 {
+                out.wbuf = take_buffer(&mut self.pool);
             }
+            out.wbuf.extend_from_slice(&whole[took..]);
+            // Counted as `drive` counts any response: body bytes past the head.
+            out.head_len = head_len.saturating_sub(took) as u64;
+            out.sent = took.saturating_sub(head_len) as u64;
+            out.log = log;
+            c.phase = Phase::Send { last: now_ms };
+        } else {
+            // Done: a kept-alive connection waits for its next request.
+            c.phase = if c.rbuf.is_empty() {
+                Phase::Idle { since: now_ms }
+            } else {
+                Phase::Head {
+                    started: now_ms,
+                    discard: 0,
+                }
+            };
+            let peer = c.peer;
+            self.response_done(peer, log, sent_body, head_started, now_ms);
         }
-        c.phase = Phase::Send { last: self.now_ms };
+        self.scratch = whole;
         Ok(())
+    }
+
+    /// A response is written: its log line (with the body bytes sent), the bytes
+    /// and time counters. Every finished response passes here (`drive`, and
+    /// `reuse_answer` for an answer sent whole at once).
+    pub(super) fn response_done(
+        &mut self,
+        peer: std::net::IpAddr,
+        log: Option<Pending>,
+        sent: u64,
+        head_started: Ms,
+        ready_at: Ms,
+    ) {
+        if let Some(p) = log {
+            self.log.line(self.wall, peer, &p, sent);
+        }
+        let st = &self.shared.stats[self.id];
+        Counters::add(&st.bytes, sent);
+        st.timings(
+            ready_at.saturating_sub(head_started) * 1000,
+            self.now_ms.saturating_sub(head_started) * 1000,
+        );
     }
 
     /// Slow-read prevention, for the kernel's memory: what a response's socket may
@@ -477,17 +521,13 @@ impl Worker {
 }
 
 /// A response starts on `c`: its `Outgoing` from the pool (a reused one keeps its
-/// buffers), timed from `head_started`, and its head begun with the status line,
-/// `Server` and `Date`. Both ways of answering start here (`next_request`,
-/// `reuse_answer`); each then writes its own head lines and body. (The pool holds
-/// boxes on purpose: see `Worker::out_pool`.)
+/// buffers), timed from `head_started`. Both ways of answering start one here
+/// (`next_request`; `reuse_answer` for what the socket did not take at once).
+/// (The pool holds boxes on purpose: see `Worker::out_pool`.)
 #[allow(clippy::vec_box)]
-fn begin_response<'a>(
+fn start_outgoing<'a>(
     out_pool: &mut Vec<Box<Outgoing>>,
-    pool: &mut Vec<Vec<u8>>,
     c: &'a mut Conn,
-    status: u16,
-    date: &str,
     now_ms: Ms,
     head_started: Ms,
 ) -> &'a mut Outgoing {
@@ -495,13 +535,14 @@ fn begin_response<'a>(
     out.head_started = head_started;
     out.ready_at = now_ms;
     out.rate = RateWindow::start(now_ms, 0);
-    let wbuf = &mut out.wbuf;
-    if wbuf.capacity() == 0 {
-        *wbuf = take_buffer(pool);
-    }
-    write_status_line(wbuf, status);
-    wbuf.extend_from_slice(b"Server: sluice\r\nDate: ");
-    wbuf.extend_from_slice(date.as_bytes());
-    wbuf.extend_from_slice(b"\r\n");
     out
+}
+
+/// The head's first lines, the same for every answer: the status line, `Server`
+/// and `Date`.
+fn write_head_start(buf: &mut Vec<u8>, status: u16, date: &str) {
+    write_status_line(buf, status);
+    buf.extend_from_slice(b"Server: sluice\r\nDate: ");
+    buf.extend_from_slice(date.as_bytes());
+    buf.extend_from_slice(b"\r\n");
 }

@@ -179,21 +179,16 @@ impl Worker {
                         return;
                     }
                     Ok(Flush::Done) => {
-                        let sent = out.sent;
-                        if let Some(p) = out.log.take() {
-                            self.log.line(self.wall, c.peer, &p, sent);
-                        }
-                        Counters::add(&self.shared.stats[self.id].bytes, sent);
-                        let head_started = out.head_started;
-                        self.shared.stats[self.id].timings(
-                            out.ready_at.saturating_sub(head_started) * 1000,
-                            self.now_ms.saturating_sub(head_started) * 1000,
-                        );
+                        let (sent, log) = (out.sent, out.log.take());
+                        let (head_started, ready_at) = (out.head_started, out.ready_at);
                         let discard = out.discard_after;
                         if let Some(out) = c.out.take() {
                             release(out, &mut self.pool, &mut self.out_pool);
                             self.active -= 1;
                         }
+                        let peer = c.peer;
+                        self.response_done(peer, log, sent, head_started, ready_at);
+                        let c = &mut self.conns[key];
                         if c.front_id() != 0
                             && !c.flags.has(Flags::CLOSE_AFTER)
                             && c.rbuf.is_empty()

@@ -100,9 +100,10 @@ pub struct Worker {
     snap_gen: u64,
     /// One file handler per site (`snap.sites` order).
     files: Vec<StaticHandler>,
-    /// Whole small-file answers kept for the same request bytes, with the access
-    /// log's record of each (`files.answer_cache`; `answer::reuse_answer`).
+    /// Answers kept for the same request bytes, with their log records, and the
+    /// buffer one is put together and sent from (`answer::reuse_answer`).
     answers: AnswerCache<Option<crate::accesslog::Pending>>,
+    scratch: Vec<u8>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
@@ -246,6 +247,7 @@ impl Worker {
             snap_gen,
             files,
             answers,
+            scratch: Vec::new(),
             site_log,
             date: DateCache::default(),
             pool: Vec::new(),
