@@ -192,10 +192,7 @@ impl Worker {
             {
                 // Parsed again when its turn comes (only requests that wait pay
                 // for a second parse).
-                let started = match c.phase {
-                    Phase::Head { started, .. } => started,
-                    _ => self.now_ms,
-                };
+                let started = c.phase.head_started_or(self.now_ms);
                 // It keeps only its bytes: the pooled 4 KiB buffer goes back (20,000
                 // held keep-alives asking at once would hold 80 MiB of them).
                 c.rbuf = keep_bytes(&mut self.pool, rbuf);
@@ -307,7 +304,6 @@ impl Worker {
                             }
                             lines.extend_from_slice(b"\r\n");
                             Answer {
-                                site,
                                 lines: lines.into(),
                                 bytes,
                                 path: head.path.into(),
@@ -316,10 +312,7 @@ impl Worker {
                         });
                     }
                 }
-                head_started = match c.phase {
-                    Phase::Head { started, .. } => started,
-                    _ => self.now_ms,
-                };
+                head_started = c.phase.head_started_or(self.now_ms);
                 (
                     resp,
                     head.head_len,
@@ -358,10 +351,13 @@ impl Worker {
         let fin_follows = close && c.front_id() == 0;
         // An errant-client rule's fixed Date (`date=`), or the clock's.
         let date = resp.date.as_deref().unwrap_or(self.date.text());
-        let out = start_outgoing(&mut self.out_pool, c, self.now_ms, head_started);
-        if out.wbuf.capacity() == 0 {
-            out.wbuf = take_buffer(&mut self.pool);
-        }
+        let out = start_outgoing(
+            &mut self.out_pool,
+            &mut self.pool,
+            c,
+            self.now_ms,
+            head_started,
+        );
         write_head_start(&mut out.wbuf, resp.status, date);
         out.fin_follows = fin_follows;
         out.log = log;
@@ -419,10 +415,7 @@ impl Worker {
         let st = &self.shared.stats[self.id];
         st.response(200);
         Counters::add(&st.answers_reused, 1);
-        let head_started = match c.phase {
-            Phase::Head { started, .. } => started,
-            _ => self.now_ms,
-        };
+        let head_started = c.phase.head_started_or(self.now_ms);
         c.rbuf.drain(..p.end);
         self.answered += 1;
         self.admit_one = false;
@@ -448,10 +441,7 @@ impl Worker {
         let now_ms = self.now_ms;
         if took < whole.len() {
             self.active += 1;
-            let out = start_outgoing(&mut self.out_pool, c, now_ms, head_started);
-            if out.wbuf.capacity() == 0 {
-                out.wbuf = take_buffer(&mut self.pool);
-            }
+            let out = start_outgoing(&mut self.out_pool, &mut self.pool, c, now_ms, head_started);
             out.wbuf.extend_from_slice(&whole[took..]);
             // Counted as `drive` counts any response: body bytes past the head.
             out.head_len = head_len.saturating_sub(took) as u64;
@@ -521,17 +511,21 @@ impl Worker {
 }
 
 /// A response starts on `c`: its `Outgoing` from the pool (a reused one keeps its
-/// buffers), timed from `head_started`. Both ways of answering start one here
+/// buffers; a new one takes a pooled head buffer), timed from `head_started`. Both ways of answering start one here
 /// (`next_request`; `reuse_answer` for what the socket did not take at once).
 /// (The pool holds boxes on purpose: see `Worker::out_pool`.)
 #[allow(clippy::vec_box)]
 fn start_outgoing<'a>(
     out_pool: &mut Vec<Box<Outgoing>>,
+    pool: &mut Vec<Vec<u8>>,
     c: &'a mut Conn,
     now_ms: Ms,
     head_started: Ms,
 ) -> &'a mut Outgoing {
     let out = c.out.insert(out_pool.pop().unwrap_or_default());
+    if out.wbuf.capacity() == 0 {
+        out.wbuf = take_buffer(pool);
+    }
     out.head_started = head_started;
     out.ready_at = now_ms;
     out.rate = RateWindow::start(now_ms, 0);

@@ -44,6 +44,16 @@ pub(super) enum Phase {
     Drip { until: Ms },
 }
 
+impl Phase {
+    /// When the request head being read began, or `now` outside `Head`.
+    pub(super) fn head_started_or(self, now: Ms) -> Ms {
+        match self {
+            Phase::Head { started, .. } => started,
+            _ => now,
+        }
+    }
+}
+
 pub(super) struct Conn {
     pub(super) sock: TcpStream,
     pub(super) peer: IpAddr,

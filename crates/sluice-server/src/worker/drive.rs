@@ -312,10 +312,8 @@ impl Worker {
                         if !c.flags.has(Flags::READ_BLOCKED) {
                             continue;
                         }
-                        let d = match c.phase {
-                            Phase::Head { started, .. } => started,
-                            _ => self.now_ms,
-                        } + ms(self.snap.config.http.header_timeout);
+                        let d = c.phase.head_started_or(self.now_ms)
+                            + ms(self.snap.config.http.header_timeout);
                         self.set_deadline(key, d);
                         return;
                     }
