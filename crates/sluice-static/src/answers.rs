@@ -1,9 +1,10 @@
 //! Answers kept for reuse: a worker's whole-file 200s for hot small files, keyed by
 //! the request head's exact bytes.
 //!
-//! The same request again (every apt asking for the same `InRelease`, a monitor
-//! polling a file, a page's icons, a benchmark) is answered from the kept answer:
-//! no parse, no path normalization, no file-cache lookup, no head assembly. What
+//! The same request again (a small signature or stamp file every mirror client
+//! asks for, a monitor polling a file, a page's icons, a benchmark) is answered
+//! from the kept answer: no parse, no path normalization, no file-cache lookup,
+//! no head assembly. What
 //! is kept is the answer's head lines after `Date` (ending with the blank line),
 //! the file's bytes (shared with the file cache, not copied) and what the worker
 //! must still do per request (its path for the status page's top lists, the
