@@ -19,7 +19,8 @@
 //! and the worker found nothing else in it that depends on the connection or the
 //! clock (no rules on the site, no conditioning answer, no close). An entry is
 //! used only before that time; after it the request takes the full path, which
-//! revalidates the file and offers the answer again. A reload empties the table.
+//! revalidates the file and offers the answer again. A reload replaces the table
+//! (the worker builds a new one: sites, files and its size may all differ).
 //!
 //! Must not: be consulted for a request conditioning holds back (the worker asks
 //! only when it would answer at once), keep more than `max` entries, or keep a
@@ -216,12 +217,6 @@ impl<T> AnswerCache<T> {
     /// Drop the answers past their time (call about once a second).
     pub fn expire(&mut self, now: Instant) {
         self.table.retain(|s| s.until > now);
-    }
-
-    /// Drop every answer (a reload: sites, files and settings may all differ).
-    pub fn clear(&mut self) {
-        self.table.clear();
-        self.seen.fill(0);
     }
 }
 
