@@ -86,6 +86,12 @@ impl ClassIndex {
         ix
     }
 
+    /// Whether some rule is found by the client's address: then which rules are
+    /// candidates depends on who asks, not only on what is asked.
+    pub fn by_address(&self) -> bool {
+        !self.lens.is_empty()
+    }
+
     /// Add the rules that may match this User-Agent and address to `out` (unsorted,
     /// possibly repeated).
     pub fn candidates(&self, ua: Option<&str>, addr: Option<IpAddr>, out: &mut Vec<u32>) {

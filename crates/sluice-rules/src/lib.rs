@@ -57,6 +57,10 @@ pub struct RuleSet {
     pub warnings: Vec<String>,
     /// Shared by every rate condition (`None` if there is none): fixed memory.
     rates: Option<std::sync::Arc<rates::RateTable>>,
+    /// Per rule (rank order): [`model::Rule::reads_request_only`].
+    request_only: Box<[bool]>,
+    /// Some rule is found by the client's address ([`classindex::ClassIndex::by_address`]).
+    by_address: bool,
 }
 
 impl RuleSet {
@@ -115,7 +119,13 @@ impl RuleSet {
                 }
             }
         }
+        let request_only = rules
+            .iter()
+            .map(|r| r.reads_request_only(&ctx.maps))
+            .collect();
         RuleSet {
+            by_address: class_index.by_address(),
+            request_only,
             rules,
             maps: ctx.maps,
             index,
@@ -168,6 +178,18 @@ impl RuleSet {
     /// [`RuleSet::lookup`], and the index of the rule that decided (for the status
     /// page's per-rule counters; [`RuleSet::rule_origin`] names it).
     pub fn lookup_rule(&self, req: &Request) -> (Outcome, Option<u32>) {
+        let (o, rule, _) = self.lookup_kept(req);
+        (o, rule)
+    }
+
+    /// [`RuleSet::lookup_rule`], and whether the decision followed from the
+    /// request's bytes alone: every rule tried, the one that matched included,
+    /// reads nothing else ([`model::Rule::reads_request_only`]), and no rule is
+    /// found by the client's address (then another client's candidates differ).
+    /// When true, the same bytes get the same outcome from every client until
+    /// the rules are reloaded, and the server may keep the answer for them.
+    /// Costs one flag per rule tried.
+    pub fn lookup_kept(&self, req: &Request) -> (Outcome, Option<u32>, bool) {
         // The candidate list lives in a buffer the thread keeps: a request that
         // some rule may match (every redirect) allocates no list. `check` never
         // looks rules up, so the buffer is not taken twice.
@@ -175,10 +197,11 @@ impl RuleSet {
         let mut cands = CANDS.take();
         cands.clear();
         self.candidates(req, &mut cands);
-        let mut found = (Outcome::Pass, None);
+        let mut found = (Outcome::Pass, None, !self.by_address);
         for &i in &cands {
+            found.2 &= self.request_only[i as usize];
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
-                found = (o, Some(i));
+                found = (o, Some(i), found.2);
                 break;
             }
         }

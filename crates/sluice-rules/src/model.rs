@@ -245,6 +245,33 @@ impl Rule {
         })
     }
 
+    /// True when what this rule decides for a request, a miss or a match and the
+    /// match's redirect or rewrite target, follows from the request's bytes alone:
+    /// the same bytes from any client, at any time, get the same decision until
+    /// the rules are reloaded. False for a rule that reads the client's address
+    /// (`addr=`, `%{REMOTE_ADDR}`), counts requests (`rate=`, `rate24=`,
+    /// `repeat=`, `limit`: a check is also a count), looks at the file system
+    /// (`-f`, `-d`) or picks at random (a `rnd:` map). What the server may keep
+    /// and answer again without asking the rules rests on this (`RuleSet::lookup_kept`).
+    pub fn reads_request_only(&self, maps: &Maps) -> bool {
+        let classify = self
+            .classify
+            .as_ref()
+            .is_none_or(|c| c.addrs.is_empty() && c.rates.is_empty());
+        let conds = self.conds.iter().all(|c| {
+            !matches!(c.test, CondTest::IsFile | CondTest::IsDir)
+                && c.subject.reads_request_only(maps)
+        });
+        let target = match &self.action {
+            Action::Redirect { target, .. } | Action::Rewrite { target } => {
+                target.reads_request_only(maps)
+            }
+            Action::Limit { .. } => false,
+            _ => true,
+        };
+        classify && conds && target
+    }
+
     /// The `Location` for expanded target `t`: its own query merged with the
     /// request's ([`Rule::query_for`]) and, without NE, its path escaped. When that
     /// changes nothing (`Redirect 301 /old /new` on a request without a query), `t`

@@ -130,6 +130,23 @@ impl Template {
         })
     }
 
+    /// True when expansion reads nothing but the request's bytes (and the rule's
+    /// own captures): no `%{REMOTE_ADDR}`, no `rnd:` map. A `txt:` map is loaded
+    /// with the rules and fixed until a reload; the document root is the site's.
+    pub fn reads_request_only(&self, maps: &Maps) -> bool {
+        self.parts.iter().all(|p| match p {
+            Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) => true,
+            Part::Var(v) => *v != Var::RemoteAddr,
+            Part::Map(m) => {
+                !matches!(maps.get(&m.name), Some(MapDef::Rnd(_)))
+                    && m.key.reads_request_only(maps)
+                    && m.default
+                        .as_ref()
+                        .is_none_or(|d| d.reads_request_only(maps))
+            }
+        })
+    }
+
     pub fn expand(&self, ex: &Expand) -> String {
         let mut out = String::new();
         self.expand_into(ex, &mut out);

@@ -32,6 +32,9 @@ pub struct PhaseCtx<'a> {
     pub errant: Option<Errant>,
 }
 
+/// How long a redirect decided on the request's bytes alone is kept unused.
+const KEPT_REDIRECT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Index of an errant answer in `sluice_status::counters::ACTIONS`.
 fn errant_action(e: Option<&Errant>) -> usize {
     match e {
@@ -72,25 +75,31 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             method: head.method_str,
             headers: head.raw_headers,
         };
-        let (outcome, rule) = rules.lookup_rule(&req);
+        // `kept`: the rules decided on the request's bytes alone, so the answer
+        // may be kept for them (as far as the rest of it allows): `reuse_until`.
+        let (outcome, rule, kept) = rules.lookup_kept(&req);
         let action = |a: usize| rule.map(|i| (i, a));
-        match outcome {
-            sluice_rules::Outcome::Pass => {}
+        let mut r = match outcome {
+            sluice_rules::Outcome::Pass => ctx.files.serve(head, head.path, head.query, ctx.now),
             sluice_rules::Outcome::Redirect { status, location } => {
                 ctx.rule = action(0);
-                return Response::redirect(status, &location);
+                let mut r = Response::redirect(status, &location);
+                // Good until the rules change, and a reload empties the kept
+                // answers; the time only bounds how long an unused one stays.
+                r.reuse_until = Some(ctx.now + KEPT_REDIRECT);
+                r
             }
             sluice_rules::Outcome::Forbidden => {
                 ctx.rule = action(2);
-                return Response::text(403, None);
+                Response::text(403, None)
             }
             sluice_rules::Outcome::Gone => {
                 ctx.rule = action(3);
-                return Response::text(410, None);
+                Response::text(410, None)
             }
             sluice_rules::Outcome::Rewrite { path, query } => {
                 ctx.rule = action(1);
-                return ctx.files.serve(head, &path, query.as_deref(), ctx.now);
+                ctx.files.serve(head, &path, query.as_deref(), ctx.now)
             }
             // Errant clients (seed 000): the rule's answer, every one bounded.
             sluice_rules::Outcome::Answer { errant, date } => {
@@ -101,9 +110,13 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                     Some(e) => errant_response(ctx, head, e),
                 };
                 r.date = date;
-                return r;
+                r
             }
+        };
+        if !kept {
+            r.reuse_until = None;
         }
+        return r;
     }
     // 4. Handler: static files, index files, listings.
     ctx.files.serve(head, head.path, head.query, ctx.now)

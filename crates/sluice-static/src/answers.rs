@@ -55,6 +55,7 @@ const SEEN: usize = 4096;
 /// One kept answer. `T` is what the worker keeps beside it (the access log's
 /// record of the request).
 pub struct Answer<T> {
+    pub status: u16,
     /// The answer's head after its `Date` line, through the blank line.
     pub lines: Box<[u8]>,
     /// The body: `bytes[start..end]` (`None` for an empty file).
@@ -229,6 +230,7 @@ mod tests {
 
     fn parts(tag: &str) -> Answer<String> {
         Answer {
+            status: 200,
             lines: b"X: 1\r\n\r\n"[..].into(),
             bytes: Some((Rc::from(&b"hello"[..]), 1, 4)),
             path: "/f".into(),

@@ -3,7 +3,8 @@
 //! full path by the status page's `answers_reused_total`, and checks that the kept
 //! answer is the one the full path gives: the same head lines and body, the log
 //! line, the keep-alive count, a changed file seen after `cache_validity`, and no
-//! reuse where the answer depends on more than the request and the file.
+//! reuse where the answer depends on more than the request and the file (on a site
+//! with rules: where a rule reads the client's address, a count or the disk).
 
 use sluice_testkit::*;
 use std::time::Duration;
@@ -142,25 +143,111 @@ fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
     assert_eq!(reused(&srv), 2);
 }
 
+/// Six asks of `ask` on one connection: every response's shape, all equal.
+fn six(srv: &Server, ask: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut c = srv.client();
+    let seen: Vec<_> = (0..6)
+        .map(|_| {
+            c.send(ask);
+            shape(&c.response(false).unwrap())
+        })
+        .collect();
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    seen[0].clone()
+}
+
 #[test]
-fn never_on_a_site_with_rules_nor_with_the_cache_off() {
+fn on_a_site_with_rules_kept_where_the_rules_read_the_request_alone() {
     let dir = docroot();
     let rules = dir.path().join(".rules.conf");
-    std::fs::write(&rules, "Redirect 301 /old /hello.txt\n").unwrap();
-    let with_rules = Server::start_in(dir, &["--workers", "1", "--rules", rules.to_str().unwrap()]);
+    std::fs::write(
+        &rules,
+        "Redirect 301 /old /hello.txt\n\
+         RewriteEngine On\n\
+         RewriteCond %{HTTP_HOST} ^a$\n\
+         RewriteRule ^/by-host$ /hello.txt [R=302]\n\
+         RewriteCond %{REMOTE_ADDR} ^127\\.\n\
+         RewriteRule ^/local$ /hello.txt [R=302]\n\
+         RewriteCond %{REQUEST_FILENAME} -f\n\
+         RewriteRule ^/(sub/.*)$ /hello.txt [R=302]\n",
+    )
+    .unwrap();
+    let srv = Server::start_in(dir, &["--workers", "1", "--rules", rules.to_str().unwrap()]);
+    // Passed by rules that read only the request: the file's answer is kept.
+    let (status, _, body) = six(&srv, HELLO);
+    assert_eq!((status, body.as_slice()), (200, &b"hello world\n"[..]));
+    assert_eq!(reused(&srv), 4);
+    // Redirects decided on the path and on `Host`: kept too, the same answer.
+    let (status, lines, _) = six(&srv, b"GET /old HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status, 301);
+    assert!(
+        lines.contains(&("Location".into(), "/hello.txt".into())),
+        "{lines:?}"
+    );
+    assert_eq!(
+        six(&srv, b"GET /by-host HTTP/1.1\r\nHost: a\r\n\r\n").0,
+        302
+    );
+    assert_eq!(reused(&srv), 12);
+    // Decided on the client's address or on the disk: never kept.
+    assert_eq!(six(&srv, b"GET /local HTTP/1.1\r\nHost: a\r\n\r\n").0, 302);
+    assert_eq!(six(&srv, b"GET /sub/x HTTP/1.1\r\nHost: a\r\n\r\n").0, 404);
+    assert_eq!(reused(&srv), 12);
+    // Every redirect answered, kept or not, is counted for its rule.
+    let j = srv.status_json();
+    assert_eq!(j["rule_actions"]["redirect"], 18, "{j}");
+    let t = std::time::Instant::now();
+    loop {
+        let j = srv.status_json();
+        let top = j["top_rules"].as_array().unwrap().clone();
+        let of = |line: &str| {
+            top.iter()
+                .find(|r| r["rule"].as_str().unwrap().ends_with(line))
+                .map(|r| r["matches"].as_u64().unwrap())
+        };
+        if top.len() == 3 {
+            assert_eq!(
+                (of(":1"), of(":4"), of(":6")),
+                (Some(6), Some(6), Some(6)),
+                "{j}"
+            );
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_rate_limit_is_never_passed_by_a_kept_answer() {
+    let dir = docroot();
+    let rules = dir.path().join("limit.rules");
+    std::fs::write(&rules, "exact /hello.txt limit rate=3/1m\n").unwrap();
+    let srv = Server::start_in(dir, &["--workers", "1", "--rules", rules.to_str().unwrap()]);
+    let mut c = srv.client();
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| {
+            c.send(HELLO);
+            c.response(false).unwrap().status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    assert_eq!(reused(&srv), 0);
+}
+
+#[test]
+fn never_with_the_cache_off() {
     let off = Server::start_with_config(
         docroot(),
         "[files]\nanswer_cache = 0\n",
         &["--workers", "1"],
     );
-    for srv in [&with_rules, &off] {
-        let mut c = srv.client();
-        for _ in 0..6 {
-            c.send(HELLO);
-            assert_eq!(c.response(false).unwrap().body, b"hello world\n");
-        }
-        assert_eq!(reused(srv), 0);
+    let mut c = off.client();
+    for _ in 0..6 {
+        c.send(HELLO);
+        assert_eq!(c.response(false).unwrap().body, b"hello world\n");
     }
+    assert_eq!(reused(&off), 0);
 }
 
 #[test]

@@ -17,6 +17,14 @@ use sluice_static::answers::{Answer, Probe};
 use sluice_status::Counters;
 use std::sync::atomic::Ordering;
 
+/// What a kept answer's request still counts each time (`reuse_answer`): its
+/// access-log record, and the rule that decided it (site, rule, action), for the
+/// status page's per-rule counters.
+pub(super) struct Kept {
+    log: Option<Pending>,
+    rule: Option<(u16, u32, usize)>,
+}
+
 impl Worker {
     /// Carry out `drop`, `tarpit` or `oversize` for the request just parsed.
     /// Tarpits and oversize answers leave conditioning's accounting (no range cap,
@@ -277,26 +285,25 @@ impl Worker {
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
-                // An answer its handler promised is the same for the same bytes, on
-                // a site without rules, kept alive, with no body to skip: offered
-                // for reuse (`reuse_answer` does per request what is left here).
+                // An answer its handler (a whole small file) or the rules (a
+                // redirect) promised is the same for the same bytes, the rules
+                // having read nothing else (`phases`), kept alive, with no body to
+                // skip: offered for reuse (`reuse_answer` does per request what is
+                // left here, the rule's counters included).
                 if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
                     let plain = p.end == head.head_len
-                        && self.snap.sites[site].rules.is_none()
-                        && rule.is_none()
                         && errant.is_none()
-                        && resp.status == 200
+                        && matches!(resp.status, 200 | 301 | 302 | 303 | 307 | 308)
                         && resp.date.is_none()
                         && keep
                         && !resp.close
                         && head.method() == Method::Get
-                        && matches!(head.framing(), BodyFraming::None);
-                    let bytes = match resp.body.as_slice() {
-                        [] => Some(None),
-                        [Chunk::Shared(d, a, b)] => Some(Some((d.clone(), *a, *b))),
-                        _ => None,
-                    };
-                    if let (true, Some(bytes)) = (plain, bytes) {
+                        && matches!(head.framing(), BodyFraming::None)
+                        && matches!(
+                            resp.body.as_slice(),
+                            [] | [Chunk::Shared(..)] | [Chunk::Owned(_)]
+                        );
+                    if plain {
                         self.answers.offer(&rbuf, p, until, self.now, || {
                             let mut lines = resp.headers.as_bytes().to_vec();
                             if announce {
@@ -304,10 +311,18 @@ impl Worker {
                             }
                             lines.extend_from_slice(b"\r\n");
                             Answer {
+                                status: resp.status,
                                 lines: lines.into(),
-                                bytes,
+                                bytes: match resp.body.as_slice() {
+                                    [Chunk::Shared(d, a, b)] => Some((d.clone(), *a, *b)),
+                                    [Chunk::Owned(v)] => Some((v[..].into(), 0, v.len())),
+                                    _ => None,
+                                },
                                 path: head.path.into(),
-                                extra: log.clone(),
+                                extra: Kept {
+                                    log: log.clone(),
+                                    rule: rule.map(|(r, a)| (site as u16, r, a)),
+                                },
                             }
                         });
                     }
@@ -413,7 +428,16 @@ impl Worker {
         let body = a.body();
         self.talkers.answered(c.peer, &a.path, body.len() as u64);
         let st = &self.shared.stats[self.id];
-        st.response(200);
+        if let Some((site, rule, action)) = a.extra.rule {
+            Counters::add(&st.rule_actions[action], 1);
+            self.talkers.rule(
+                site,
+                rule,
+                sluice_status::counters::ACTIONS[action],
+                body.len() as u64,
+            );
+        }
+        st.response(a.status);
         Counters::add(&st.answers_reused, 1);
         let head_started = c.phase.head_started_or(self.now_ms);
         c.rbuf.drain(..p.end);
@@ -426,12 +450,12 @@ impl Worker {
         // like any response's remainder.
         let mut whole = std::mem::take(&mut self.scratch);
         whole.clear();
-        write_head_start(&mut whole, 200, self.date.text());
+        write_head_start(&mut whole, a.status, self.date.text());
         whole.extend_from_slice(&a.lines);
         let head_len = whole.len();
         whole.extend_from_slice(body);
         let sent_body = body.len() as u64;
-        let log = a.extra.clone();
+        let log = a.extra.log.clone();
         let took = match c.via {
             None => Plain(c.sock.as_raw_fd())
                 .send(&[std::io::IoSlice::new(&whole)], false)

@@ -100,9 +100,9 @@ pub struct Worker {
     snap_gen: u64,
     /// One file handler per site (`snap.sites` order).
     files: Vec<StaticHandler>,
-    /// Answers kept for the same request bytes, with their log records, and the
-    /// buffer one is put together and sent from (`answer::reuse_answer`).
-    answers: AnswerCache<Option<crate::accesslog::Pending>>,
+    /// Answers kept for the same request bytes, with what each request still
+    /// counts, and the buffer one is put together and sent from (`answer::reuse_answer`).
+    answers: AnswerCache<answer::Kept>,
     scratch: Vec<u8>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,

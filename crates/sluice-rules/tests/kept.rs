@@ -1,0 +1,129 @@
+//! `RuleSet::lookup_kept`: which decisions follow from the request's bytes alone
+//! (and so may be kept by the server and answered again without the rules), and
+//! which read the client's address, a count, the file system or chance.
+
+use sluice_rules::{Format, LoadOptions, Outcome, Request, RuleSet};
+
+fn apache(text: &str) -> RuleSet {
+    RuleSet::from_str(text, "kept.conf", Format::Apache, &LoadOptions::default()).unwrap()
+}
+
+fn native(text: &str) -> RuleSet {
+    RuleSet::from_str(text, "kept.rules", Format::Native, &LoadOptions::default()).unwrap()
+}
+
+fn get<'a>(path: &'a str, addr: &str) -> Request<'a> {
+    Request {
+        path,
+        host: Some("mirror.example"),
+        user_agent: Some("curl/8"),
+        remote_addr: Some(addr.parse().unwrap()),
+        method: "GET",
+        ..Default::default()
+    }
+}
+
+/// (outcome is a pass, kept) for `path` from 10.0.0.1.
+fn kept(s: &RuleSet, path: &str) -> (bool, bool) {
+    let (o, _, k) = s.lookup_kept(&get(path, "10.0.0.1"));
+    (o == Outcome::Pass, k)
+}
+
+#[test]
+fn decisions_on_the_request_alone_are_kept() {
+    let s = apache(
+        "Redirect 301 /old /new\n\
+         RewriteEngine On\n\
+         RewriteCond %{HTTP_HOST} ^mirror\\.example$\n\
+         RewriteCond %{HTTP_USER_AGENT} !wget\n\
+         RewriteRule ^/a/(.*)$ /b/$1 [R=302]\n",
+    );
+    assert_eq!(kept(&s, "/f.bin"), (true, true), "a pass");
+    assert_eq!(kept(&s, "/old/x"), (false, true), "a redirect");
+    assert_eq!(
+        kept(&s, "/a/x"),
+        (false, true),
+        "a redirect after two conditions"
+    );
+    // The same for `lookup_rule`, which it stands behind.
+    let (o, rule, _) = s.lookup_kept(&get("/old/x", "10.0.0.1"));
+    assert_eq!((o, rule), s.lookup_rule(&get("/old/x", "10.0.0.1")));
+}
+
+#[test]
+fn the_clients_address_is_not_the_request() {
+    // A condition on the address: not kept where that rule is tried, kept where
+    // it is not a candidate.
+    let s = apache(
+        "RewriteEngine On\n\
+         RewriteCond %{REMOTE_ADDR} ^10\\.\n\
+         RewriteRule ^/inside/ /staff.html [R=302]\n\
+         Redirect 301 /old /new\n",
+    );
+    assert_eq!(kept(&s, "/inside/x"), (false, false));
+    let (o, _, k) = s.lookup_kept(&get("/inside/x", "192.0.2.1"));
+    assert_eq!(
+        (o, k),
+        (Outcome::Pass, false),
+        "a miss on the address is not kept either"
+    );
+    assert_eq!(kept(&s, "/f.bin"), (true, true));
+    assert_eq!(kept(&s, "/old"), (false, true));
+    // A target that names the address.
+    let s = apache("RewriteEngine On\nRewriteRule ^/who$ /seen/%{REMOTE_ADDR} [R=302]\n");
+    assert_eq!(kept(&s, "/who"), (false, false));
+    assert_eq!(kept(&s, "/else"), (true, true));
+    // `addr=` rules are found by the address: then every decision depends on who
+    // asks, since another address has other candidates.
+    let s = native("prefix / deny addr=10.0.0.0/8\nexact /old 301 /new\n");
+    assert_eq!(kept(&s, "/f.bin"), (false, false));
+    let (o, _, k) = s.lookup_kept(&get("/f.bin", "192.0.2.1"));
+    assert_eq!((o, k), (Outcome::Pass, false));
+    // `ua=` rules are found by the User-Agent: part of the request.
+    let s = native("prefix / deny ua=BadBot\n");
+    assert_eq!(kept(&s, "/f.bin"), (true, true));
+}
+
+#[test]
+fn counts_files_and_chance_are_not_the_request() {
+    // A rate condition counts every request it sees: kept, the count would stop.
+    let s = native("prefix /api limit rate=3/10s\nprefix /dl deny repeat=50/1m\n");
+    assert_eq!(kept(&s, "/api/x"), (false, false));
+    assert_eq!(kept(&s, "/dl/x"), (true, false));
+    assert_eq!(
+        kept(&s, "/f.bin"),
+        (true, true),
+        "no rate rule is a candidate"
+    );
+    // `-f` reads the disk, whose answer may change without a reload.
+    let s = apache(
+        "RewriteEngine On\n\
+         RewriteCond %{REQUEST_FILENAME} !-f\n\
+         RewriteRule ^/pages/(.*)$ /index.html [R=302]\n",
+    );
+    assert_eq!(kept(&s, "/pages/a"), (false, false));
+    assert_eq!(kept(&s, "/f.bin"), (true, true));
+    // A `rnd:` map picks at random; a `txt:` map is fixed until a reload.
+    let d = std::env::temp_dir().join(format!("sluice-kept-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("m.txt"), "/moved /new\n").unwrap();
+    std::fs::write(d.join("m.rnd"), "m a.example|b.example\n").unwrap();
+    let conf = d.join("r.conf");
+    std::fs::write(
+        &conf,
+        "RewriteEngine On\nRewriteMap moved txt:m.txt\nRewriteMap mirrors rnd:m.rnd\n\
+         RewriteCond ${moved:%{REQUEST_URI}} !^$\n\
+         RewriteRule ^ ${moved:%{REQUEST_URI}} [R=301]\n\
+         RewriteRule ^/dl/(.*)$ http://${mirrors:m}/$1 [R]\n",
+    )
+    .unwrap();
+    let s = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    assert_eq!(kept(&s, "/moved"), (false, true), "a txt: map's redirect");
+    assert_eq!(kept(&s, "/f.bin"), (true, true), "the always rule, missed");
+    assert_eq!(
+        kept(&s, "/dl/x.iso"),
+        (false, false),
+        "a rnd: map's redirect"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
