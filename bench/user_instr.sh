@@ -3,7 +3,8 @@
 # request: the part of the floor ratio that is sluice's own code, measured without this machine's noise.
 #
 #   bash bench/user_instr.sh [BIN] [SECONDS]        env: BODY=1024 (file size), HDR='Name: value' (extra
-#                                                   request header, repeatable with a newline), TOP=30, KEEP=FILE (keep the callgrind dump)
+#                                                   request header, repeatable with a newline), TOP=30, KEEP=FILE (keep the callgrind dump),
+#                                                   RULES=FILE (a rules file for the site), ASK=/f.bin (the path asked, e.g. a redirect's)
 #
 # One worker in one process runs under callgrind. 2,000 requests warm it up (the open-file cache, the
 # buffers), the counters are zeroed, then `wrk -t1 -c10` (its request: `GET /f.bin HTTP/1.1` + `Host`)
@@ -12,20 +13,21 @@
 # Time per request is not comparable under valgrind; instruction counts are, build against build
 # (same compiler, same request), to well under 1%.
 set -euo pipefail
-BIN=${1:-$(pwd)/target/release/sluice}; DUR=${2:-4}; BODY=${BODY:-1024}; TOP=${TOP:-30}
+BIN=${1:-$(pwd)/target/release/sluice}; DUR=${2:-4}; BODY=${BODY:-1024}; TOP=${TOP:-30}; ASK=${ASK:-/f.bin}
+RARGS=(); [ -n "${RULES:-}" ] && RARGS=(--rules "$(realpath "$RULES")")
 for c in valgrind wrk ab; do command -v $c >/dev/null || apt-get install -y -qq valgrind wrk apache2-utils >/dev/null; done
 W=$(mktemp -d /tmp/uinstr.XXXXXX); chmod 755 "$W"; VG=
 trap '[ -n "$VG" ] && kill "$VG" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 mkdir -p "$W/www"; head -c "$BODY" /dev/urandom > "$W/www/f.bin"; chmod -R a+rX "$W"
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 (cd "$W" && exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$W/cg.%p" "$BIN" serve "$W/www" \
-  --listen "127.0.0.1:$PORT" --workers 1 --processes 1 --access-log off --allow-root >"$W/vg.log" 2>&1) &
+  --listen "127.0.0.1:$PORT" --workers 1 --processes 1 --access-log off --allow-root "${RARGS[@]}" >"$W/vg.log" 2>&1) &
 VG=$!
 for i in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 WH=(); while IFS= read -r h; do [ -n "$h" ] && WH+=(-H "$h"); done <<<"${HDR:-}"
-ab -q -k -n 2000 -c 10 "http://127.0.0.1:$PORT/f.bin" >/dev/null
+ab -q -k -n 2000 -c 10 "http://127.0.0.1:$PORT$ASK" >/dev/null
 callgrind_control -i on "$VG" >/dev/null
-out=$(wrk -t1 -c10 -d"${DUR}s" "${WH[@]}" "http://127.0.0.1:$PORT/f.bin")
+out=$(wrk -t1 -c10 -d"${DUR}s" "${WH[@]}" "http://127.0.0.1:$PORT$ASK")
 callgrind_control -i off "$VG" >/dev/null; callgrind_control -d "$VG" >/dev/null
 n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out")
 f=$(ls -S "$W"/cg.* | head -1); [ -n "${KEEP:-}" ] && cp "$f" "$KEEP"

@@ -1,5 +1,5 @@
-//! Answers kept for reuse: a worker's whole-file 200s for hot small files, keyed by
-//! the request head's exact bytes.
+//! Answers kept for reuse: a worker's whole-file 200s for hot small files and its
+//! redirects, keyed by the request head's exact bytes.
 //!
 //! The same request again (a small signature or stamp file every mirror client
 //! asks for, a monitor polling a file, a page's icons, a benchmark) is answered
@@ -15,9 +15,10 @@
 //! Owns: the table, its bounds and its admission. Decides nothing about *which*
 //! answers may be kept: an answer is offered only when its handler promised that
 //! the same bytes get the same answer until a time (`Response::reuse_until`: a
-//! whole small file from memory, for as long as its file-cache entry is trusted)
-//! and the worker found nothing else in it that depends on the connection or the
-//! clock (no rules on the site, no conditioning answer, no close). An entry is
+//! whole small file from memory, for as long as its file-cache entry is trusted; a
+//! redirect), the rules decided on the request's bytes alone, and the worker found
+//! nothing else in it that depends on the connection or the clock (no conditioning
+//! answer, no close). An entry is
 //! used only before that time; after it the request takes the full path, which
 //! revalidates the file and offers the answer again. A reload replaces the table
 //! (the worker builds a new one: sites, files and its size may all differ).
@@ -53,7 +54,7 @@ pub const MAX_KEY: usize = 2048;
 const SEEN: usize = 4096;
 
 /// One kept answer. `T` is what the worker keeps beside it (the access log's
-/// record of the request).
+/// record of the request, the rule that decided it).
 pub struct Answer<T> {
     pub status: u16,
     /// The answer's head after its `Date` line, through the blank line.
