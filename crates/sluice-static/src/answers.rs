@@ -53,25 +53,86 @@ pub const MAX_KEY: usize = 2048;
 /// Slots in the memory of hashes seen once (admission on the second sighting).
 const SEEN: usize = 4096;
 
+/// Bodies up to this size are kept inside the answer's own bytes, after its head,
+/// so that the whole answer goes out from where it lies, with no copy per
+/// request; a longer body stays shared with the file cache and is sent beside
+/// the head. (So a table holds at most `max` × 4 KiB of copied bodies.)
+pub const INLINE_MAX: usize = 4096;
+
 /// One kept answer. `T` is what the worker keeps beside it (the access log's
 /// record of the request, the rule that decided it).
 pub struct Answer<T> {
     pub status: u16,
-    /// The answer's head after its `Date` line, through the blank line.
-    pub lines: Box<[u8]>,
-    /// The body: `bytes[start..end]` (`None` for an empty file).
-    pub bytes: Option<(Rc<[u8]>, usize, usize)>,
+    /// The answer as it goes out: its whole head (its `Date` value at `date`),
+    /// then its body when that is at most [`INLINE_MAX`] bytes.
+    wire: Box<[u8]>,
+    date: std::ops::Range<usize>,
+    head_len: usize,
+    /// A longer body: `bytes[start..end]`, shared.
+    rest: Option<(Rc<[u8]>, usize, usize)>,
     /// The request's path (the status page's top lists).
     pub path: Box<str>,
     pub extra: T,
 }
 
 impl<T> Answer<T> {
-    pub fn body(&self) -> &[u8] {
-        match &self.bytes {
+    /// An answer from its whole `head` (through the blank line; its `Date` value
+    /// at `date`) and its body (`bytes[start..end]`, `None` for none).
+    pub fn new(
+        status: u16,
+        head: Vec<u8>,
+        date: std::ops::Range<usize>,
+        body: Option<(Rc<[u8]>, usize, usize)>,
+        path: Box<str>,
+        extra: T,
+    ) -> Self {
+        let head_len = head.len();
+        let mut wire = head;
+        let rest = match body {
+            Some((d, a, b)) if b - a <= INLINE_MAX => {
+                wire.extend_from_slice(&d[a..b]);
+                None
+            }
+            other => other,
+        };
+        Answer {
+            status,
+            wire: wire.into(),
+            date,
+            head_len,
+            rest,
+            path,
+            extra,
+        }
+    }
+
+    /// Put the clock's `Date` value in the kept head, where it differs (once a
+    /// second; a comparison of 29 bytes otherwise).
+    pub fn set_date(&mut self, date: &[u8]) {
+        if let Some(d) = self.wire.get_mut(self.date.clone()) {
+            if d != date && d.len() == date.len() {
+                d.copy_from_slice(date);
+            }
+        }
+    }
+
+    /// What goes out: the kept bytes (the head, and the body when it is inline),
+    /// and the shared body after them (empty when inline).
+    pub fn wire(&self) -> (&[u8], &[u8]) {
+        let rest = match &self.rest {
             Some((d, a, b)) => &d[*a..*b],
             None => &[],
-        }
+        };
+        (&self.wire, rest)
+    }
+
+    pub fn head_len(&self) -> usize {
+        self.head_len
+    }
+
+    pub fn body_len(&self) -> usize {
+        let (w, rest) = self.wire();
+        w.len() - self.head_len + rest.len()
     }
 }
 
@@ -83,7 +144,23 @@ struct Slot<T> {
     answer: Answer<T>,
 }
 
-/// Where a request head ends and its hash: what [`AnswerCache::get`] and
+/// The answer kept for `buf[..p.end]` if it is still good at `now`; else the
+/// table back, for another look.
+fn find<'a, T>(
+    table: &'a mut HashTable<Slot<T>>,
+    buf: &[u8],
+    p: Probe,
+    now: Instant,
+) -> Result<&'a mut Answer<T>, &'a mut HashTable<Slot<T>>> {
+    let key = &buf[..p.end];
+    match table.find_entry(p.hash, |s| s.hash == p.hash && *s.key == *key) {
+        Ok(e) if now < e.get().until => Ok(&mut e.into_mut().answer),
+        Ok(e) => Err(e.into_table()),
+        Err(e) => Err(e.into_table()),
+    }
+}
+
+/// Where a request head ends and its hash: what [`AnswerCache::lookup`] and
 /// [`AnswerCache::offer`] are given, computed once per request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
@@ -135,38 +212,43 @@ impl<T> AnswerCache<T> {
     /// first blank line searched for (pipelined requests; a miss).
     ///
     /// [`offer`]: AnswerCache::offer
-    pub fn lookup(&self, buf: &[u8], now: Instant) -> Result<(Probe, &Answer<T>), Option<Probe>> {
+    pub fn lookup(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+    ) -> Result<(Probe, &mut Answer<T>), Option<Probe>> {
         if self.max == 0 {
             return Err(None);
         }
+        let AnswerCache {
+            table,
+            hasher,
+            blank_line,
+            ..
+        } = self;
         let whole = (buf.len() <= MAX_KEY && buf.ends_with(b"\r\n\r\n")).then(|| Probe {
             end: buf.len(),
-            hash: self.hasher.hash_one(buf),
+            hash: hasher.hash_one(buf),
         });
-        if let Some(p) = whole {
-            if let Some(a) = self.get(buf, p, now) {
-                return Ok((p, a));
-            }
-        }
+        let table = match whole {
+            Some(p) => match find(table, buf, p, now) {
+                Ok(a) => return Ok((p, a)),
+                Err(table) => table,
+            },
+            None => table,
+        };
         let window = &buf[..buf.len().min(MAX_KEY)];
-        let end = self.blank_line.find(window).ok_or(None)? + 4;
+        let end = blank_line.find(window).ok_or(None)? + 4;
         if whole.is_some_and(|p| p.end == end) {
             return Err(whole);
         }
         let p = Probe {
             end,
-            hash: self.hasher.hash_one(&buf[..end]),
+            hash: hasher.hash_one(&buf[..end]),
         };
-        self.get(buf, p, now).map(|a| (p, a)).ok_or(Some(p))
-    }
-
-    /// The answer kept for `buf[..p.end]`, if it is still good at `now`.
-    fn get(&self, buf: &[u8], p: Probe, now: Instant) -> Option<&Answer<T>> {
-        let key = &buf[..p.end];
-        self.table
-            .find(p.hash, |s| s.hash == p.hash && *s.key == *key)
-            .filter(|s| now < s.until)
-            .map(|s| &s.answer)
+        find(table, buf, p, now)
+            .map(|a| (p, a))
+            .map_err(|_| Some(p))
     }
 
     /// Offer the answer to `buf[..p.end]`, good until `until`: kept if this head
@@ -230,13 +312,37 @@ mod tests {
     const GET: &[u8] = b"GET /f HTTP/1.1\r\nHost: a\r\n\r\n";
 
     fn parts(tag: &str) -> Answer<String> {
-        Answer {
-            status: 200,
-            lines: b"X: 1\r\n\r\n"[..].into(),
-            bytes: Some((Rc::from(&b"hello"[..]), 1, 4)),
-            path: "/f".into(),
-            extra: tag.into(),
-        }
+        let head = b"HTTP/1.1 200 OK\r\nDate: Thu, 26 Nov 2026 05:00:00 GMT\r\n\r\n".to_vec();
+        let body = Some((Rc::from(&b"hello"[..]), 1, 4));
+        Answer::new(200, head, 23..52, body, "/f".into(), tag.into())
+    }
+
+    #[test]
+    fn the_kept_bytes_are_the_answer_with_the_clocks_date() {
+        let mut a = parts("x");
+        let (w, rest) = a.wire();
+        assert!(w.ends_with(b"GMT\r\n\r\nell") && rest.is_empty());
+        assert_eq!((a.head_len(), a.body_len()), (w.len() - 3, 3));
+        a.set_date(b"Thu, 26 Nov 2026 05:00:01 GMT");
+        assert_eq!(
+            a.wire().0,
+            b"HTTP/1.1 200 OK\r\nDate: Thu, 26 Nov 2026 05:00:01 GMT\r\n\r\nell"
+        );
+        // A body past the inline bound stays shared, sent beside the head.
+        let big: Rc<[u8]> = vec![7u8; INLINE_MAX + 1].into();
+        let a: Answer<()> = Answer::new(
+            200,
+            b"H\r\n\r\n".to_vec(),
+            0..0,
+            Some((big, 0, INLINE_MAX + 1)),
+            "/b".into(),
+            (),
+        );
+        assert_eq!(a.wire().0, b"H\r\n\r\n");
+        assert_eq!(
+            (a.wire().1.len(), a.body_len()),
+            (INLINE_MAX + 1, INLINE_MAX + 1)
+        );
     }
 
     #[test]
@@ -254,7 +360,7 @@ mod tests {
         let Ok((q, a)) = c.lookup(&buf, now) else {
             panic!("kept on its second offer")
         };
-        assert_eq!((q, a.body(), a.extra.as_str()), (p, &b"ell"[..], "second"));
+        assert_eq!((q, a.body_len(), a.extra.as_str()), (p, 3, "second"));
         // Alone in the buffer, or before a whole second head: the same answer.
         assert!(c.lookup(GET, now).is_ok());
         assert!(c
@@ -272,7 +378,7 @@ mod tests {
 
     #[test]
     fn no_key_without_a_whole_head_or_past_the_bound() {
-        let c: AnswerCache<()> = AnswerCache::new(8);
+        let mut c: AnswerCache<()> = AnswerCache::new(8);
         let now = Instant::now();
         assert!(matches!(
             c.lookup(b"GET /f HTTP/1.1\r\nHost: a\r\n", now),

@@ -304,26 +304,25 @@ impl Worker {
                             [] | [Chunk::Shared(..)] | [Chunk::Owned(_)]
                         );
                     if plain {
+                        let date = self.date.text();
                         self.answers.offer(&rbuf, p, until, self.now, || {
-                            let mut lines = resp.headers.as_bytes().to_vec();
+                            let mut whole = Vec::new();
+                            let date = write_head_start(&mut whole, resp.status, date);
+                            whole.extend_from_slice(resp.headers.as_bytes());
                             if announce {
-                                lines.extend_from_slice(b"Connection: keep-alive\r\n");
+                                whole.extend_from_slice(b"Connection: keep-alive\r\n");
                             }
-                            lines.extend_from_slice(b"\r\n");
-                            Answer {
-                                status: resp.status,
-                                lines: lines.into(),
-                                bytes: match resp.body.as_slice() {
-                                    [Chunk::Shared(d, a, b)] => Some((d.clone(), *a, *b)),
-                                    [Chunk::Owned(v)] => Some((v[..].into(), 0, v.len())),
-                                    _ => None,
-                                },
-                                path: head.path.into(),
-                                extra: Kept {
-                                    log: log.clone(),
-                                    rule: rule.map(|(r, a)| (site as u16, r, a)),
-                                },
-                            }
+                            whole.extend_from_slice(b"\r\n");
+                            let body = match resp.body.as_slice() {
+                                [Chunk::Shared(d, a, b)] => Some((d.clone(), *a, *b)),
+                                [Chunk::Owned(v)] => Some((v[..].into(), 0, v.len())),
+                                _ => None,
+                            };
+                            let kept = Kept {
+                                log: log.clone(),
+                                rule: rule.map(|(r, a)| (site as u16, r, a)),
+                            };
+                            Answer::new(resp.status, whole, date, body, head.path.into(), kept)
                         });
                     }
                 }
@@ -373,7 +372,7 @@ impl Worker {
             self.now_ms,
             head_started,
         );
-        write_head_start(&mut out.wbuf, resp.status, date);
+        let _ = write_head_start(&mut out.wbuf, resp.status, date);
         out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;
@@ -425,8 +424,8 @@ impl Worker {
         }
         let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
         c.requests += 1;
-        let body = a.body();
-        self.talkers.answered(c.peer, &a.path, body.len() as u64);
+        let body_len = a.body_len() as u64;
+        self.talkers.answered(c.peer, &a.path, body_len);
         let st = &self.shared.stats[self.id];
         if let Some((site, rule, action)) = a.extra.rule {
             Counters::add(&st.rule_actions[action], 1);
@@ -434,7 +433,7 @@ impl Worker {
                 site,
                 rule,
                 sluice_status::counters::ACTIONS[action],
-                body.len() as u64,
+                body_len,
             );
         }
         st.response(a.status);
@@ -443,30 +442,38 @@ impl Worker {
         c.rbuf.drain(..p.end);
         self.answered += 1;
         self.admit_one = false;
-        // The whole answer in the worker's scratch buffer, sent at once on a plain
-        // connection: most go out in this one `send`, with no `Outgoing` taken from
-        // the pool and given back. What the socket does not take (or all of it,
-        // through TLS or for a front process's connection) waits in an `Outgoing`
-        // like any response's remainder.
-        let mut whole = std::mem::take(&mut self.scratch);
-        whole.clear();
-        write_head_start(&mut whole, a.status, self.date.text());
-        whole.extend_from_slice(&a.lines);
-        let head_len = whole.len();
-        whole.extend_from_slice(body);
-        let sent_body = body.len() as u64;
+        // The answer goes out from where it is kept (its `Date` brought up to the
+        // clock's), at once on a plain connection: most in this one `send`, with
+        // no copy and no `Outgoing` taken from the pool and given back. What the
+        // socket does not take (or all of it, through TLS or for a front
+        // process's connection) waits in an `Outgoing` like any response's
+        // remainder.
+        a.set_date(self.date.text().as_bytes());
         let log = a.extra.log.clone();
+        let head_len = a.head_len();
+        let (kept, rest) = a.wire();
+        let total = kept.len() + rest.len();
         let took = match c.via {
-            None => Plain(c.sock.as_raw_fd())
-                .send(&[std::io::IoSlice::new(&whole)], false)
-                .unwrap_or(0), // an error shows again in the remainder's flush
+            None => {
+                let iov = [std::io::IoSlice::new(kept), std::io::IoSlice::new(rest)];
+                let n = if rest.is_empty() { 1 } else { 2 };
+                // An error shows again in the remainder's flush.
+                Plain(c.sock.as_raw_fd())
+                    .send(&iov[..n], false)
+                    .unwrap_or(0)
+            }
             Some(_) => 0,
         };
         let now_ms = self.now_ms;
-        if took < whole.len() {
+        if took < total {
             self.active += 1;
             let out = start_outgoing(&mut self.out_pool, &mut self.pool, c, now_ms, head_started);
-            out.wbuf.extend_from_slice(&whole[took..]);
+            if took < kept.len() {
+                out.wbuf.extend_from_slice(&kept[took..]);
+                out.wbuf.extend_from_slice(rest);
+            } else {
+                out.wbuf.extend_from_slice(&rest[took - kept.len()..]);
+            }
             // Counted as `drive` counts any response: body bytes past the head.
             out.head_len = head_len.saturating_sub(took) as u64;
             out.sent = took.saturating_sub(head_len) as u64;
@@ -483,9 +490,8 @@ impl Worker {
                 }
             };
             let peer = c.peer;
-            self.response_done(peer, log, sent_body, head_started, now_ms);
+            self.response_done(peer, log, body_len, head_started, now_ms);
         }
-        self.scratch = whole;
         Ok(())
     }
 
@@ -557,10 +563,13 @@ fn start_outgoing<'a>(
 }
 
 /// The head's first lines, the same for every answer: the status line, `Server`
-/// and `Date`.
-fn write_head_start(buf: &mut Vec<u8>, status: u16, date: &str) {
+/// and `Date`. Returns where the `Date` value lies in `buf` (a kept answer's is
+/// brought up to the clock's there).
+fn write_head_start(buf: &mut Vec<u8>, status: u16, date: &str) -> std::ops::Range<usize> {
     write_status_line(buf, status);
     buf.extend_from_slice(b"Server: sluice\r\nDate: ");
+    let at = buf.len();
     buf.extend_from_slice(date.as_bytes());
     buf.extend_from_slice(b"\r\n");
+    at..at + date.len()
 }

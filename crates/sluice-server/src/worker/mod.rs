@@ -101,9 +101,8 @@ pub struct Worker {
     /// One file handler per site (`snap.sites` order).
     files: Vec<StaticHandler>,
     /// Answers kept for the same request bytes, with what each request still
-    /// counts, and the buffer one is put together and sent from (`answer::reuse_answer`).
+    /// counts (`answer::reuse_answer`).
     answers: AnswerCache<answer::Kept>,
-    scratch: Vec<u8>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
@@ -247,7 +246,6 @@ impl Worker {
             snap_gen,
             files,
             answers,
-            scratch: Vec::new(),
             site_log,
             date: DateCache::default(),
             pool: Vec::new(),
