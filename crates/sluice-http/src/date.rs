@@ -56,6 +56,11 @@ impl DateCache {
     pub fn text(&self) -> &str {
         &self.text
     }
+
+    /// The second [`DateCache::text`] says (what a copy of it can be checked by).
+    pub fn secs(&self) -> u64 {
+        self.secs
+    }
 }
 
 #[cfg(test)]

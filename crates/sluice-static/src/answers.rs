@@ -67,6 +67,8 @@ pub struct Answer<T> {
     /// then its body when that is at most [`INLINE_MAX`] bytes.
     wire: Box<[u8]>,
     date: std::ops::Range<usize>,
+    /// The second the `Date` value in `wire` says (`u64::MAX`: not known).
+    date_secs: u64,
     head_len: usize,
     /// A longer body: `bytes[start..end]`, shared.
     rest: Option<(Rc<[u8]>, usize, usize)>,
@@ -99,6 +101,7 @@ impl<T> Answer<T> {
             status,
             wire: wire.into(),
             date,
+            date_secs: u64::MAX,
             head_len,
             rest,
             path,
@@ -106,12 +109,17 @@ impl<T> Answer<T> {
         }
     }
 
-    /// Put the clock's `Date` value in the kept head, where it differs (once a
-    /// second; a comparison of 29 bytes otherwise).
-    pub fn set_date(&mut self, date: &[u8]) {
+    /// Put the clock's `Date` value (`date`, which says second `secs`) in the
+    /// kept head, when the kept one says another second (once a second at most;
+    /// one comparison otherwise).
+    pub fn set_date(&mut self, secs: u64, date: &[u8]) {
+        if secs == self.date_secs {
+            return;
+        }
         if let Some(d) = self.wire.get_mut(self.date.clone()) {
-            if d != date && d.len() == date.len() {
+            if d.len() == date.len() {
                 d.copy_from_slice(date);
+                self.date_secs = secs;
             }
         }
     }
@@ -323,7 +331,8 @@ mod tests {
         let (w, rest) = a.wire();
         assert!(w.ends_with(b"GMT\r\n\r\nell") && rest.is_empty());
         assert_eq!((a.head_len(), a.body_len()), (w.len() - 3, 3));
-        a.set_date(b"Thu, 26 Nov 2026 05:00:01 GMT");
+        a.set_date(1, b"Thu, 26 Nov 2026 05:00:01 GMT");
+        a.set_date(1, b"Thu, 26 Nov 2026 05:00:02 GMT"); // the same second: kept
         assert_eq!(
             a.wire().0,
             b"HTTP/1.1 200 OK\r\nDate: Thu, 26 Nov 2026 05:00:01 GMT\r\n\r\nell"

@@ -448,7 +448,7 @@ impl Worker {
         // socket does not take (or all of it, through TLS or for a front
         // process's connection) waits in an `Outgoing` like any response's
         // remainder.
-        a.set_date(self.date.text().as_bytes());
+        a.set_date(self.date.secs(), self.date.text().as_bytes());
         let log = a.extra.log.clone();
         let head_len = a.head_len();
         let (kept, rest) = a.wire();
