@@ -4,13 +4,18 @@
 //! The same request again (a small signature or stamp file every mirror client
 //! asks for, a monitor polling a file, a page's icons, a benchmark) is answered
 //! from the kept answer: no parse, no path normalization, no file-cache lookup,
-//! no head assembly. What
-//! is kept is the answer's head lines after `Date` (ending with the blank line),
-//! the file's bytes (shared with the file cache, not copied) and what the worker
-//! must still do per request (its path for the status page's top lists, the
-//! access log's record of it). `bench/user_instr.sh` counts what it saves
+//! no head assembly, no copy. What is kept is the answer as it is sent (its whole
+//! head, its `Date` value brought up to the clock's in place once a second, and a
+//! body of at most [`INLINE_MAX`] bytes after it; a longer body stays shared with
+//! the file cache and goes out beside the head) and what the worker must still do
+//! per request (its path for the status page's top lists, the access log's record
+//! of it, the rule that decided it). `bench/user_instr.sh` counts what it saves
 //! (docs/BENCHMARKS.md: 4,281 → 1,550 user-space instructions per keep-alive
-//! 1 KiB request, with the worker's send at once).
+//! 1 KiB request with the worker's send at once, 1,279 sent from where it is kept).
+//!
+//! Memory: at most `max` keys of at most [`MAX_KEY`] bytes, `max` heads, and
+//! `max` × [`INLINE_MAX`] of copied bodies (4 MiB per worker at the default 1,024);
+//! a longer body is the file cache's, held at most until the answer expires.
 //!
 //! Owns: the table, its bounds and its admission. Decides nothing about *which*
 //! answers may be kept: an answer is offered only when its handler promised that
