@@ -17,14 +17,6 @@ use sluice_static::answers::{Answer, Probe};
 use sluice_status::Counters;
 use std::sync::atomic::Ordering;
 
-/// What a kept answer's request still counts each time (`reuse_answer`): its
-/// access-log record, and the rule that decided it (site, rule, action), for the
-/// status page's per-rule counters.
-pub(super) struct Kept {
-    log: Option<Pending>,
-    rule: Option<(u16, u32, usize)>,
-}
-
 impl Worker {
     /// Carry out `drop`, `tarpit` or `oversize` for the request just parsed.
     /// Tarpits and oversize answers leave conditioning's accounting (no range cap,

@@ -179,6 +179,14 @@ pub(super) struct Drip {
     pub(super) log: Option<Pending>,
 }
 
+/// What a kept answer's request still counts each time (`answer::reuse_answer`):
+/// its access-log record, and the rule that decided it (site, rule, action), for
+/// the status page's per-rule counters.
+pub(super) struct Kept {
+    pub(super) log: Option<Pending>,
+    pub(super) rule: Option<(u16, u32, usize)>,
+}
+
 /// One non-blocking send outside a response (a 408 before closing, an errant
 /// client's drip), through TLS on an HTTPS connection: bytes taken (0 if the
 /// socket is full), or -1 if the connection is gone.

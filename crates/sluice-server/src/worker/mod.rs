@@ -102,7 +102,7 @@ pub struct Worker {
     files: Vec<StaticHandler>,
     /// Answers kept for the same request bytes, with what each request still
     /// counts (`answer::reuse_answer`).
-    answers: AnswerCache<answer::Kept>,
+    answers: AnswerCache<Kept>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
