@@ -306,8 +306,9 @@ pub struct Response {
     pub date: Option<std::sync::Arc<str>>,
     /// The handler's promise that the same request bytes get a byte-identical
     /// answer (its `Date` aside) until then: set only for a whole small file
-    /// from memory whose answer read nothing but the request and that file, and
-    /// only for as long as the file's cache entry is trusted, or for a redirect
+    /// from memory, a 304 or a whole file's HEAD, whose answer read nothing but
+    /// the request and that file, and only for as long as the file's cache entry
+    /// is trusted, or for a redirect
     /// the rules decided on the request alone (and cleared when the rules read
     /// more: `sluice-server`'s phases). The worker may keep such an answer for
     /// reuse (`sluice_static::answers`).

@@ -273,6 +273,8 @@ impl StaticHandler {
                 let mut r = Response::new(304);
                 r.headers.add("ETag", info.etag());
                 r.headers.add("Last-Modified", info.last_modified());
+                // Read nothing but the request's validators and this entry's.
+                r.reuse_until = Some(info.trusted_until());
                 return r;
             }
             Precondition::Failed => {
@@ -296,10 +298,11 @@ impl StaticHandler {
         if let (RangeResult::Full, None, Some(lines)) = (&ranges, encoded, info.whole_file_lines())
         {
             // The common answer, its lines written when the file was loaded; from
-            // memory, it reads nothing but the request and this entry.
+            // memory (or for a HEAD, which sends none of the body), it reads
+            // nothing but the request and this entry.
             r.headers.add_lines(lines);
             push_body(&mut r, info, 0, info.len);
-            if info.data.is_some() {
+            if info.data.is_some() || head.method() == sluice_http::Method::Head {
                 r.reuse_until = Some(info.trusted_until());
             }
             return r;

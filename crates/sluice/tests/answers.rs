@@ -116,21 +116,20 @@ fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
     std::fs::write(dir.path().join("hello.txt.gz"), b"not really gzip").unwrap();
     let srv = Server::start_in(dir, &["--workers", "1"]);
     let mut c = srv.client();
-    let asks: [&[u8]; 5] = [
+    let asks: [&[u8]; 4] = [
         // The choice of a precompressed sibling reads the siblings too, whether
         // one is sent or (not accepted) only named in `Vary`.
         b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
         b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br\r\n\r\n",
         // An index file: the directory and the index names before it.
         b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n",
-        // A range, a HEAD: not a whole-file GET.
+        // A range: not the whole file.
         b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\n",
-        b"HEAD /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n",
     ];
     for ask in asks {
         for _ in 0..4 {
             c.send(ask);
-            let r = c.response(ask.starts_with(b"HEAD")).unwrap();
+            let r = c.response(false).unwrap();
             assert!(r.status == 200 || r.status == 206, "{}", r.status);
         }
     }
@@ -233,6 +232,62 @@ fn a_rate_limit_is_never_passed_by_a_kept_answer() {
         .collect();
     assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
     assert_eq!(reused(&srv), 0);
+}
+
+#[test]
+fn not_modified_and_head_answers_are_kept_until_the_file_changes() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("v.txt"), b"one").unwrap();
+    // A file past `small_file_max` (16 KiB): its GET is never kept, its HEAD is.
+    std::fs::write(dir.path().join("big.bin"), vec![1u8; 100_000]).unwrap();
+    let root = dir.path().to_path_buf();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ncache_validity = \"1s\"\n",
+        &["--workers", "1"],
+    );
+    let mut c = srv.client();
+    c.send(b"GET /v.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+    let etag = c
+        .response(false)
+        .unwrap()
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let inm = format!("GET /v.txt HTTP/1.1\r\nHost: a\r\nIf-None-Match: {etag}\r\n\r\n");
+    let head = b"HEAD /big.bin HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        c.send(inm.as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!((r.status, r.body.len()), (304, 0));
+        seen.push(shape(&r));
+        c.send(head);
+        let r = c.response(true).unwrap();
+        assert_eq!(
+            (r.status, r.header("content-length")),
+            (200, Some("100000"))
+        );
+        seen.push(shape(&r));
+    }
+    // The kept answers are the full path's: the same lines, no body.
+    assert_eq!(
+        (seen[4..6].to_vec(), seen[6..8].to_vec()),
+        (seen[0..2].to_vec(), seen[0..2].to_vec())
+    );
+    assert_eq!(reused(&srv), 4);
+    // And the big file's GET is still sent whole, never kept.
+    for _ in 0..3 {
+        c.send(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(c.response(false).unwrap().body.len(), 100_000);
+    }
+    assert_eq!(reused(&srv), 4);
+    // The file changes: once its entry is looked at again, the same bytes get a 200.
+    std::fs::write(root.join("v.txt"), b"second").unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    c.send(inm.as_bytes());
+    let r = c.response(false).unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"second"[..]));
 }
 
 #[test]

@@ -251,7 +251,9 @@ impl Worker {
                 c.requests += 1;
                 // Status page: top URLs (by requests, and by bytes answered) and the
                 // request rate per address range.
-                let body_len = resp.body_len();
+                // (A HEAD answers the body's length, but none of its bytes.)
+                let is_head = head.method() == Method::Head;
+                let body_len = if is_head { 0 } else { resp.body_len() };
                 self.talkers.answered(c.peer, head.path, body_len);
                 if let Some((rule, action)) = rule {
                     Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
@@ -285,16 +287,17 @@ impl Worker {
                 if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
                     let plain = p.end == head.head_len
                         && errant.is_none()
-                        && matches!(resp.status, 200 | 301 | 302 | 303 | 307 | 308)
+                        && matches!(resp.status, 200 | 304 | 301 | 302 | 303 | 307 | 308)
                         && resp.date.is_none()
                         && keep
                         && !resp.close
-                        && head.method() == Method::Get
+                        && matches!(head.method(), Method::Get | Method::Head)
                         && matches!(head.framing(), BodyFraming::None)
-                        && matches!(
-                            resp.body.as_slice(),
-                            [] | [Chunk::Shared(..)] | [Chunk::Owned(_)]
-                        );
+                        && (is_head
+                            || matches!(
+                                resp.body.as_slice(),
+                                [] | [Chunk::Shared(..)] | [Chunk::Owned(_)]
+                            ));
                     if plain {
                         let date = self.date.text();
                         self.answers.offer(&rbuf, p, until, self.now, || {
@@ -306,6 +309,7 @@ impl Worker {
                             }
                             whole.extend_from_slice(b"\r\n");
                             let body = match resp.body.as_slice() {
+                                _ if is_head => None,
                                 [Chunk::Shared(d, a, b)] => Some((d.clone(), *a, *b)),
                                 [Chunk::Owned(v)] => Some((v[..].into(), 0, v.len())),
                                 _ => None,
@@ -319,14 +323,7 @@ impl Worker {
                     }
                 }
                 head_started = c.phase.head_started_or(self.now_ms);
-                (
-                    resp,
-                    head.head_len,
-                    keep,
-                    announce,
-                    head.method() == Method::Head,
-                    log,
-                )
+                (resp, head.head_len, keep, announce, is_head, log)
             }
         };
         self.shared.stats[self.id].response(resp.status);
