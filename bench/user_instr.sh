@@ -21,7 +21,7 @@ trap '[ -n "$VG" ] && kill "$VG" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXI
 mkdir -p "$W/www"; head -c "$BODY" /dev/urandom > "$W/www/f.bin"; chmod -R a+rX "$W"
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 (cd "$W" && exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$W/cg.%p" "$BIN" serve "$W/www" \
-  --listen "127.0.0.1:$PORT" --workers 1 --processes 1 --access-log off --allow-root "${RARGS[@]}" >"$W/vg.log" 2>&1) &
+  --listen "127.0.0.1:$PORT" --workers 1 --processes 1 --access-log "${LOG:-off}" --allow-root "${RARGS[@]}" >"$W/vg.log" 2>&1) &
 VG=$!
 for i in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 WH=(); while IFS= read -r h; do [ -n "$h" ] && WH+=(-H "$h"); done <<<"${HDR:-}"

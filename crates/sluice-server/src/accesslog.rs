@@ -9,6 +9,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -119,10 +120,14 @@ impl Writer {
 /// (the line records the bytes actually sent).
 #[derive(Clone, Debug)]
 pub struct Pending {
-    request_line: Vec<u8>,
+    /// The request line, the `Referer` and the `User-Agent`, one after another
+    /// in one block: one allocation per request, and a kept answer's record is
+    /// shared by its answers, not copied (`worker::answer`).
+    text: Rc<[u8]>,
+    /// Where the `Referer` starts in `text`, and the `User-Agent`.
+    referer_at: u32,
+    ua_at: u32,
     status: u16,
-    referer: Vec<u8>,
-    user_agent: Vec<u8>,
     /// Which of the worker's log outputs the line goes to (`None`: the site logs
     /// nothing).
     out: Option<u8>,
@@ -132,20 +137,50 @@ pub struct Pending {
 
 impl Pending {
     pub fn new(head: &sluice_http::RequestHead, status: u16, out: Option<u8>) -> Pending {
-        let mut line = Vec::with_capacity(head.method_str.len() + head.target.len() + 10);
-        line.extend_from_slice(head.method_str.as_bytes());
-        line.push(b' ');
-        line.extend_from_slice(head.target.as_bytes());
-        line.extend_from_slice(b" HTTP/1.");
-        line.push(b'0' + head.minor);
-        Pending {
-            request_line: line,
+        let version = [b'0' + head.minor];
+        let line: [&[u8]; 5] = [
+            head.method_str.as_bytes(),
+            b" ",
+            head.target.as_bytes(),
+            b" HTTP/1.",
+            &version,
+        ];
+        Pending::of(
+            &line,
+            head.referer.unwrap_or(b""),
+            head.user_agent.unwrap_or(b""),
             status,
-            referer: head.referer.unwrap_or(b"").to_vec(),
-            user_agent: head.user_agent.unwrap_or(b"").to_vec(),
+            out,
+        )
+    }
+
+    /// The request line's `parts`, the referer and the user agent, in one block
+    /// allocated once (put together in a buffer the thread keeps, then copied
+    /// into the block; the fields are bounded by the head's size limit).
+    fn of(parts: &[&[u8]], referer: &[u8], ua: &[u8], status: u16, out: Option<u8>) -> Pending {
+        thread_local!(static JOIN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        let line_len: usize = parts.iter().map(|p| p.len()).sum();
+        let text: Rc<[u8]> = JOIN.with_borrow_mut(|v| {
+            v.clear();
+            for p in parts.iter().chain([&referer, &ua]) {
+                v.extend_from_slice(p);
+            }
+            Rc::from(&v[..])
+        });
+        Pending {
+            text,
+            referer_at: line_len as u32,
+            ua_at: (line_len + referer.len()) as u32,
+            status,
             out,
             note: None,
         }
+    }
+
+    /// The request line, the referer and the user agent.
+    fn fields(&self) -> (&[u8], &[u8], &[u8]) {
+        let (r, u) = (self.referer_at as usize, self.ua_at as usize);
+        (&self.text[..r], &self.text[r..u], &self.text[u..])
     }
 
     /// A request the parser refused (or that timed out half-sent): its first line as
@@ -158,21 +193,13 @@ impl Pending {
         };
         let end = memchr::memchr(b'\n', raw).unwrap_or(raw.len());
         let line = raw[..end].strip_suffix(b"\r").unwrap_or(&raw[..end]);
-        let mut request_line = line[..line.len().min(REJECTED_LINE_MAX)].to_vec();
-        if line.len() > REJECTED_LINE_MAX {
-            request_line.extend_from_slice(b"...");
-        }
-        if request_line.is_empty() {
-            request_line.push(b'-');
-        }
-        Pending {
-            request_line,
-            status,
-            referer: Vec::new(),
-            user_agent: Vec::new(),
-            out,
-            note: None,
-        }
+        let cut = &line[..line.len().min(REJECTED_LINE_MAX)];
+        let more: &[u8] = match (line.len() > REJECTED_LINE_MAX, cut.is_empty()) {
+            (true, _) => b"...",
+            (false, true) => b"-",
+            (false, false) => b"",
+        };
+        Pending::of(&[cut, more], b"", b"", status, out)
     }
 
     pub fn status(&self) -> u16 {
@@ -248,8 +275,7 @@ impl WorkerLog {
 
     /// Append one combined-format line to the output `p` was made for.
     pub fn line(&mut self, now: SystemTime, peer: IpAddr, p: &Pending, bytes: u64) {
-        let (request_line, status, referer, user_agent) =
-            (&p.request_line, p.status, &p.referer, &p.user_agent);
+        let ((request_line, referer, user_agent), status) = (p.fields(), p.status);
         let Some(out) = p.out else { return };
         if usize::from(out) >= self.outs.len() {
             return;
@@ -264,7 +290,10 @@ impl WorkerLog {
         }
         let o = &mut self.outs[usize::from(out)];
         let b = &mut o.buf;
-        let _ = write!(b, "{peer} - - [{}] \"", self.stamp);
+        push_ip(b, peer);
+        b.extend_from_slice(b" - - [");
+        b.extend_from_slice(self.stamp.as_bytes());
+        b.extend_from_slice(b"] \"");
         escape_into(b, request_line);
         let mut n = itoa::Buffer::new();
         b.extend_from_slice(b"\" ");
@@ -337,17 +366,55 @@ impl Drop for WorkerLog {
 /// and `\` get a backslash (`\"`, `\\`), control bytes and bytes ≥ 0x7f become `\xNN`,
 /// so a request can neither forge a line nor blank its own field, and log analysers
 /// (goaccess, awstats) read the fields back.
-fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
-    for &c in s {
+///
+/// Runs of bytes that need nothing are copied whole (most fields are all of them).
+fn escape_into(out: &mut Vec<u8>, mut s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    /// The bytes that need nothing, by value: one load per byte in the scan.
+    const PLAIN: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut c = 0x20;
+        while c <= 0x7e {
+            t[c] = c != b'"' as usize && c != b'\\' as usize;
+            c += 1;
+        }
+        t
+    };
+    while !s.is_empty() {
+        let n = s
+            .iter()
+            .position(|&c| !PLAIN[usize::from(c)])
+            .unwrap_or(s.len());
+        out.extend_from_slice(&s[..n]);
+        let Some(&c) = s.get(n) else { break };
         match c {
-            b'"' | b'\\' => {
-                out.push(b'\\');
-                out.push(c);
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', c]),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(c >> 4)],
+                HEX[usize::from(c & 15)],
+            ]),
+        }
+        s = &s[n + 1..];
+    }
+}
+
+/// The client's address as `Display` writes it, IPv4 without the formatting
+/// machinery (which cost ~900 instructions a line: docs/BENCHMARKS.md).
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = itoa::Buffer::new();
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(n.format(o).as_bytes());
             }
-            0x20..=0x7e => out.push(c),
-            _ => {
-                let _ = write!(out, "\\x{c:02x}");
-            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
         }
     }
 }
@@ -394,12 +461,48 @@ mod tests {
         assert_eq!(v, b"GET /\\\"x\\x0a\\\\ caf\\xe9 HTTP/1.1");
     }
     #[test]
+    fn a_whole_line() {
+        let (tx, rx) = sync_channel(4);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut log = WorkerLog::new(vec![("a.log".into(), Handle { tx, dropped })]);
+        let raw = b"GET /caf%C3%A9?q=1 HTTP/1.1\r\nHost: a\r\nReferer: http://r/\r\nUser-Agent: W\\get \"caf\xc3\xa9\"\r\n\r\n";
+        let limits = sluice_http::Limits::default();
+        let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {
+            panic!("not parsed")
+        };
+        let p = Pending::new(&head, 200, Some(0));
+        let t = UNIX_EPOCH + Duration::from_secs(784111777);
+        log.line(t, "192.0.2.10".parse().unwrap(), &p, 1234);
+        log.line(
+            t,
+            "2001:db8::1".parse().unwrap(),
+            &p.clone().with_note("tarpit"),
+            0,
+        );
+        log.line(
+            t,
+            "::ffff:10.0.0.1".parse().unwrap(),
+            &Pending::rejected(b"", 408, Some(0)),
+            0,
+        );
+        log.flush();
+        let text = String::from_utf8(rx.recv().unwrap()).unwrap();
+        let want = [
+            r#"192.0.2.10 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 1234 "http://r/" "W\\get \"caf\xc3\xa9\"""#,
+            r#"2001:db8::1 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 - "http://r/" "W\\get \"caf\xc3\xa9\"" errant=tarpit"#,
+            r#"::ffff:10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] "-" 408 - "-" "-""#,
+        ];
+        assert_eq!(text.lines().collect::<Vec<_>>(), want);
+    }
+
+    #[test]
     fn rejected_requests_keep_their_first_line() {
         let p = Pending::rejected(b"\r\nPOST /x HTTP/1.1\r\nHost: a\r\n", 400, None);
-        assert_eq!(p.request_line, b"POST /x HTTP/1.1");
-        assert_eq!(Pending::rejected(b"", 408, None).request_line, b"-");
+        assert_eq!(p.fields(), (&b"POST /x HTTP/1.1"[..], &b""[..], &b""[..]));
+        assert_eq!(Pending::rejected(b"", 408, None).fields().0, b"-");
         let long = vec![b'a'; 1000];
         let p = Pending::rejected(&long, 414, None);
-        assert_eq!(p.request_line.len(), REJECTED_LINE_MAX + 3);
+        assert_eq!(p.fields().0.len(), REJECTED_LINE_MAX + 3);
+        assert!(p.fields().0.ends_with(b"a..."));
     }
 }
