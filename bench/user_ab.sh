@@ -3,7 +3,8 @@
 # time, beside bench/user_instr.sh's exact instruction counts.
 #
 #   bash bench/user_ab.sh OLD_BIN NEW_BIN [ROUNDS] [SECONDS]      env: BODY=1024, RULES=FILE (a rules file
-#                                                                  for both), ASK=/f.bin (the path asked)
+#                                                                  for both), ASK=/f.bin (the path asked), LOG=1 (access
+#                                                                  logs on, to files in the work directory)
 #
 # Both builds serve one small file (2 workers, access log off) on loopback; each round runs
 # `wrk -t1 -c50` on the old, then the new, and reads utime and stime (clock ticks) of each server's
@@ -16,10 +17,11 @@ command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null
 W=$(mktemp -d /tmp/userab.XXXXXX); chmod 755 "$W"; PO=; PN=
 trap '[ -n "$PO" ] && kill "$PO" 2>/dev/null; [ -n "$PN" ] && kill "$PN" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 mkdir -p "$W/www"; head -c "$BODY" /dev/urandom > "$W/www/f.bin"; chmod -R a+rX "$W"
+lg() { if [ -n "${LOG:-}" ]; then echo "$W/access-$1.log"; else echo off; fi; }
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 up() { for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
-QO=$(port); "$OLD" serve "$W/www" --listen "127.0.0.1:$QO" --workers 2 --access-log off "${RARGS[@]}" >"$W/old.log" 2>&1 & PO=$!
-QN=$(port); "$NEW" serve "$W/www" --listen "127.0.0.1:$QN" --workers 2 --access-log off "${RARGS[@]}" >"$W/new.log" 2>&1 & PN=$!
+QO=$(port); "$OLD" serve "$W/www" --listen "127.0.0.1:$QO" --workers 2 --access-log "$(lg old)" "${RARGS[@]}" >"$W/old.log" 2>&1 & PO=$!
+QN=$(port); "$NEW" serve "$W/www" --listen "127.0.0.1:$QN" --workers 2 --access-log "$(lg new)" "${RARGS[@]}" >"$W/new.log" 2>&1 & PN=$!
 up "$QO"; up "$QN"
 ticks() { local u=0 s=0 a b p; for p in $1 $(pgrep -P "$1"); do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); s=$((s + b)); done; echo "$u $s"; }
 for r in $(seq 1 "$R"); do

@@ -4,7 +4,7 @@
 #
 #   bash bench/user_instr.sh [BIN] [SECONDS]        env: BODY=1024 (file size), HDR='Name: value' (extra
 #                                                   request header, repeatable with a newline), TOP=30, KEEP=FILE (keep the callgrind dump),
-#                                                   RULES=FILE (a rules file for the site), ASK=/f.bin (the path asked, e.g. a redirect's)
+#                                                   RULES=FILE (a rules file for the site), ASK=/f.bin (the path asked, e.g. a redirect's), CONF=FILE (a config file), LOG=FILE (the access log; off by default)
 #
 # One worker in one process runs under callgrind. 2,000 requests warm it up (the open-file cache, the
 # buffers), the counters are zeroed, then `wrk -t1 -c10` (its request: `GET /f.bin HTTP/1.1` + `Host`)
@@ -14,7 +14,7 @@
 # (same compiler, same request), to well under 1%.
 set -euo pipefail
 BIN=${1:-$(pwd)/target/release/sluice}; DUR=${2:-4}; BODY=${BODY:-1024}; TOP=${TOP:-30}; ASK=${ASK:-/f.bin}
-RARGS=(); [ -n "${RULES:-}" ] && RARGS=(--rules "$(realpath "$RULES")")
+RARGS=(); [ -n "${RULES:-}" ] && RARGS=(--rules "$(realpath "$RULES")"); [ -n "${CONF:-}" ] && RARGS+=(--config "$(realpath "$CONF")")
 for c in valgrind wrk ab; do command -v $c >/dev/null || apt-get install -y -qq valgrind wrk apache2-utils >/dev/null; done
 W=$(mktemp -d /tmp/uinstr.XXXXXX); chmod 755 "$W"; VG=
 trap '[ -n "$VG" ] && kill "$VG" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
