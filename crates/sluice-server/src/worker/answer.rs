@@ -279,11 +279,11 @@ impl Worker {
                 // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
                 let keep = head.keep_alive && self.stopping.is_none();
                 let announce = keep && head.minor == 0;
-                // An answer its handler (a whole small file) or the rules (a
-                // redirect) promised is the same for the same bytes, the rules
-                // having read nothing else (`phases`), kept alive, with no body to
-                // skip: offered for reuse (`reuse_answer` does per request what is
-                // left here, the rule's counters included).
+                // An answer its handler (a whole small file, a 304, a whole file's
+                // HEAD) or the rules (a redirect) promised is the same for the same
+                // bytes, the rules having read nothing else (`phases`), kept alive,
+                // with no body to skip: offered for reuse (`reuse_answer` does per
+                // request what is left here, the rule's counters included).
                 if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
                     let plain = p.end == head.head_len
                         && errant.is_none()
@@ -398,9 +398,9 @@ impl Worker {
     /// it the same way: not over a range cap, not out of time behind
     /// `max_active`, not its last request, the server not stopping. Does per
     /// request what `next_request` does for every answer: the keep-alive count,
-    /// the status counters and top lists, the access log's record. `Err`: nothing
-    /// done, the full path answers; with the head's end and hash when its answer
-    /// could be offered.
+    /// the status counters and top lists, the deciding rule's counters, the
+    /// access log's record. `Err`: nothing done, the full path answers; with the
+    /// head's end and hash when its answer could be offered.
     fn reuse_answer(&mut self, key: usize) -> Result<(), Option<Probe>> {
         let c = &mut self.conns[key];
         if c.cap == Cap::Over
