@@ -235,6 +235,28 @@ impl RuleSet {
         }
     }
 
+    /// Whether the server may keep the answer to `req`'s bytes
+    /// ([`RuleSet::lookup_kept`]), said for `explain`: yes, or the first reason not.
+    fn kept_reason(&self, req: &Request) -> String {
+        if self.by_address {
+            return "no: some rule is found by the client's address (addr=), so which rules \
+                    a request tries depends on who sends it"
+                .into();
+        }
+        let mut cands = Vec::new();
+        self.candidates(req, &mut cands);
+        for &i in &cands {
+            let r = &self.rules[i as usize];
+            if let Some(why) = r.reads_beyond_request(&self.maps) {
+                return format!("no: {} {why}", self.describe(r));
+            }
+            if r.check(req, &self.maps).is_ok() {
+                break;
+            }
+        }
+        "yes: every rule tried reads only the request".into()
+    }
+
     /// The reference lookup: every rule, in order. For tests and `explain`.
     pub fn lookup_linear(&self, req: &Request) -> Outcome {
         for r in &self.rules {
@@ -304,6 +326,7 @@ impl RuleSet {
                 );
             }
         }
+        let _ = writeln!(out, "kept answers: {}", self.kept_reason(req));
         let reference = self.lookup_linear(req);
         let compiled = self.lookup(req);
         if reference != compiled {

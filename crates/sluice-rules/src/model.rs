@@ -254,22 +254,38 @@ impl Rule {
     /// (`-f`, `-d`) or picks at random (a `rnd:` map). What the server may keep
     /// and answer again without asking the rules rests on this (`RuleSet::lookup_kept`).
     pub fn reads_request_only(&self, maps: &Maps) -> bool {
-        let classify = self
-            .classify
-            .as_ref()
-            .is_none_or(|c| c.addrs.is_empty() && c.rates.is_empty());
-        let conds = self.conds.iter().all(|c| {
-            !matches!(c.test, CondTest::IsFile | CondTest::IsDir)
-                && c.subject.reads_request_only(maps)
-        });
-        let target = match &self.action {
-            Action::Redirect { target, .. } | Action::Rewrite { target } => {
-                target.reads_request_only(maps)
+        self.reads_beyond_request(maps).is_none()
+    }
+
+    /// What else than the request this rule reads, if anything (for `explain`).
+    pub fn reads_beyond_request(&self, maps: &Maps) -> Option<&'static str> {
+        if let Some(c) = &self.classify {
+            if !c.addrs.is_empty() {
+                return Some("reads the client's address (addr=)");
             }
-            Action::Limit { .. } => false,
-            _ => true,
-        };
-        classify && conds && target
+            if !c.rates.is_empty() {
+                return Some("counts requests (a rate condition)");
+            }
+        }
+        if matches!(self.action, Action::Limit { .. }) {
+            return Some("counts requests (limit)");
+        }
+        for c in self.conds.iter() {
+            if matches!(c.test, CondTest::IsFile | CondTest::IsDir) {
+                return Some("looks at the disk (-f, -d)");
+            }
+            if !c.subject.reads_request_only(maps) {
+                return Some("a condition reads the client's address or a rnd: map");
+            }
+        }
+        match &self.action {
+            Action::Redirect { target, .. } | Action::Rewrite { target }
+                if !target.reads_request_only(maps) =>
+            {
+                Some("its target reads the client's address or a rnd: map")
+            }
+            _ => None,
+        }
     }
 
     /// The `Location` for expanded target `t`: its own query merged with the

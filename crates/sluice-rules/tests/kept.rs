@@ -127,3 +127,30 @@ fn counts_files_and_chance_are_not_the_request() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+#[test]
+fn explain_says_whether_and_why_not() {
+    let s = apache(
+        "RewriteEngine On\n\
+         RewriteCond %{REQUEST_FILENAME} !-f\n\
+         RewriteRule ^/pages/(.*)$ /index.html [R=302]\n\
+         Redirect 301 /old /new\n",
+    );
+    let out = s.explain(&get("/pages/a", "10.0.0.1"));
+    assert!(
+        out.contains("kept answers: no: kept.conf:3:") && out.contains("looks at the disk"),
+        "{out}"
+    );
+    let out = s.explain(&get("/old", "10.0.0.1"));
+    assert!(out.contains("kept answers: yes"), "{out}");
+    let s = native("prefix / deny addr=10.0.0.0/8\n");
+    let out = s.explain(&get("/f", "192.0.2.1"));
+    assert!(
+        out.contains("kept answers: no: some rule is found by the client's address"),
+        "{out}"
+    );
+    let s = native("exact /api limit rate=3/10s\n");
+    assert!(s
+        .explain(&get("/api", "10.0.0.1"))
+        .contains("counts requests"));
+}
