@@ -243,7 +243,7 @@ fn not_modified_and_head_answers_are_kept_until_the_file_changes() {
     let root = dir.path().to_path_buf();
     let srv = Server::start_with_config(
         dir,
-        "[files]\ncache_validity = \"1s\"\n",
+        "[files]\ncache_validity = \"2s\"\n",
         &["--workers", "1"],
     );
     let mut c = srv.client();
@@ -284,7 +284,7 @@ fn not_modified_and_head_answers_are_kept_until_the_file_changes() {
     assert_eq!(reused(&srv), 4);
     // The file changes: once its entry is looked at again, the same bytes get a 200.
     std::fs::write(root.join("v.txt"), b"second").unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(2200));
     c.send(inm.as_bytes());
     let r = c.response(false).unwrap();
     assert_eq!((r.status, r.body.as_slice()), (200, &b"second"[..]));
