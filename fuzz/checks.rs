@@ -136,3 +136,34 @@ pub fn rules_native(data: &[u8]) {
         }
     }
 }
+
+/// Any bytes as requests against kept answers (`sluice_static::answers`): the input
+/// is several buffers split at 0xff bytes, each looked up and, on a miss, offered
+/// twice (admitted). Never a panic, and an answer comes back only for a buffer that
+/// starts with exactly the head it was kept for (each answer carries its key here):
+/// a client's bytes can never be answered with another request's answer.
+pub fn kept_answers(data: &[u8]) {
+    use sluice_static::answers::{Answer, AnswerCache};
+    let now = std::time::Instant::now();
+    let until = now + std::time::Duration::from_secs(1);
+    let mut c: AnswerCache<Vec<u8>> = AnswerCache::new(4);
+    for buf in data.split(|&b| b == 0xff) {
+        match c.lookup(buf, now) {
+            Ok((p, a)) => {
+                assert!(p.end <= buf.len());
+                assert_eq!(&a.extra[..], &buf[..p.end]);
+                assert_eq!(a.wire().0, b"HTTP/1.1 200 OK\r\n\r\n");
+            }
+            Err(Some(p)) => {
+                assert!(p.end <= buf.len() && buf[..p.end].ends_with(b"\r\n\r\n"));
+                for _ in 0..2 {
+                    c.offer(buf, p, until, now, || {
+                        let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+                        Answer::new(200, head, 0..0, None, "/".into(), buf[..p.end].to_vec())
+                    });
+                }
+            }
+            Err(None) => {}
+        }
+    }
+}

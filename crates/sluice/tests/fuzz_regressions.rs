@@ -14,6 +14,7 @@ type Check = fn(&[u8]);
 /// Every fuzz target, by the name of its directory under `fuzz/regressions/`.
 const TARGETS: &[(&str, Check)] = &[
     ("handoff", checks::handoff),
+    ("kept_answers", checks::kept_answers),
     ("parse_head", checks::parse_head),
     ("path_range", checks::path_range),
     ("proxy_header", checks::proxy_header),
