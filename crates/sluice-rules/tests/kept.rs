@@ -154,3 +154,66 @@ fn explain_says_whether_and_why_not() {
         .explain(&get("/api", "10.0.0.1"))
         .contains("counts requests"));
 }
+
+const PATHS: &[&str] = &["/a", "/b", "/a/b", "/c"];
+
+fn apache_rule(kind: u8, p: usize) -> String {
+    let p = PATHS[p % PATHS.len()];
+    match kind % 6 {
+        0 => format!("Redirect 301 {p} /to"),
+        1 => format!("RewriteCond %{{REMOTE_ADDR}} ^10\\.\nRewriteRule ^{p} /lan [R=302]"),
+        2 => format!("RewriteCond %{{HTTP_HOST}} ^a$\nRewriteRule ^{p} /host [R=302]"),
+        3 => format!("RewriteRule ^{p}(.*)$ /who/%{{REMOTE_ADDR}}$1 [R=302]"),
+        4 => format!("RedirectMatch 302 ^{p}(.*)$ /m$1"),
+        _ => format!("RewriteCond %{{REMOTE_ADDR}} !^10\\.\nRewriteRule ^{p}$ - [F]"),
+    }
+}
+
+fn native_rule(kind: u8, p: usize) -> String {
+    let p = PATHS[p % PATHS.len()];
+    match kind % 4 {
+        0 => format!("prefix {p} 301 /to"),
+        1 => format!("prefix {p} deny addr=10.0.0.0/8"),
+        2 => format!("prefix {p} deny ua=BadBot"),
+        _ => format!("exact {p} 410"),
+    }
+}
+
+/// What a decision is, for comparing two lookups.
+fn decide(s: &RuleSet, path: &str, host: &str, addr: &str) -> (Outcome, Option<u32>, bool) {
+    let mut r = get(path, addr);
+    r.host = Some(host);
+    s.lookup_kept(&r)
+}
+
+proptest::proptest! {
+    /// The soundness of keeping: a decision said to follow from the request alone
+    /// is the decision every other client gets for the same request.
+    #[test]
+    fn a_kept_decision_is_every_clients_decision(
+        rules in proptest::collection::vec((0u8..6, 0usize..4), 1..8),
+        path in 0usize..4,
+        tail in proptest::bool::ANY,
+        host in proptest::bool::ANY,
+    ) {
+        let path = format!("{}{}", PATHS[path], if tail { "/x" } else { "" });
+        let host = if host { "a" } else { "b" };
+        let (apache_text, native_text): (Vec<_>, Vec<_>) = rules
+            .iter()
+            .map(|&(k, p)| (apache_rule(k, p), native_rule(k, p)))
+            .unzip();
+        for s in [
+            apache(&(apache_text.join("\n") + "\n").replacen("Rewrite", "RewriteEngine On\nRewrite", 1)),
+            native(&(native_text.join("\n") + "\n")),
+        ] {
+            let mine = decide(&s, &path, host, "10.0.0.1");
+            let theirs = decide(&s, &path, host, "192.0.2.1");
+            if mine.2 {
+                proptest::prop_assert_eq!((&mine.0, mine.1), (&theirs.0, theirs.1));
+            }
+            if theirs.2 {
+                proptest::prop_assert_eq!((&mine.0, mine.1), (&theirs.0, theirs.1));
+            }
+        }
+    }
+}
