@@ -14,6 +14,7 @@ command -v gzip >/dev/null 2>&1 || need+=(gzip)   # precompressed siblings test
 command -v chromium >/dev/null 2>&1 || need+=(chromium)   # status page test (headless)
 [ -x /usr/sbin/haproxy ] || need+=(haproxy)   # PROXY protocol test (send-proxy-v2)
 command -v wget >/dev/null 2>&1 || need+=(wget)   # errant-client test (loop)
+command -v ab >/dev/null 2>&1 || need+=(apache2-utils)   # kept answers without keep-alive (ab)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # HTTPS tests (test CA, s_client)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then

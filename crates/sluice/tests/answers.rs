@@ -291,6 +291,52 @@ fn not_modified_and_head_answers_are_kept_until_the_file_changes() {
 }
 
 #[test]
+fn a_close_requests_answer_is_kept_and_the_connection_still_closes() {
+    // (A long validity: every count below assumes the kept answers do not expire.)
+    let srv = Server::start_with_config(
+        docroot(),
+        "[files]\ncache_validity = \"10s\"\n",
+        &["--workers", "1"],
+    );
+    let ask = b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let mut c = srv.client();
+        c.send(ask);
+        let r = c.response(false).unwrap();
+        assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+        seen.push(shape(&r));
+        assert!(closed_within(&mut c.s, Duration::from_secs(2)));
+    }
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    assert_eq!(reused(&srv), 2);
+    // A request pipelined behind it is never answered: one answer, then the close
+    // (lingering, so the answer is not lost to a reset).
+    let mut c = srv.client();
+    c.send(&[&ask[..], HELLO].concat());
+    let (bytes, clean) = read_to_end(&mut c.s);
+    let text = String::from_utf8_lossy(&bytes);
+    assert_eq!(
+        (text.matches("HTTP/1.1 200").count(), clean),
+        (1, true),
+        "{text}"
+    );
+    assert!(text.ends_with("hello world\n"), "{text}");
+    assert_eq!(reused(&srv), 3);
+    // ab asks with HTTP/1.0 and no keep-alive, the same bytes every time.
+    let out = std::process::Command::new("ab")
+        .args(["-q", "-n", "20", "-c", "1", &srv.url("/hello.txt")])
+        .output()
+        .expect("ab (apache2-utils)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Complete requests:      20") && text.contains("Failed requests:        0"),
+        "{text}"
+    );
+    assert_eq!(reused(&srv), 3 + 18);
+}
+
+#[test]
 fn never_with_the_cache_off() {
     let off = Server::start_with_config(
         docroot(),

@@ -281,15 +281,15 @@ impl Worker {
                 let announce = keep && head.minor == 0;
                 // An answer its handler (a whole small file, a 304, a whole file's
                 // HEAD) or the rules (a redirect) promised is the same for the same
-                // bytes, the rules having read nothing else (`phases`), kept alive,
-                // with no body to skip: offered for reuse (`reuse_answer` does per
+                // bytes, the rules having read nothing else (`phases`), closed after
+                // it only if the client asked, with no body to skip: offered for reuse (`reuse_answer` does per
                 // request what is left here, the rule's counters included).
                 if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
                     let plain = p.end == head.head_len
                         && errant.is_none()
                         && matches!(resp.status, 200 | 304 | 301 | 302 | 303 | 307 | 308)
                         && resp.date.is_none()
-                        && keep
+                        && self.stopping.is_none()
                         && !resp.close
                         && matches!(head.method(), Method::Get | Method::Head)
                         && matches!(head.framing(), BodyFraming::None)
@@ -304,7 +304,9 @@ impl Worker {
                             let mut whole = Vec::new();
                             let date = write_head_start(&mut whole, resp.status, date);
                             whole.extend_from_slice(resp.headers.as_bytes());
-                            if announce {
+                            if !keep {
+                                whole.extend_from_slice(b"Connection: close\r\n");
+                            } else if announce {
                                 whole.extend_from_slice(b"Connection: keep-alive\r\n");
                             }
                             whole.extend_from_slice(b"\r\n");
@@ -317,6 +319,7 @@ impl Worker {
                             let kept = Kept {
                                 log: log.clone(),
                                 rule: rule.map(|(r, a)| (site as u16, r, a)),
+                                close: !keep,
                             };
                             Answer::new(resp.status, whole, date, body, head.path.into(), kept)
                         });
@@ -429,6 +432,15 @@ impl Worker {
         Counters::add(&st.answers_reused, 1);
         let head_started = c.phase.head_started_or(self.now_ms);
         c.rbuf.drain(..p.end);
+        // The client asked to close after this answer: as the full path does, and
+        // anything it sent after the request is drained, never parsed.
+        let close = a.extra.close;
+        if close {
+            c.flags.set(Flags::CLOSE_AFTER, true);
+            if !c.rbuf.is_empty() {
+                c.flags.set(Flags::LINGER, true);
+            }
+        }
         self.answered += 1;
         self.admit_one = false;
         // The answer goes out from where it is kept (its `Date` brought up to the
@@ -456,7 +468,9 @@ impl Worker {
         let now_ms = self.now_ms;
         if took < total {
             self.active += 1;
+            let fin_follows = close && c.front_id() == 0;
             let out = start_outgoing(&mut self.out_pool, &mut self.pool, c, now_ms, head_started);
+            out.fin_follows = fin_follows;
             if took < kept.len() {
                 out.wbuf.extend_from_slice(&kept[took..]);
                 out.wbuf.extend_from_slice(rest);
@@ -480,6 +494,10 @@ impl Worker {
             };
             let peer = c.peer;
             self.response_done(peer, log, body_len, head_started, now_ms);
+            if close {
+                // Gone, or lingering: `drive` finds which when it looks again.
+                self.finish_closing(key);
+            }
         }
         Ok(())
     }

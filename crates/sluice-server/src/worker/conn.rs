@@ -179,12 +179,14 @@ pub(super) struct Drip {
     pub(super) log: Option<Pending>,
 }
 
-/// What a kept answer's request still counts each time (`answer::reuse_answer`):
-/// its access-log record, and the rule that decided it (site, rule, action), for
-/// the status page's per-rule counters.
+/// What a kept answer's request still counts and does each time
+/// (`answer::reuse_answer`): its access-log record, the rule that decided it (site,
+/// rule, action) for the status page's per-rule counters, and whether the
+/// connection closes after it (the client asked: `Connection: close`, HTTP/1.0).
 pub(super) struct Kept {
     pub(super) log: Option<Pending>,
     pub(super) rule: Option<(u16, u32, usize)>,
+    pub(super) close: bool,
 }
 
 /// One non-blocking send outside a response (a 408 before closing, an errant
