@@ -23,7 +23,8 @@
 //! whole small file from memory, a 304, a whole file's head for a HEAD, each for as
 //! long as its file-cache entry is trusted; a redirect), the rules decided on the request's bytes alone, and the worker found
 //! nothing else in it that depends on the connection or the clock (no conditioning
-//! answer, no close). An entry is
+//! answer, no close the server decided; a close the client asked for is kept, and
+//! the worker closes after it). An entry is
 //! used only before that time; after it the request takes the full path, which
 //! revalidates the file and offers the answer again. A reload replaces the table
 //! (the worker builds a new one: sites, files and its size may all differ).
