@@ -21,13 +21,14 @@
 //! answers may be kept: an answer is offered only when its handler promised that
 //! the same bytes get the same answer until a time (`Response::reuse_until`: a
 //! whole small file from memory, a 304, a whole file's head for a HEAD, each for as
-//! long as its file-cache entry is trusted; a redirect), the rules decided on the request's bytes alone, and the worker found
-//! nothing else in it that depends on the connection or the clock (no conditioning
-//! answer, no close the server decided; a close the client asked for is kept, and
-//! the worker closes after it). An entry is
-//! used only before that time; after it the request takes the full path, which
-//! revalidates the file and offers the answer again. A reload replaces the table
-//! (the worker builds a new one: sites, files and its size may all differ).
+//! long as its file-cache entry is trusted; a redirect), the rules decided on the
+//! request's bytes alone, and the worker found nothing else in it that depends on
+//! the connection or the clock (no conditioning answer, no close the server
+//! decided; a close the client asked for is kept, and the worker closes after it).
+//! An entry is used only before that time; after it the request takes the full
+//! path, which revalidates the file and offers the answer again. A reload replaces
+//! the table (the worker builds a new one: sites, files and its size may all
+//! differ).
 //!
 //! Must not: be consulted for a request conditioning holds back (the worker asks
 //! only when it would answer at once), keep more than `max` entries, or keep a
