@@ -133,6 +133,9 @@ pub struct Pending {
     out: Option<u8>,
     /// Appended as ` errant=NOTE` (the errant-client answer taken), if set.
     note: Option<&'static str>,
+    /// The line after its time stamp, written once for a response of this many
+    /// body bytes (a kept answer's record: `Pending::rendered_for`).
+    rendered: Option<(u64, Rc<[u8]>)>,
 }
 
 impl Pending {
@@ -174,6 +177,7 @@ impl Pending {
             status,
             out,
             note: None,
+            rendered: None,
         }
     }
 
@@ -206,15 +210,68 @@ impl Pending {
         self.status
     }
 
+    /// This record with its line after the time stamp written out for a response
+    /// of `bytes` body bytes: a kept answer's record, whose every line but the
+    /// client and the time is the same, escapes its fields once, not per request.
+    /// A line for another byte count is written in full as ever.
+    pub fn rendered_for(mut self, bytes: u64) -> Pending {
+        let mut tail = Vec::new();
+        self.write_tail(&mut tail, bytes);
+        self.rendered = Some((bytes, tail.into()));
+        self
+    }
+
+    /// The line from the request line's opening quote through the newline.
+    fn write_tail(&self, b: &mut Vec<u8>, bytes: u64) {
+        if let Some((n, tail)) = &self.rendered {
+            if *n == bytes {
+                b.extend_from_slice(tail);
+                return;
+            }
+        }
+        let (request_line, referer, user_agent) = self.fields();
+        b.push(b'"');
+        escape_into(b, request_line);
+        let mut n = itoa::Buffer::new();
+        b.extend_from_slice(b"\" ");
+        b.extend_from_slice(n.format(self.status).as_bytes());
+        b.push(b' ');
+        if bytes == 0 {
+            b.push(b'-');
+        } else {
+            b.extend_from_slice(n.format(bytes).as_bytes());
+        }
+        b.extend_from_slice(b" \"");
+        if referer.is_empty() {
+            b.push(b'-')
+        } else {
+            escape_into(b, referer)
+        }
+        b.extend_from_slice(b"\" \"");
+        if user_agent.is_empty() {
+            b.push(b'-')
+        } else {
+            escape_into(b, user_agent)
+        }
+        b.push(b'"');
+        if let Some(n) = self.note {
+            b.extend_from_slice(b" errant=");
+            b.extend_from_slice(n.as_bytes());
+        }
+        b.push(b'\n');
+    }
+
     /// Record the errant-client answer taken (logged as ` errant=NOTE` after the
     /// combined fields, where log analysers that read combined lines ignore it).
     pub fn with_note(mut self, note: &'static str) -> Pending {
         self.note = Some(note);
+        self.rendered = None;
         self
     }
 
     pub fn with_status(mut self, status: u16) -> Pending {
         self.status = status;
+        self.rendered = None;
         self
     }
 }
@@ -275,7 +332,6 @@ impl WorkerLog {
 
     /// Append one combined-format line to the output `p` was made for.
     pub fn line(&mut self, now: SystemTime, peer: IpAddr, p: &Pending, bytes: u64) {
-        let ((request_line, referer, user_agent), status) = (p.fields(), p.status);
         let Some(out) = p.out else { return };
         if usize::from(out) >= self.outs.len() {
             return;
@@ -293,35 +349,8 @@ impl WorkerLog {
         push_ip(b, peer);
         b.extend_from_slice(b" - - [");
         b.extend_from_slice(self.stamp.as_bytes());
-        b.extend_from_slice(b"] \"");
-        escape_into(b, request_line);
-        let mut n = itoa::Buffer::new();
-        b.extend_from_slice(b"\" ");
-        b.extend_from_slice(n.format(status).as_bytes());
-        b.push(b' ');
-        if bytes == 0 {
-            b.push(b'-');
-        } else {
-            b.extend_from_slice(n.format(bytes).as_bytes());
-        }
-        b.extend_from_slice(b" \"");
-        if referer.is_empty() {
-            b.push(b'-')
-        } else {
-            escape_into(b, referer)
-        }
-        b.extend_from_slice(b"\" \"");
-        if user_agent.is_empty() {
-            b.push(b'-')
-        } else {
-            escape_into(b, user_agent)
-        }
-        b.push(b'"');
-        if let Some(n) = p.note {
-            b.extend_from_slice(b" errant=");
-            b.extend_from_slice(n.as_bytes());
-        }
-        b.push(b'\n');
+        b.extend_from_slice(b"] ");
+        p.write_tail(b, bytes);
         if o.buf.len() >= FLUSH_BYTES {
             o.flush();
         }
@@ -485,12 +514,22 @@ mod tests {
             &Pending::rejected(b"", 408, Some(0)),
             0,
         );
+        // Written once for 1234 bytes: the same lines for 1234, and the full way
+        // for another count or once the record changes.
+        let kept = p.clone().rendered_for(1234);
+        log.line(t, "192.0.2.10".parse().unwrap(), &kept, 1234);
+        log.line(t, "2001:db8::1".parse().unwrap(), &kept, 0);
+        let noted = kept.clone().with_note("tarpit");
+        log.line(t, "2001:db8::1".parse().unwrap(), &noted, 1234);
         log.flush();
         let text = String::from_utf8(rx.recv().unwrap()).unwrap();
         let want = [
             r#"192.0.2.10 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 1234 "http://r/" "W\\get \"caf\xc3\xa9\"""#,
             r#"2001:db8::1 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 - "http://r/" "W\\get \"caf\xc3\xa9\"" errant=tarpit"#,
             r#"::ffff:10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] "-" 408 - "-" "-""#,
+            r#"192.0.2.10 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 1234 "http://r/" "W\\get \"caf\xc3\xa9\"""#,
+            r#"2001:db8::1 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 - "http://r/" "W\\get \"caf\xc3\xa9\"""#,
+            r#"2001:db8::1 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 1234 "http://r/" "W\\get \"caf\xc3\xa9\"" errant=tarpit"#,
         ];
         assert_eq!(text.lines().collect::<Vec<_>>(), want);
     }

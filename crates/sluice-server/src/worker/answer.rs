@@ -317,7 +317,8 @@ impl Worker {
                                 _ => None,
                             };
                             let kept = Kept {
-                                log: log.clone(),
+                                // Its log line's fields escaped once, here.
+                                log: log.clone().map(|p| p.rendered_for(body_len)),
                                 rule: rule.map(|(r, a)| (site as u16, r, a)),
                                 close: !keep,
                             };
