@@ -4,6 +4,13 @@
 //! thread when it passes 32 KiB or at least once a second. The hand-off is a
 //! bounded channel with `try_send`: if the disk cannot keep up, whole buffers are
 //! dropped and counted (reported by the writer), and the worker never waits.
+//!
+//! Cost per line: the client's address (IPv4 without `core::fmt`), the time stamp
+//! (rendered once a second), and the rest of the line, whose client-sent fields are
+//! escaped a run of plain bytes at a time. A kept answer's record has that rest
+//! written once (`Pending::rendered_for`), so a reused answer's line is two copies.
+//! `LOG=FILE bash bench/user_instr.sh` counts it (docs/BENCHMARKS.md: ~480
+//! user-space instructions for a reused answer's line with a User-Agent).
 
 use std::fs::OpenOptions;
 use std::io::Write;
