@@ -307,11 +307,11 @@ pub struct Response {
     /// The handler's promise that the same request bytes get a byte-identical
     /// answer (its `Date` aside) until then: set only for a whole small file
     /// from memory, a 304 or a whole file's HEAD, whose answer read nothing but
-    /// the request and that file, and only for as long as the file's cache entry
-    /// is trusted, or for a redirect
-    /// the rules decided on the request alone (and cleared when the rules read
-    /// more: `sluice-server`'s phases). The worker may keep such an answer for
-    /// reuse (`sluice_static::answers`).
+    /// the request and that file, for as long as the file's cache entry is
+    /// trusted; or for a redirect the rules decided on the request alone (and
+    /// cleared when the rules read more: `sluice-server`'s phases). It is the one
+    /// thing that says which statuses may be kept: the worker keeps such an
+    /// answer for reuse (`sluice_static::answers`) without a list of its own.
     pub reuse_until: Option<std::time::Instant>,
 }
 

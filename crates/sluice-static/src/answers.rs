@@ -38,10 +38,10 @@
 //! worker: the keys are the clients' bytes, and a table of at most `max` entries
 //! bounds what colliding keys could cost; a hit also compares the whole key),
 //! and on a miss a search for the head's end and perhaps a second hash. A miss
-//! then goes the full way; a cacheable
-//! miss is admitted only on its second sighting (a 4,096-slot memory of hashes
-//! seen once), so a scan of many files, each asked once, costs one store per
-//! request and no allocation. A full table is emptied and fills again.
+//! then goes the full way; a cacheable miss is admitted only on its second
+//! sighting (a 4,096-slot memory of hashes seen once), so a scan of many files,
+//! each asked once, costs one store per request and no allocation. A full table
+//! is emptied and fills again.
 //!
 //! Written here, not taken from a crate: the cache crates key by owned values and
 //! evict by recency with locks or per-entry bookkeeping; this table is per worker

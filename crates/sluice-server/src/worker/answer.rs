@@ -281,13 +281,13 @@ impl Worker {
                 let announce = keep && head.minor == 0;
                 // An answer its handler (a whole small file, a 304, a whole file's
                 // HEAD) or the rules (a redirect) promised is the same for the same
-                // bytes, the rules having read nothing else (`phases`), closed after
-                // it only if the client asked, with no body to skip: offered for reuse (`reuse_answer` does per
-                // request what is left here, the rule's counters included).
+                // bytes (`reuse_until`; `phases` withdraws the promise when the rules
+                // read more), closed after it only if the client asked, with no body
+                // to skip: offered for reuse (`reuse_answer` does per request what is
+                // left here, the rule's counters included).
                 if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
                     let plain = p.end == head.head_len
                         && errant.is_none()
-                        && matches!(resp.status, 200 | 304 | 301 | 302 | 303 | 307 | 308)
                         && resp.date.is_none()
                         && self.stopping.is_none()
                         && !resp.close
@@ -549,9 +549,10 @@ impl Worker {
 }
 
 /// A response starts on `c`: its `Outgoing` from the pool (a reused one keeps its
-/// buffers; a new one takes a pooled head buffer), timed from `head_started`. Both ways of answering start one here
-/// (`next_request`; `reuse_answer` for what the socket did not take at once).
-/// (The pool holds boxes on purpose: see `Worker::out_pool`.)
+/// buffers; a new one takes a pooled head buffer), timed from `head_started`. Both
+/// ways of answering start one here (`next_request`; `reuse_answer` for what the
+/// socket did not take at once). (The pool holds boxes on purpose: see
+/// `Worker::out_pool`.)
 #[allow(clippy::vec_box)]
 fn start_outgoing<'a>(
     out_pool: &mut Vec<Box<Outgoing>>,
