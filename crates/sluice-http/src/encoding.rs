@@ -27,6 +27,11 @@ impl Coding {
         }
     }
 
+    /// Its bit in a set of codings (`1 << position in ALL`).
+    pub fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
     /// The sibling file's suffix.
     pub fn suffix(self) -> &'static str {
         match self {

@@ -72,6 +72,23 @@ pub struct FileInfo {
     stamp: Stamp,
     /// Trusted without a look at the disk until then.
     until: Cell<Instant>,
+    /// Its name says it is compressed already (`.gz`, `.xz`, …: `mime::is_compressed`).
+    pub compressed: bool,
+    /// Which precompressed siblings (`.br`, `.zst`, `.gz`) its path has, as the
+    /// static handler last found them, and until when that is trusted (`None`
+    /// until first asked).
+    pub siblings: Cell<Option<Siblings>>,
+}
+
+/// A set of content codings whose sibling files exist ([`Coding::bit`]), and until
+/// when that is known: the earliest expiry of the three cache entries it was read
+/// from.
+///
+/// [`Coding::bit`]: sluice_http::encoding::Coding::bit
+#[derive(Clone, Copy, Debug)]
+pub struct Siblings {
+    pub present: u8,
+    pub until: Instant,
 }
 
 /// `Last-Modified: ` + an HTTP date (29 bytes) + `\r\n` + `ETag: `.
@@ -291,9 +308,16 @@ impl FileCache {
 
     /// Look `rel` up, from the cache when fresh, else from disk.
     pub fn lookup(&mut self, root: &Root, rel: &str, now: Instant) -> Entry {
+        self.lookup_until(root, rel, now).0
+    }
+
+    /// [`lookup`](Self::lookup), and until when the entry is trusted (`now` when
+    /// it is not kept).
+    pub fn lookup_until(&mut self, root: &Root, rel: &str, now: Instant) -> (Entry, Instant) {
         let hash = self.hasher.hash_one(rel);
         if let Some(s) = self.table.find(hash, |s| s.key() == rel) {
-            if s.until() > now {
+            let until = s.until();
+            if until > now {
                 if let Slot::File(f) = s {
                     // Its bytes (and their count, which the response's clone
                     // bumps) while the handler builds the head.
@@ -301,21 +325,21 @@ impl FileCache {
                         prefetch(d.as_ptr().wrapping_sub(16), 4);
                     }
                 }
-                return s.entry();
+                return (s.entry(), until);
             }
             // Expired: still the same file, unchanged? Then trust it again.
             if let Slot::File(f) = s {
                 if root.stamp(rel).ok().as_ref() == Some(&f.stamp) {
                     f.until.set(now + self.validity);
-                    return s.entry();
+                    return (s.entry(), now + self.validity);
                 }
             }
         }
         let entry = self.load(root, rel);
-        if self.max_entries > 0 {
-            self.insert(hash, rel, entry.clone(), now);
+        if self.max_entries > 0 && self.insert(hash, rel, entry.clone(), now) {
+            return (entry, now + self.validity);
         }
-        entry
+        (entry, now)
     }
 
     /// Drop entries past their validity that hold a descriptor, closing it, and
@@ -368,6 +392,8 @@ impl FileCache {
             key: Key::new(rel),
             stamp: Stamp::of(&meta),
             until: Cell::new(Instant::now()),
+            compressed: mime::is_compressed(rel),
+            siblings: Cell::new(None),
         };
         if (len as usize) <= self.small_file_max && self.bytes + len as usize <= MAX_CACHED_BYTES {
             let mut buf = vec![0u8; len as usize];
@@ -380,7 +406,9 @@ impl FileCache {
         Entry::File(Rc::new(info))
     }
 
-    fn insert(&mut self, hash: u64, rel: &str, entry: Entry, now: Instant) {
+    /// Keep `entry` for `validity`; false when it is not kept (a descriptor over
+    /// [`MAX_CACHED_FDS`]).
+    fn insert(&mut self, hash: u64, rel: &str, entry: Entry, now: Instant) -> bool {
         if self.table.len() >= self.max_entries {
             self.table.retain(|s| s.until() > now);
             if self.table.len() >= self.max_entries {
@@ -390,7 +418,7 @@ impl FileCache {
         }
         if let Entry::File(f) = &entry {
             if f.file.is_some() && self.fds >= MAX_CACHED_FDS {
-                return; // served, just not kept: the descriptor closes after the response
+                return false; // served, just not kept: the descriptor closes after the response
             }
         }
         let added = cost(&entry);
@@ -421,6 +449,7 @@ impl FileCache {
         }
         self.fds += added.0;
         self.bytes += added.1;
+        true
     }
 
     fn recount(&mut self) {

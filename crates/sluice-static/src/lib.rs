@@ -19,7 +19,7 @@ pub mod mime;
 pub mod open;
 pub mod path;
 
-use cache::{Entry, FileCache, FileInfo};
+use cache::{Entry, FileCache, FileInfo, Siblings};
 use sluice_config::FilesSection;
 use sluice_http::conditional::{self, Conditions, Precondition};
 use sluice_http::encoding::{self, Coding};
@@ -27,7 +27,7 @@ use sluice_http::range::{self, RangeResult};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use open::Root;
 
@@ -211,8 +211,14 @@ impl StaticHandler {
     /// (its own length, ETag and ranges over the encoded bytes) with the original's
     /// Content-Type. Files that are compressed archives themselves (`.gz`, `.xz`,
     /// …) are never given a Content-Encoding: apt and dnf want those bytes as they
-    /// are. Cost without `Accept-Encoding`: nothing; with it, up to three cache
-    /// lookups (absent siblings are cached as misses).
+    /// are.
+    ///
+    /// Which siblings exist is kept in the file's entry ([`Siblings`]) for as long
+    /// as the three cache entries it was read from are trusted, so a request with
+    /// `Accept-Encoding` (every browser's, and wget's `identity`) costs no sibling
+    /// lookup and, when there is no sibling, not even a read of the header. The
+    /// answer may then be kept like any other (`Response::reuse_until`, bounded by
+    /// that knowledge too): the header is part of the request bytes it is kept by.
     fn file_or_sibling(
         &mut self,
         head: &RequestHead,
@@ -220,42 +226,71 @@ impl StaticHandler {
         info: Rc<FileInfo>,
         now: Instant,
     ) -> Response {
-        let Some(ae) = head.accept_encoding.filter(|_| self.cfg.precompressed) else {
+        let Some(ae) = head
+            .accept_encoding
+            .filter(|_| self.cfg.precompressed && !info.compressed)
+        else {
             return self.file(head, &info, None);
         };
-        if mime::is_compressed(rel) {
-            return self.file(head, &info, None);
+        let sibs = self.siblings(rel, &info, now);
+        if sibs.present == 0 {
+            // The file's own answer, whatever the header says.
+            let mut r = self.file(head, &info, None);
+            r.reuse_until = r.reuse_until.map(|u| u.min(sibs.until));
+            return r;
         }
-        let accepted = encoding::acceptable(ae);
-        let mut any = false;
-        let mut chosen = None;
+        let mut until = sibs.until;
+        let mut r = None;
+        let mut name = std::mem::take(&mut self.scratch);
+        for coding in encoding::acceptable(ae).into_iter().flatten() {
+            if sibs.present & coding.bit() == 0 {
+                continue;
+            }
+            name.clear();
+            name.push_str(rel);
+            name.push_str(coding.suffix());
+            // Gone since the set was read: the next one the client accepts.
+            if let (Entry::File(sib), u) = self.cache.lookup_until(&self.root, &name, now) {
+                until = until.min(u);
+                r = Some(self.file(head, &sib, Some((coding, info.mime))));
+                break;
+            }
+        }
+        self.scratch = name;
+        let mut r = r.unwrap_or_else(|| self.file(head, &info, None));
+        // Caches must key this URL by Accept-Encoding, whichever variant we sent.
+        r.headers.add("Vary", "Accept-Encoding");
+        r.reuse_until = r
+            .reuse_until
+            .map(|u| u.min(until).min(info.trusted_until()));
+        r
+    }
+
+    /// Which precompressed siblings `rel` has: from its entry while that knowledge
+    /// is trusted, else from three cache lookups (absent siblings are cached as
+    /// misses), then kept in the entry until the earliest of theirs expires.
+    fn siblings(&mut self, rel: &str, info: &FileInfo, now: Instant) -> Siblings {
+        if let Some(known) = info.siblings.get().filter(|k| k.until > now) {
+            return known;
+        }
+        let mut found = Siblings {
+            present: 0,
+            until: now + Duration::from_secs(3600),
+        };
         let mut name = std::mem::take(&mut self.scratch);
         for coding in Coding::ALL {
             name.clear();
             name.push_str(rel);
             name.push_str(coding.suffix());
-            if let Entry::File(sib) = self.cache.lookup(&self.root, &name, now) {
-                any = true;
-                let rank = accepted.iter().position(|c| *c == Some(coding));
-                if let Some(rank) = rank {
-                    if chosen.as_ref().is_none_or(|(r, _, _)| rank < *r) {
-                        chosen = Some((rank, coding, sib));
-                    }
-                }
+            let (entry, until) = self.cache.lookup_until(&self.root, &name, now);
+            if let Entry::File(_) = entry {
+                found.present |= coding.bit();
             }
+            found.until = found.until.min(until);
         }
         self.scratch = name;
-        let mut r = match chosen {
-            Some((_, coding, sib)) => self.file(head, &sib, Some((coding, info.mime))),
-            None => self.file(head, &info, None),
-        };
-        if any {
-            // Caches must key this URL by Accept-Encoding, whichever variant we sent.
-            r.headers.add("Vary", "Accept-Encoding");
-        }
-        // The choice read the siblings' entries too: not reusable.
-        r.reuse_until = None;
-        r
+        info.siblings.set(Some(found));
+        found
     }
 
     /// Answer for one regular file; `encoded` = (its coding, the original's type)
@@ -318,6 +353,12 @@ impl StaticHandler {
                 r.headers.add("Content-Type", mime);
                 r.headers.add_u64("Content-Length", info.len);
                 push_body(&mut r, info, 0, info.len);
+                // A precompressed sibling (or a file whose lines did not fit):
+                // as above, it reads nothing but the request and this entry (and
+                // the original's type, fixed by its path).
+                if info.data.is_some() || head.method() == sluice_http::Method::Head {
+                    r.reuse_until = Some(info.trusted_until());
+                }
             }
             RangeResult::Unsatisfiable => {
                 r.status = 416;

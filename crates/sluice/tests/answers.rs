@@ -112,15 +112,9 @@ fn http10_keep_alive_is_announced_and_the_last_request_closes() {
 
 #[test]
 fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
-    let dir = docroot();
-    std::fs::write(dir.path().join("hello.txt.gz"), b"not really gzip").unwrap();
-    let srv = Server::start_in(dir, &["--workers", "1"]);
+    let srv = Server::start(&["--workers", "1"]);
     let mut c = srv.client();
-    let asks: [&[u8]; 4] = [
-        // The choice of a precompressed sibling reads the siblings too, whether
-        // one is sent or (not accepted) only named in `Vary`.
-        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
-        b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br\r\n\r\n",
+    let asks: [&[u8]; 2] = [
         // An index file: the directory and the index names before it.
         b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n",
         // A range: not the whole file.
@@ -140,6 +134,59 @@ fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
         c.response(false).unwrap();
     }
     assert_eq!(reused(&srv), 2);
+}
+
+#[test]
+fn accept_encoding_answers_are_kept_and_follow_the_siblings_on_disk() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    std::fs::write(root.join("hello.txt.gz"), b"not really gzip").unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ncache_validity = \"300ms\"\n",
+        &["--workers", "1"],
+    );
+    let ask = |ae: &str| {
+        format!("GET /hello.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: {ae}\r\n\r\n").into_bytes()
+    };
+    let vary = ("Vary".to_string(), "Accept-Encoding".to_string());
+    // The sibling a browser's header chooses, kept (four of six reused).
+    let before = reused(&srv);
+    let gz = six(&srv, &ask("gzip, deflate, br, zstd"));
+    assert_eq!((gz.0, gz.2.as_slice()), (200, &b"not really gzip"[..]));
+    assert!(
+        gz.1.contains(&("Content-Encoding".into(), "gzip".into())),
+        "{gz:?}"
+    );
+    assert!(gz.1.contains(&vary), "{gz:?}");
+    assert_eq!(reused(&srv) - before, 4);
+    // No coding the client takes (wget's `identity`): the file, named as varying.
+    let plain = six(&srv, &ask("identity"));
+    assert_eq!(plain.2, b"hello world\n");
+    assert!(plain.1.contains(&vary), "{plain:?}");
+    assert_eq!(reused(&srv) - before, 8);
+    // A file with no sibling: its own answer, kept, without `Vary`.
+    let none = six(
+        &srv,
+        b"GET /sub/index.html HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip, br\r\n\r\n",
+    );
+    assert_eq!(none.0, 200);
+    assert!(!none.1.iter().any(|(n, _)| n == "Vary"), "{none:?}");
+    assert_eq!(reused(&srv) - before, 12);
+    // A sibling added, one removed: seen once the cache's entries expire, kept
+    // answers included.
+    std::fs::write(root.join("hello.txt.br"), b"brotli bytes").unwrap();
+    std::fs::remove_file(root.join("hello.txt.gz")).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let br = six(&srv, &ask("gzip, deflate, br, zstd"));
+    assert_eq!(br.2, b"brotli bytes");
+    assert!(
+        br.1.contains(&("Content-Encoding".into(), "br".into())),
+        "{br:?}"
+    );
+    let plain = six(&srv, &ask("gzip"));
+    assert_eq!(plain.2, b"hello world\n");
+    assert!(plain.1.contains(&vary), "{plain:?}");
 }
 
 /// Six asks of `ask` on one connection: every response's shape, all equal.
