@@ -4,7 +4,8 @@
 #
 #   bash bench/user_ab.sh OLD_BIN NEW_BIN [ROUNDS] [SECONDS]      env: BODY=1024, RULES=FILE (a rules file
 #                                                                  for both), ASK=/f.bin (the path asked), LOG=1 (access
-#                                                                  logs on, to files in the work directory)
+#                                                                  logs on, to files in the work directory), HDR='Name: value'
+#                                                                  (extra request headers, one per line)
 #
 # Both builds serve one small file (2 workers, access log off) on loopback; each round runs
 # `wrk -t1 -c50` on the old, then the new, and reads utime and stime (clock ticks) of each server's
@@ -23,12 +24,13 @@ up() { for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null &
 QO=$(port); "$OLD" serve "$W/www" --listen "127.0.0.1:$QO" --workers 2 --access-log "$(lg old)" "${RARGS[@]}" >"$W/old.log" 2>&1 & PO=$!
 QN=$(port); "$NEW" serve "$W/www" --listen "127.0.0.1:$QN" --workers 2 --access-log "$(lg new)" "${RARGS[@]}" >"$W/new.log" 2>&1 & PN=$!
 up "$QO"; up "$QN"
+WH=(); while IFS= read -r h; do [ -n "$h" ] && WH+=(-H "$h"); done <<<"${HDR:-}"
 ticks() { local u=0 s=0 a b p; for p in $1 $(pgrep -P "$1"); do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); s=$((s + b)); done; echo "$u $s"; }
 for r in $(seq 1 "$R"); do
   for v in old new; do
     if [ $v = old ]; then P=$PO; Q=$QO; else P=$PN; Q=$QN; fi
     read -r u0 s0 < <(ticks "$P")
-    n=$(wrk -t1 -c50 -d"${D}s" "http://127.0.0.1:$Q$ASK" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
+    n=$(wrk -t1 -c50 -d"${D}s" "${WH[@]}" "http://127.0.0.1:$Q$ASK" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
     read -r u1 s1 < <(ticks "$P")
     echo "$v $n $((u1 - u0)) $((s1 - s0))"
   done

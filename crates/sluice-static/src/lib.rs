@@ -89,10 +89,14 @@ impl StaticHandler {
             Err(path::PathError::Hidden) => return Response::text(404, None),
             Err(_) => return Response::text(400, Some("bad path")),
         };
-        match self.cache.lookup(&self.root, &norm.rel, now) {
+        // Every answer below reads only the request and cache entries: each may be
+        // kept (`Response::reuse_until`) until the earliest of those it read
+        // expires (a file's: `file_or_sibling`).
+        let (entry, until) = self.cache.lookup_until(&self.root, &norm.rel, now);
+        let mut r = match entry {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
-            Entry::File(info) => self.file_or_sibling(head, &norm.rel, info, now),
+            Entry::File(info) => return self.file_or_sibling(head, &norm.rel, info, now),
             Entry::Dir if !norm.trailing_slash => {
                 // Built from the normalized path, never the raw one: `//evil.com/..%2fsub`
                 // must not come back as a network-path reference to evil.com.
@@ -112,15 +116,16 @@ impl StaticHandler {
                 Response::redirect(301, &loc)
             }
             Entry::Dir => {
-                // An index file's answer also depends on the directory and on the
-                // index names before it: not reusable.
-                let mut r = self.directory(head, raw_path, &norm.rel, query, now);
-                r.reuse_until = None;
-                r
+                // Bounded by what it read (index names, the listing's build).
+                let r = self.directory(head, raw_path, &norm.rel, query, now);
+                return keep_until(r, until);
             }
             Entry::NotFound => Response::text(404, None),
             Entry::Forbidden => Response::text(403, None),
-        }
+        };
+        // The redirect to the directory, a 404, a 403: the request and this entry.
+        r.reuse_until = Some(until);
+        r
     }
 
     fn directory(
@@ -131,18 +136,24 @@ impl StaticHandler {
         query: Option<&str>,
         now: Instant,
     ) -> Response {
+        // The answer depends on the index names tried before the one found too.
+        let mut read_until = now + Duration::from_secs(3600);
         for i in 0..self.cfg.index.len() {
             let idx = if rel.is_empty() {
                 self.cfg.index[i].clone()
             } else {
                 format!("{rel}/{}", self.cfg.index[i])
             };
-            if let Entry::File(info) = self.cache.lookup(&self.root, &idx, now) {
-                return self.file_or_sibling(head, &idx, info, now);
+            let (entry, until) = self.cache.lookup_until(&self.root, &idx, now);
+            if let Entry::File(info) = entry {
+                return keep_until(self.file_or_sibling(head, &idx, info, now), read_until);
             }
+            read_until = read_until.min(until);
         }
         if !self.cfg.listing {
-            return Response::text(403, Some("directory listing is off"));
+            let mut r = Response::text(403, Some("directory listing is off"));
+            r.reuse_until = Some(read_until);
+            return r;
         }
         let (mut key, mut desc, mut json) = (listing::SortKey::Name, false, false);
         for kv in query.unwrap_or("").split('&') {
@@ -181,7 +192,7 @@ impl StaticHandler {
                 listing::html(&decoded, &items, key, desc)
             })
         });
-        let Some(body) = built else {
+        let Some((body, built_until)) = built else {
             return Response::text(403, None);
         };
         let mut r = Response::new(200);
@@ -203,6 +214,7 @@ impl StaticHandler {
         );
         r.headers.add("X-Content-Type-Options", "nosniff");
         r.headers.add("Content-Security-Policy", listing::CSP);
+        r.reuse_until = Some(built_until.min(read_until));
         r
     }
 
@@ -410,6 +422,12 @@ impl StaticHandler {
         }
         r
     }
+}
+
+/// `r`, its promise of reuse (if any) cut to `until`.
+fn keep_until(mut r: Response, until: Instant) -> Response {
+    r.reuse_until = r.reuse_until.map(|u| u.min(until));
+    r
 }
 
 fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {

@@ -309,31 +309,33 @@ mod tests {
             *b += 1;
             Some(text.as_bytes().to_vec())
         };
-        let p = c
+        let (p, until) = c
             .get("/d/", 0, false, t0, || build(&mut builds, "one"))
             .unwrap();
-        assert_eq!(&*p, b"one");
-        // Within the validity: kept, not rebuilt.
+        assert_eq!((&*p, until), (&b"one"[..], t0 + Duration::from_secs(1)));
+        // Within the validity: kept, not rebuilt, and still the page until then.
         let p = c.get("/d/", 0, false, t0 + Duration::from_millis(900), || {
             build(&mut builds, "two")
         });
-        assert_eq!(&*p.unwrap(), b"one");
+        let (p, until) = p.unwrap();
+        assert_eq!((&*p, until), (&b"one"[..], t0 + Duration::from_secs(1)));
         assert_eq!(builds, 1);
         // Another form of the same URL is its own page.
         let p = c.get("/d/", 1, false, t0, || build(&mut builds, "json"));
-        assert_eq!(&*p.unwrap(), b"json");
+        assert_eq!(&*p.unwrap().0, b"json");
         // Past the validity: rebuilt.
         let p = c.get("/d/", 0, false, t0 + Duration::from_secs(1), || {
             build(&mut builds, "two")
         });
-        assert_eq!(&*p.unwrap(), b"two");
+        assert_eq!(&*p.unwrap().0, b"two");
         assert_eq!(builds, 3);
         // gzipped from the kept page, once.
         let gz = c
             .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
                 build(&mut builds, "x")
             })
-            .unwrap();
+            .unwrap()
+            .0;
         let mut out = String::new();
         std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out)
             .unwrap();
@@ -342,13 +344,14 @@ mod tests {
             .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
                 build(&mut builds, "x")
             })
-            .unwrap();
+            .unwrap()
+            .0;
         assert!(Rc::ptr_eq(&gz, &again));
         assert_eq!(builds, 3);
         // A failed build is not kept: the next request builds again.
         assert!(c.get("/gone/", 0, false, t0, || None).is_none());
         let p = c.get("/gone/", 0, false, t0, || build(&mut builds, "back"));
-        assert_eq!(&*p.unwrap(), b"back");
+        assert_eq!(&*p.unwrap().0, b"back");
     }
 
     #[test]
@@ -365,7 +368,9 @@ mod tests {
         let huge = c.get("/huge/", 0, false, t0, || {
             Some(vec![0; PageCache::MAX_BYTES + 1])
         });
-        assert_eq!(huge.unwrap().len(), PageCache::MAX_BYTES + 1);
+        // Not kept: the page only for now.
+        let (huge, until) = huge.unwrap();
+        assert_eq!((huge.len(), until), (PageCache::MAX_BYTES + 1, t0));
         assert!(!c.map.keys().any(|(u, _)| u == "/huge/"));
     }
 
@@ -497,7 +502,8 @@ impl PageCache {
     }
 
     /// The page for `url` in `form` (built by `build` unless a build younger than
-    /// the validity is kept), gzipped if `gzip`; `None` if `build` fails.
+    /// the validity is kept), gzipped if `gzip`, and until when it stays the page
+    /// (`now` if it is not kept); `None` if `build` fails.
     pub fn get(
         &mut self,
         url: &str,
@@ -505,11 +511,11 @@ impl PageCache {
         gzip: bool,
         now: Instant,
         build: impl FnOnce() -> Option<Vec<u8>>,
-    ) -> Option<Rc<[u8]>> {
+    ) -> Option<(Rc<[u8]>, Instant)> {
         let key = (url.to_string(), form);
         if let Some(p) = self.map.get_mut(&key) {
             if now.saturating_duration_since(p.built) < self.validity {
-                return Some(p.encoded(gzip, &mut self.gzipped));
+                return Some((p.encoded(gzip, &mut self.gzipped), p.built + self.validity));
             }
         }
         if let Some(old) = self.map.remove(&key) {
@@ -522,15 +528,16 @@ impl PageCache {
         };
         let out = page.encoded(gzip, &mut self.gzipped);
         let len = page.body.len();
-        if len <= Self::MAX_BYTES {
-            if self.map.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
-                self.map.clear();
-                self.bytes = 0;
-            }
-            self.bytes += len;
-            self.map.insert(key, page);
+        if len > Self::MAX_BYTES {
+            return Some((out, now));
         }
-        Some(out)
+        if self.map.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        self.bytes += len;
+        self.map.insert(key, page);
+        Some((out, now + self.validity))
     }
 }
 

@@ -114,9 +114,7 @@ fn http10_keep_alive_is_announced_and_the_last_request_closes() {
 fn kept_only_when_the_answer_reads_nothing_but_the_request_and_the_file() {
     let srv = Server::start(&["--workers", "1"]);
     let mut c = srv.client();
-    let asks: [&[u8]; 2] = [
-        // An index file: the directory and the index names before it.
-        b"GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n",
+    let asks: [&[u8]; 1] = [
         // A range: not the whole file.
         b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\n",
     ];
@@ -187,6 +185,38 @@ fn accept_encoding_answers_are_kept_and_follow_the_siblings_on_disk() {
     let plain = six(&srv, &ask("gzip"));
     assert_eq!(plain.2, b"hello world\n");
     assert!(plain.1.contains(&vary), "{plain:?}");
+}
+
+#[test]
+fn indexes_listings_redirects_and_misses_are_kept_until_what_they_read_expires() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ncache_validity = \"2s\"\nindex = [\"index.htm\", \"index.html\"]\n",
+        &["--workers", "1"],
+    );
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").into_bytes();
+    let start = std::time::Instant::now();
+    // The first index name's miss, read now: it bounds the index answer below.
+    assert_eq!(six(&srv, &get("/sub/index.htm")).0, 404);
+    let list = six(&srv, &get("/list/"));
+    assert_eq!(list.0, 200);
+    assert!(!String::from_utf8_lossy(&list.2).contains("new.txt"));
+    assert_eq!(reused(&srv), 8);
+    std::thread::sleep(Duration::from_millis(1200));
+    let sub = six(&srv, &get("/sub/"));
+    assert_eq!((sub.0, sub.2.as_slice()), (200, &b"<h1>sub</h1>\n"[..]));
+    assert_eq!(six(&srv, &get("/sub")).0, 301);
+    assert_eq!(reused(&srv), 16);
+    // Changed on disk: each answer is given anew once an entry it read expires.
+    std::fs::write(root.join("sub/index.htm"), b"first index\n").unwrap();
+    std::fs::write(root.join("list/new.txt"), b"n").unwrap();
+    std::thread::sleep(Duration::from_millis(2600).saturating_sub(start.elapsed()));
+    assert_eq!(six(&srv, &get("/sub/")).2, b"first index\n");
+    assert_eq!(six(&srv, &get("/sub/index.htm")).0, 200);
+    let list = six(&srv, &get("/list/"));
+    assert!(String::from_utf8_lossy(&list.2).contains("new.txt"));
 }
 
 /// Six asks of `ask` on one connection: every response's shape, all equal.
