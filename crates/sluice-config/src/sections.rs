@@ -155,11 +155,12 @@ pub struct FilesSection {
     /// Files up to this size are kept in memory and sent with one `writev`.
     #[serde(deserialize_with = "crate::de::small_file_max")]
     pub small_file_max: usize,
-    /// Whole small-file answers kept per worker for reuse, keyed by the request
-    /// head's exact bytes (`sluice_static::answers`; 0: none kept). A hot file
-    /// asked for again the same way skips the parse, the lookup and the head's
-    /// assembly; kept only as long as the file's cache entry is trusted
-    /// (`cache_validity`), and never for a site with rules.
+    /// Answers kept per worker for reuse, keyed by the request head's exact bytes
+    /// (`sluice_static::answers`; 0: none kept): whole small files, 304s, HEADs,
+    /// indexes, listings, 404s and redirects. A hot file asked for again the same
+    /// way skips the parse, the lookup and the head's assembly; kept only as long
+    /// as the cache entries the answer read are trusted (`cache_validity`), and on
+    /// a site with rules only where the rules decided on the request's bytes.
     #[serde(deserialize_with = "crate::de::answer_cache")]
     pub answer_cache: usize,
     /// Serve `foo.br` / `foo.zst` / `foo.gz` in place of `foo` to clients that

@@ -1,5 +1,7 @@
-//! Answers kept for reuse: a worker's whole-file 200s for hot small files, its
-//! 304s and HEAD answers, and its redirects, keyed by the request head's exact bytes.
+//! Answers kept for reuse: a worker's whole-file 200s for hot small files (the
+//! precompressed sibling a client's `Accept-Encoding` chose included), its 304s and
+//! HEAD answers, indexes, listings, 404s and redirects, keyed by the request head's
+//! exact bytes.
 //!
 //! The same request again (a small signature or stamp file every mirror client
 //! asks for, a monitor polling a file, a page's icons, a benchmark) is answered
@@ -20,8 +22,9 @@
 //! Owns: the table, its bounds and its admission. Decides nothing about *which*
 //! answers may be kept: an answer is offered only when its handler promised that
 //! the same bytes get the same answer until a time (`Response::reuse_until`: a
-//! whole small file from memory, a 304, a whole file's head for a HEAD, each for as
-//! long as its file-cache entry is trusted; a redirect), the rules decided on the
+//! whole small file from memory, a 304, a whole file's head for a HEAD, an index,
+//! a listing, a 404, each for as long as every file-cache entry (or listing page)
+//! it read is trusted; a redirect), the rules decided on the
 //! request's bytes alone, and the worker found nothing else in it that depends on
 //! the connection or the clock (no conditioning answer, no close the server
 //! decided; a close the client asked for is kept, and the worker closes after it).
