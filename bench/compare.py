@@ -9,7 +9,8 @@ the run, divided by the requests wrk completed).
 
     bench/compare.py [--rounds 3] [--duration 10] [--servers sluice,h2o,lighttpd,nginx]
                      [--tests small1k,small100,random10k,download,wrk1m,idle]
-                     (also: close1k, close10k: a new connection per request)
+                     (also: close1k, close10k: a new connection per request; wget1k:
+                     small1k with wget's own request head, `Accept-Encoding: identity`)
 
 Needs: wrk, curl, nginx, h2o, lighttpd (apt-get install wrk curl nginx-light h2o lighttpd)
 and a release build of sluice (cargo build --release).
@@ -195,6 +196,9 @@ def rss_bytes(pid):
     return total
 
 
+WGET = ["User-Agent: Wget/1.21.3", "Accept: */*", "Accept-Encoding: identity",
+        "Connection: Keep-Alive"]
+
 UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "KB": 1024, "MB": 1 << 20, "GB": 1 << 30, "B": 1}
 
 
@@ -202,8 +206,8 @@ def wrk(url, conns, duration, script=None, header=None):
     cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     if script:
         cmd += ["-s", script]
-    if header:
-        cmd += ["-H", header]
+    for h in [header] if isinstance(header, str) else header or []:
+        cmd += ["-H", h]
     out = subprocess.run(cmd + [url], capture_output=True, text=True, preexec_fn=raise_nofile).stdout
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -300,6 +304,9 @@ def main():
                         # A new connection per request (issue 11: accept to first byte).
                         f = "/f1k.bin" if t == "close1k" else "/f10k.bin"
                         res = wrk(url + f, 50, a.duration, header="Connection: close")
+                    elif t == "wget1k":
+                        # wget's own request head (1.21): keep-alive, `identity`.
+                        res = wrk(url + "/f1k.bin", 50, a.duration, header=WGET)
                     elif t == "small100":
                         res = wrk(url + "/f100.bin", 50, a.duration)
                     elif t == "random10k":
