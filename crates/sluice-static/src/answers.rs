@@ -17,7 +17,8 @@
 //!
 //! Memory: at most `max` keys of at most [`MAX_KEY`] bytes, `max` heads, and
 //! `max` × [`INLINE_MAX`] of copied bodies (4 MiB per worker at the default 1,024);
-//! a longer body is the file cache's, held at most until the answer expires.
+//! a longer body is the file cache's (or a listing page, no larger than a file
+//! kept in memory: `files.small_file_max`), held at most until the answer expires.
 //!
 //! Owns: the table, its bounds and its admission. Decides nothing about *which*
 //! answers may be kept: an answer is offered only when its handler promised that

@@ -214,7 +214,12 @@ impl StaticHandler {
         );
         r.headers.add("X-Content-Type-Options", "nosniff");
         r.headers.add("Content-Security-Policy", listing::CSP);
-        r.reuse_until = Some(built_until.min(read_until));
+        // Kept only as small as a file kept in memory: a kept answer holds its page
+        // after the page cache has let it go, so the answers' memory stays bounded
+        // as for files (`answer_cache` × `small_file_max`).
+        if n <= self.cfg.small_file_max {
+            r.reuse_until = Some(built_until.min(read_until));
+        }
         r
     }
 

@@ -434,7 +434,9 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
     assert!(out.path().join("concurrency-probe.svg").exists());
 
     // Against a server that holds at most 150 connections: the breaking point is the
-    // first step past 150 (steps are 100, 300).
+    // first step past 150 (steps are 100, 300). Each download is held for two
+    // seconds (16 KiB at 8 KiB/s): unpaced, a loaded machine opened the 300 one
+    // after another and never held 150 at once.
     let addr = limited_server(150, 16384);
     let target = format!("limited=http://{addr}/");
     let o = sluice(&[
@@ -449,6 +451,8 @@ fn concurrency_finds_the_real_breaking_point_and_no_false_one() {
         "200ms",
         "--download-size",
         "16384",
+        "--download-rate",
+        "8192",
         "--max-concurrency",
         "300",
     ]);
