@@ -137,7 +137,7 @@ impl StaticHandler {
         now: Instant,
     ) -> Response {
         // The answer depends on the index names tried before the one found too.
-        let mut read_until = now + Duration::from_secs(3600);
+        let mut read_until = now + UNBOUNDED;
         for i in 0..self.cfg.index.len() {
             let idx = if rel.is_empty() {
                 self.cfg.index[i].clone()
@@ -252,35 +252,37 @@ impl StaticHandler {
         let sibs = self.siblings(rel, &info, now);
         if sibs.present == 0 {
             // The file's own answer, whatever the header says.
-            let mut r = self.file(head, &info, None);
-            r.reuse_until = r.reuse_until.map(|u| u.min(sibs.until));
-            return r;
+            return keep_until(self.file(head, &info, None), sibs.until);
         }
-        let mut until = sibs.until;
+        // A sibling's answer reads the original's entry too (its type, that it is there).
+        let mut until = sibs.until.min(info.trusted_until());
         let mut r = None;
-        let mut name = std::mem::take(&mut self.scratch);
         for coding in encoding::acceptable(ae).into_iter().flatten() {
             if sibs.present & coding.bit() == 0 {
                 continue;
             }
-            name.clear();
-            name.push_str(rel);
-            name.push_str(coding.suffix());
             // Gone since the set was read: the next one the client accepts.
-            if let (Entry::File(sib), u) = self.cache.lookup_until(&self.root, &name, now) {
+            if let (Entry::File(sib), u) = self.sibling(rel, coding, now) {
                 until = until.min(u);
                 r = Some(self.file(head, &sib, Some((coding, info.mime))));
                 break;
             }
         }
-        self.scratch = name;
         let mut r = r.unwrap_or_else(|| self.file(head, &info, None));
         // Caches must key this URL by Accept-Encoding, whichever variant we sent.
         r.headers.add("Vary", "Accept-Encoding");
-        r.reuse_until = r
-            .reuse_until
-            .map(|u| u.min(until).min(info.trusted_until()));
-        r
+        keep_until(r, until)
+    }
+
+    /// The cache's entry for `rel`'s sibling in `coding`, and until when it is trusted.
+    fn sibling(&mut self, rel: &str, coding: Coding, now: Instant) -> (Entry, Instant) {
+        let mut name = std::mem::take(&mut self.scratch);
+        name.clear();
+        name.push_str(rel);
+        name.push_str(coding.suffix());
+        let found = self.cache.lookup_until(&self.root, &name, now);
+        self.scratch = name;
+        found
     }
 
     /// Which precompressed siblings `rel` has: from its entry while that knowledge
@@ -292,20 +294,15 @@ impl StaticHandler {
         }
         let mut found = Siblings {
             present: 0,
-            until: now + Duration::from_secs(3600),
+            until: now + UNBOUNDED,
         };
-        let mut name = std::mem::take(&mut self.scratch);
         for coding in Coding::ALL {
-            name.clear();
-            name.push_str(rel);
-            name.push_str(coding.suffix());
-            let (entry, until) = self.cache.lookup_until(&self.root, &name, now);
+            let (entry, until) = self.sibling(rel, coding, now);
             if let Entry::File(_) = entry {
                 found.present |= coding.bit();
             }
             found.until = found.until.min(until);
         }
-        self.scratch = name;
         info.siblings.set(Some(found));
         found
     }
@@ -428,6 +425,10 @@ impl StaticHandler {
         r
     }
 }
+
+/// The start of a minimum over cache entries' expiries (with a `cache_validity`
+/// longer than this, a kept answer is only trusted for this long).
+const UNBOUNDED: Duration = Duration::from_secs(3600);
 
 /// `r`, its promise of reuse (if any) cut to `until`.
 fn keep_until(mut r: Response, until: Instant) -> Response {
