@@ -219,13 +219,94 @@ fn indexes_listings_redirects_and_misses_are_kept_until_what_they_read_expires()
     assert!(String::from_utf8_lossy(&list.2).contains("new.txt"));
 }
 
+#[test]
+fn every_kept_answer_is_the_full_paths_answer() {
+    // Two servers on two identical trees, one with kept answers and one without.
+    // Each head is asked six times on its own connection of the first (the third to
+    // sixth from a kept answer wherever one is kept) and once of the second: all
+    // seven must be the same, for every kind of answer.
+    let trees = [docroot(), docroot()];
+    for t in &trees {
+        let p = t.path();
+        std::fs::write(p.join("page.html"), b"<p>page</p>\n").unwrap();
+        std::fs::write(p.join("page.html.gz"), b"GZ-BYTES").unwrap();
+        std::fs::write(p.join("page.html.br"), b"BR-BYTES").unwrap();
+        std::fs::write(p.join("pkg.tar.gz"), b"\x1f\x8b archive").unwrap();
+        std::fs::write(p.join("list/c.txt.gz"), b"gz of c").unwrap();
+        same_times(p);
+    }
+    let [a, b] = trees;
+    let kept = Server::start_in(a, &["--workers", "1"]);
+    let full = Server::start_with_config(b, "[files]\nanswer_cache = 0\n", &["--workers", "1"]);
+    let paths = [
+        "/hello.txt",
+        "/page.html",
+        "/pkg.tar.gz",
+        "/sub/",
+        "/sub",
+        "/list/",
+        "/list/?sort=size&order=desc",
+        "/list/c.txt",
+        "/nope",
+        "/hello.txt/",
+        "/.secret",
+    ];
+    let codings = [
+        "",
+        "gzip",
+        "gzip, deflate, br, zstd",
+        "identity",
+        "br;q=0, gzip;q=0.5",
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    for method in ["GET", "HEAD"] {
+        for ae in codings {
+            for path in paths {
+                let ae = if ae.is_empty() {
+                    String::new()
+                } else {
+                    format!("Accept-Encoding: {ae}\r\n")
+                };
+                let ask = format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{ae}\r\n");
+                let before = reused(&kept);
+                let seen = six(&kept, ask.as_bytes());
+                let mut c = full.client();
+                c.send(ask.as_bytes());
+                let want = shape(&c.response(method == "HEAD").unwrap());
+                assert_eq!(seen, want, "{ask}");
+                kinds.insert((seen.0, reused(&kept) - before));
+            }
+        }
+    }
+    assert_eq!(reused(&full), 0);
+    // Every kind of answer was kept (200s, the redirect, 404s), each its last four.
+    for status in [200, 301, 404] {
+        assert!(kinds.contains(&(status, 4)), "{kinds:?}");
+    }
+}
+
+/// Give every file and directory under `root` the same modification time, so two
+/// trees written apart have the same validators and listings.
+fn same_times(root: &std::path::Path) {
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for e in std::fs::read_dir(root).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            same_times(&path);
+        }
+        std::fs::File::open(&path).unwrap().set_modified(t).unwrap();
+    }
+    std::fs::File::open(root).unwrap().set_modified(t).unwrap();
+}
+
 /// Six asks of `ask` on one connection: every response's shape, all equal.
 fn six(srv: &Server, ask: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut c = srv.client();
+    let head_only = ask.starts_with(b"HEAD ");
     let seen: Vec<_> = (0..6)
         .map(|_| {
             c.send(ask);
-            shape(&c.response(false).unwrap())
+            shape(&c.response(head_only).unwrap())
         })
         .collect();
     assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
