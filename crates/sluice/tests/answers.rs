@@ -224,7 +224,7 @@ fn every_kept_answer_is_the_full_paths_answer() {
     // Two servers on two identical trees, one with kept answers and one without.
     // Each head is asked six times on its own connection of the first (the third to
     // sixth from a kept answer wherever one is kept) and once of the second: all
-    // seven must be the same, for every kind of answer.
+    // seven must be the same, for every kind of answer, with validators and ranges.
     let trees = [docroot(), docroot()];
     for t in &trees {
         let p = t.path();
@@ -258,29 +258,40 @@ fn every_kept_answer_is_the_full_paths_answer() {
         "identity",
         "br;q=0, gzip;q=0.5",
     ];
+    let extras = [
+        "",
+        "If-None-Match: *\r\n",
+        "If-None-Match: \"other\"\r\n",
+        "If-Modified-Since: Thu, 31 Dec 2099 23:59:59 GMT\r\n",
+        "Range: bytes=0-3\r\n",
+    ];
     let mut kinds = std::collections::BTreeSet::new();
     for method in ["GET", "HEAD"] {
         for ae in codings {
-            for path in paths {
-                let ae = if ae.is_empty() {
-                    String::new()
-                } else {
-                    format!("Accept-Encoding: {ae}\r\n")
-                };
-                let ask = format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{ae}\r\n");
-                let before = reused(&kept);
-                let seen = six(&kept, ask.as_bytes());
-                let mut c = full.client();
-                c.send(ask.as_bytes());
-                let want = shape(&c.response(method == "HEAD").unwrap());
-                assert_eq!(seen, want, "{ask}");
-                kinds.insert((seen.0, reused(&kept) - before));
+            for extra in extras {
+                for path in paths {
+                    let ae = if ae.is_empty() {
+                        String::new()
+                    } else {
+                        format!("Accept-Encoding: {ae}\r\n")
+                    };
+                    let ask = format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{ae}{extra}\r\n");
+                    let before = reused(&kept);
+                    let seen = six(&kept, ask.as_bytes());
+                    let mut c = full.client();
+                    c.send(ask.as_bytes());
+                    let want = shape(&c.response(method == "HEAD").unwrap());
+                    assert_eq!(seen, want, "{ask}");
+                    kinds.insert((seen.0, reused(&kept) - before));
+                }
             }
         }
     }
     assert_eq!(reused(&full), 0);
-    // Every kind of answer was kept (200s, the redirect, 404s), each its last four.
-    for status in [200, 301, 404] {
+    // Every kind of answer was kept (200s, the redirect, 304s, 404s), each its last
+    // four; a range's never (a 206 reads a part of the file).
+    assert!(kinds.iter().all(|&(s, n)| s != 206 || n == 0), "{kinds:?}");
+    for status in [200, 301, 304, 404] {
         assert!(kinds.contains(&(status, 4)), "{kinds:?}");
     }
 }
