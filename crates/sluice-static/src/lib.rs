@@ -10,7 +10,13 @@
 //! `sendfile`, `mmap` or `read` as configured.
 //!
 //! Cost on a cache hit: one path normalization, one hash lookup, a few header
-//! writes; no syscalls.
+//! writes; no syscalls. With `Accept-Encoding`, nothing more while the file's
+//! entry knows its siblings (three lookups once per `cache_validity`).
+//!
+//! Every answer says how long the same request bytes get the same answer
+//! (`Response::reuse_until`, which the worker's kept answers, [`answers`], rely
+//! on): until the earliest expiry of the cache entries (and listing page) it read,
+//! or never (ranges, and pages larger than a file kept in memory).
 
 pub mod answers;
 pub mod cache;
