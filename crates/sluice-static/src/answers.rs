@@ -198,10 +198,10 @@ pub struct AnswerCache<T> {
 }
 
 impl<T> AnswerCache<T> {
-    /// A table of at most `max` answers (0: nothing is kept, and [`probe`] says so
-    /// at once).
+    /// A table of at most `max` answers (0: nothing is kept, and [`lookup`] says
+    /// so at once).
     ///
-    /// [`probe`]: AnswerCache::probe
+    /// [`lookup`]: AnswerCache::lookup
     pub fn new(max: usize) -> Self {
         AnswerCache {
             table: HashTable::new(),

@@ -271,7 +271,7 @@ fn prefetch(p: *const u8, lines: usize) {
     let _ = (p, lines);
 }
 
-/// The per-worker cache: a hash table of [`Slot`]s keyed by path, hashed with the
+/// The per-worker cache: a hash table of slots (16 bytes each) keyed by path, hashed with the
 /// standard library's keyed SipHash (the keys are request paths, and misses are
 /// cached too, so a client chooses them: an unkeyed hash would let it pile them
 /// into one chain). `hashbrown::HashTable` rather than `HashMap<Box<str>, _>`:
