@@ -33,7 +33,8 @@ const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:2em}table{bo
 td,th{padding:.2em 1.2em .2em 0;text-align:left}td.s{text-align:right;font-variant-numeric:tabular-nums}\
 tr:hover{background:#f3f3f3}a{text-decoration:none}";
 
-/// No scripts, no plugins, no frames, no foreign anything: only links and the page's own stylesheet (`STYLE`).
+/// No scripts, no plugins, no frames, no foreign anything: only links and the
+/// page's own stylesheet (`STYLE`).
 pub const CSP: &str =
     "default-src 'none'; style-src 'sha256-1BT+G5vBsg15rs1DhTnXAi4lcrTLwI/RP7FfiiIyxeo='; \
 base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
