@@ -10,7 +10,8 @@ the run, divided by the requests wrk completed).
     bench/compare.py [--rounds 3] [--duration 10] [--servers sluice,h2o,lighttpd,nginx]
                      [--tests small1k,small100,random10k,download,wrk1m,idle]
                      (also: close1k, close10k: a new connection per request; wget1k:
-                     small1k with wget's own request head, `Accept-Encoding: identity`)
+                     small1k with wget's own request head, `Accept-Encoding: identity`;
+                     browser10k: random10k with a browser's request head)
 
 Needs: wrk, curl, nginx, h2o, lighttpd (apt-get install wrk curl nginx-light h2o lighttpd)
 and a release build of sluice (cargo build --release).
@@ -198,6 +199,13 @@ def rss_bytes(pid):
 
 WGET = ["User-Agent: Wget/1.21.3", "Accept: */*", "Accept-Encoding: identity",
         "Connection: Keep-Alive"]
+# A browser's request head (Chromium on Linux), for every request of `browser10k`.
+BROWSER = ["User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+           "Chrome/131.0.0.0 Safari/537.36",
+           "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
+           "Accept-Encoding: gzip, deflate, br, zstd", "Accept-Language: en-US,en;q=0.9",
+           "Referer: http://mirror.example/r/", "Sec-Fetch-Mode: navigate", "Sec-Fetch-Site: same-origin",
+           "Upgrade-Insecure-Requests: 1"]
 
 UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "KB": 1024, "MB": 1 << 20, "GB": 1 << 30, "B": 1}
 
@@ -311,6 +319,9 @@ def main():
                         res = wrk(url + "/f100.bin", 50, a.duration)
                     elif t == "random10k":
                         res = wrk(url, 50, a.duration, f"{WORK}/random.lua")
+                    elif t == "browser10k":
+                        # random10k with a browser's head: every request a new one (the full path).
+                        res = wrk(url, 50, a.duration, f"{WORK}/random.lua", header=BROWSER)
                     elif t == "wrk1m":
                         res = wrk(url + "/f1m.bin", 8, a.duration)
                     elif t == "download":

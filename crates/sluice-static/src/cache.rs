@@ -81,8 +81,7 @@ pub struct FileInfo {
 }
 
 /// A set of content codings whose sibling files exist ([`Coding::bit`]), and until
-/// when that is known: the earliest expiry of the three cache entries it was read
-/// from.
+/// when that is known (`cache_validity` after it was looked at).
 ///
 /// [`Coding::bit`]: sluice_http::encoding::Coding::bit
 #[derive(Clone, Copy, Debug)]

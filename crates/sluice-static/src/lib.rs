@@ -11,7 +11,7 @@
 //!
 //! Cost on a cache hit: one path normalization, one hash lookup, a few header
 //! writes; no syscalls. With `Accept-Encoding`, nothing more while the file's
-//! entry knows its siblings (three lookups once per `cache_validity`).
+//! entry knows its siblings (three `fstatat`s once per `cache_validity`).
 //!
 //! Every answer says how long the same request bytes get the same answer
 //! (`Response::reuse_until`, which the worker's kept answers, [`answers`], rely
@@ -283,32 +283,35 @@ impl StaticHandler {
     /// The cache's entry for `rel`'s sibling in `coding`, and until when it is trusted.
     fn sibling(&mut self, rel: &str, coding: Coding, now: Instant) -> (Entry, Instant) {
         let mut name = std::mem::take(&mut self.scratch);
-        name.clear();
-        name.push_str(rel);
-        name.push_str(coding.suffix());
+        sibling_name(&mut name, rel, coding);
         let found = self.cache.lookup_until(&self.root, &name, now);
         self.scratch = name;
         found
     }
 
     /// Which precompressed siblings `rel` has: from its entry while that knowledge
-    /// is trusted, else from three cache lookups (absent siblings are cached as
-    /// misses), then kept in the entry until the earliest of theirs expires.
+    /// is trusted (`cache_validity`), else from one `fstatat` per coding. Absent
+    /// siblings are not made cache entries: three misses for every file a browser
+    /// asks for overflowed the cache (`cache_entries`) on a tree of 10,000 files,
+    /// which then emptied and reloaded it again and again (docs/BENCHMARKS.md). A
+    /// name that is there but is no regular file the policy allows is found out by
+    /// the lookup of the one chosen (`file_or_sibling`).
     fn siblings(&mut self, rel: &str, info: &FileInfo, now: Instant) -> Siblings {
         if let Some(known) = info.siblings.get().filter(|k| k.until > now) {
             return known;
         }
         let mut found = Siblings {
             present: 0,
-            until: now + UNBOUNDED,
+            until: now + self.cfg.cache_validity,
         };
+        let mut name = std::mem::take(&mut self.scratch);
         for coding in Coding::ALL {
-            let (entry, until) = self.sibling(rel, coding, now);
-            if let Entry::File(_) = entry {
+            sibling_name(&mut name, rel, coding);
+            if self.root.stamp(&name).is_ok() {
                 found.present |= coding.bit();
             }
-            found.until = found.until.min(until);
         }
+        self.scratch = name;
         info.siblings.set(Some(found));
         found
     }
@@ -436,6 +439,13 @@ impl StaticHandler {
 /// longer than this, a kept answer is only trusted for this long).
 const UNBOUNDED: Duration = Duration::from_secs(3600);
 
+/// `rel`'s sibling in `coding` (`page.html.gz`), written into `name`.
+fn sibling_name(name: &mut String, rel: &str, coding: Coding) {
+    name.clear();
+    name.push_str(rel);
+    name.push_str(coding.suffix());
+}
+
 /// `r`, its promise of reuse (if any) cut to `until`.
 fn keep_until(mut r: Response, until: Instant) -> Response {
     r.reuse_until = r.reuse_until.map(|u| u.min(until));
@@ -454,5 +464,45 @@ fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {
         ));
     } else if let Some(f) = &info.file {
         r.body.push(Chunk::File(f.clone(), start, len));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_http::{parse_head, Limits, Parsed};
+
+    fn get(h: &mut StaticHandler, path: &str, now: Instant) -> Response {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip, br\r\n\r\n");
+        let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
+            panic!("not a request: {raw}");
+        };
+        h.serve(&head, head.path, head.query, now)
+    }
+
+    #[test]
+    fn absent_siblings_take_no_room_in_the_file_cache() {
+        // A browser asking for 40 files, of which one has a gzip sibling: the cache
+        // holds the 40 files and that sibling, not three misses for every file (with
+        // them, 161 entries would overflow 64 and empty the cache again and again).
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..40 {
+            std::fs::write(dir.path().join(format!("f{i}.txt")), b"x").unwrap();
+        }
+        std::fs::write(dir.path().join("f7.txt.gz"), b"gz").unwrap();
+        let root = Root::new(dir.path(), sluice_config::SymlinkPolicy::InsideRoot).unwrap();
+        let cfg = FilesSection {
+            cache_entries: 64,
+            ..FilesSection::default()
+        };
+        let mut h = StaticHandler::new(root, cfg, 4);
+        let now = Instant::now();
+        for i in 0..40 {
+            let r = get(&mut h, &format!("/f{i}.txt"), now);
+            assert_eq!(r.status, 200);
+            let vary = r.headers.as_bytes().windows(5).any(|w| w == b"Vary:");
+            assert_eq!(vary, i == 7, "f{i}.txt");
+        }
+        assert_eq!(h.cached_entries(), 41);
     }
 }
