@@ -344,18 +344,11 @@ impl Worker {
         rbuf.drain(..consumed.min(rbuf.len()));
         c.rbuf = rbuf;
         let close = resp.close || !keep_alive;
-        c.flags.set(Flags::CLOSE_AFTER, close);
-        // Anything pipelined after a response that closes the connection is unread.
-        if close && !c.rbuf.is_empty() {
-            c.flags.set(Flags::LINGER, true);
-        }
+        let fin_follows = c.close_after(close);
         // A response in flight: counted against this turn's share and the cap.
         self.answered += 1;
         self.active += 1;
         self.admit_one = false;
-        // Closed by this process right after the response (a front process holds
-        // its own copy of the socket, so its close sends no FIN).
-        let fin_follows = close && c.front_id() == 0;
         // An errant-client rule's fixed Date (`date=`), or the clock's.
         let date = resp.date.as_deref().unwrap_or(self.date.text());
         let out = start_outgoing(
@@ -433,15 +426,9 @@ impl Worker {
         Counters::add(&st.answers_reused, 1);
         let head_started = c.phase.head_started_or(self.now_ms);
         c.rbuf.drain(..p.end);
-        // The client asked to close after this answer: as the full path does, and
-        // anything it sent after the request is drained, never parsed.
+        // The client asked to close after this answer: as on the full path.
         let close = a.extra.close;
-        if close {
-            c.flags.set(Flags::CLOSE_AFTER, true);
-            if !c.rbuf.is_empty() {
-                c.flags.set(Flags::LINGER, true);
-            }
-        }
+        let fin_follows = c.close_after(close);
         self.answered += 1;
         self.admit_one = false;
         // The answer goes out from where it is kept (its `Date` brought up to the
@@ -469,7 +456,6 @@ impl Worker {
         let now_ms = self.now_ms;
         if took < total {
             self.active += 1;
-            let fin_follows = close && c.front_id() == 0;
             let out = start_outgoing(&mut self.out_pool, &mut self.pool, c, now_ms, head_started);
             out.fin_follows = fin_follows;
             if took < kept.len() {

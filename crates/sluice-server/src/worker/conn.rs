@@ -142,6 +142,19 @@ impl Conn {
             _ => 0,
         }
     }
+
+    /// Whether the connection closes after the response now starting (both the
+    /// full path and a kept answer say it here). Anything pipelined behind a
+    /// closing response is drained, never parsed (lingering). Returns whether our
+    /// FIN follows the response: a front process holds its own copy of the socket,
+    /// so this process's close sends none.
+    pub(super) fn close_after(&mut self, close: bool) -> bool {
+        self.flags.set(Flags::CLOSE_AFTER, close);
+        if close && !self.rbuf.is_empty() {
+            self.flags.set(Flags::LINGER, true);
+        }
+        close && self.front_id() == 0
+    }
 }
 
 /// A connection and the per-range caps.
