@@ -11,10 +11,16 @@
 //! connection's key on its worker's completion list and wakes the worker. The turn
 //! then runs from the cache.
 //!
+//! The same pool makes the lookups that would wait (a path not in the kernel's
+//! caches, a small file's bytes not in the page cache: `sluice_static::cold`): the
+//! request waits, parked with its bytes (`Phase::Disk`), while a pool thread looks
+//! the path up and reads the file (`ColdLookup::warm`), and the worker then answers
+//! it from the start, from the caches.
+//!
 //! Owns: the pool threads, the bounded job queue, one completion list per worker.
 //! Must not: touch connections (it sees keys only) or send anything.
-//! Costs: nothing for bodies under [`COLD_CHECK_MIN`] (small files are read once
-//! into memory or are one turn); for larger bodies, per [`PREFETCH`] bytes sent,
+//! Costs: nothing for bodies under [`COLD_CHECK_MIN`] (their pages are checked when
+//! their cache entry is made: `sluice_static::cold`); for larger bodies, per [`PREFETCH`] bytes sent,
 //! one one-byte `RWF_NOWAIT` read (about 1 µs), five for a response that has met
 //! a cold range (earlier versions that asked `cachestat(2)`, which walks every
 //! page, or read five probes per MiB of every download cost 5–8% more CPU per
@@ -30,59 +36,23 @@
 //! the worker (it does not wait for it: 2.4% of a worker's samples in a cold
 //! phase, `perf record -t`), and the pool's reads mark pages further on
 //! (docs/BENCHMARKS.md, "The cold phase on a core of the server's own").
-//! A full queue (more cold ranges than `QUEUE` waiting) sends the turn from the
-//! worker as before: slower for everyone on it, never lost.
+//! A full queue (more cold ranges and lookups than `QUEUE` waiting) sends the turn
+//! from the worker as before, and has the worker make the lookup itself: slower for
+//! everyone on it, never lost. A lookup costs one queue hand-off and one wake-up.
 //! Kernels without `RWF_NOWAIT` for buffered reads (before 4.14) report everything
 //! resident: the pool then never runs, and turns behave as they did before it.
 
+use sluice_static::cold::ColdLookup;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-/// Bodies smaller than this are never checked.
-pub const COLD_CHECK_MIN: u64 = 128 * 1024;
+pub use sluice_static::cold::{resident, COLD_CHECK_MIN};
 /// How much one job reads ahead of the turn that found the range cold.
 pub const PREFETCH: u64 = 1024 * 1024;
-/// Cold ranges that may wait for a pool thread, over all workers.
+/// Cold ranges and lookups that may wait for a pool thread, over all workers.
 const QUEUE: usize = 4096;
-
-/// Are the pages of `fd`'s `[off, off + len)` in the page cache and read? Asked
-/// with one-byte reads that must not wait (`RWF_NOWAIT`: `EAGAIN` instead of a
-/// disk read). Present is not enough: the kernel's readahead puts pages in the
-/// cache before their I/O completes, and a send would wait for those.
-///
-/// `dense = false` reads only the range's last byte (one system call per MiB of a
-/// hot download); `dense = true` reads one byte every [`PROBE_STEP`] and the last,
-/// for a response that has already found its file cold, where readahead is likely
-/// to be still in flight in the middle of the range. `true` when the kernel cannot
-/// tell (an error other than `EAGAIN`), so the caller carries on as it would have.
-pub fn resident(fd: i32, off: u64, len: u64, dense: bool) -> bool {
-    if len == 0 {
-        return true;
-    }
-    let mut b = 0u8;
-    let iov = libc::iovec {
-        iov_base: (&mut b as *mut u8).cast(),
-        iov_len: 1,
-    };
-    let last = off + len - 1;
-    let mut at = if dense { off } else { last };
-    loop {
-        // SAFETY: one valid iovec of one byte.
-        let n = unsafe { libc::preadv2(fd, &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
-            return false;
-        }
-        if at == last {
-            return true;
-        }
-        at = (at + PROBE_STEP).min(last);
-    }
-}
-
-/// Distance between two residency probes of a response that found its file cold.
-const PROBE_STEP: u64 = 256 * 1024;
 
 /// Connections of one worker whose cold range is now cached: `(key, generation)`.
 pub struct Completions {
@@ -113,14 +83,25 @@ impl Completions {
     }
 }
 
+/// What a pool thread does for a connection, then tells its worker (`to`) about.
 struct Job {
-    file: File,
-    off: u64,
-    len: u64,
-    /// Bytes after `[off, off + len)` to read once `who` is told (see [`AHEAD`]).
-    ahead: u64,
+    what: Work,
     who: (u32, u32),
     to: Arc<Completions>,
+}
+
+enum Work {
+    /// A response's file range not in the page cache.
+    Range {
+        file: File,
+        off: u64,
+        len: u64,
+        /// Bytes after `[off, off + len)` to read once `who` is told (see [`AHEAD`]).
+        ahead: u64,
+    },
+    /// A request whose answer's lookup (or small file) needs the disk: its path
+    /// looked up and its bytes read (`ColdLookup::warm`), then it is asked again.
+    Lookup(ColdLookup),
 }
 
 /// The most a job reads past its range, after reporting it, for a fast reader.
@@ -191,12 +172,25 @@ impl DiskPool {
         let Ok(file) = file.try_clone() else {
             return false;
         };
-        let job = Job {
+        let what = Work::Range {
             file,
             off,
             len,
             // The pool's own bound, whatever the caller asks (the test holds it to it).
             ahead: ahead.min(AHEAD),
+        };
+        self.queue(what, who, to)
+    }
+
+    /// Make `cold`'s lookup and read off the worker, then report `who` to `to`.
+    /// `false` when it could not be queued (the caller makes it itself).
+    pub fn submit_lookup(&self, cold: ColdLookup, who: (u32, u32), to: &Arc<Completions>) -> bool {
+        self.queue(Work::Lookup(cold), who, to)
+    }
+
+    fn queue(&self, what: Work, who: (u32, u32), to: &Arc<Completions>) -> bool {
+        let job = Job {
+            what,
             who,
             to: Arc::clone(to),
         };
@@ -233,11 +227,24 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File) {
             }
         };
         let Some(job) = job else { return };
-        let len = job.len.clamp(1, PREFETCH);
-        fill(sink, &job.file, job.off, len);
-        job.to.finish(job.who);
-        if job.ahead > 0 {
-            ahead = Some((job.file, job.off + len, job.ahead));
+        match job.what {
+            Work::Range {
+                file,
+                off,
+                len,
+                ahead: after,
+            } => {
+                let len = len.clamp(1, PREFETCH);
+                fill(sink, &file, off, len);
+                job.to.finish(job.who);
+                if after > 0 {
+                    ahead = Some((file, off + len, after));
+                }
+            }
+            Work::Lookup(cold) => {
+                cold.warm(|f, off, len| fill(sink, f, off, len));
+                job.to.finish(job.who);
+            }
         }
     }
 }

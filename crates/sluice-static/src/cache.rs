@@ -22,6 +22,7 @@
 //!
 //! The cache is per worker (no locks); its cost per hit is one hash of the path.
 
+use crate::cold;
 use crate::mime;
 use crate::open::{Root, Stamp};
 use hashbrown::HashTable;
@@ -30,6 +31,7 @@ use std::cell::Cell;
 use std::fs::File;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -200,6 +202,10 @@ pub enum Entry {
     NotFound,
     /// Exists but may not be served (permissions, symlink escape, not a regular file).
     Forbidden,
+    /// Not known yet: looking it up, or reading its bytes, would wait for the disk,
+    /// and the cache was told not to wait ([`FileCache::set_may_wait`]; see
+    /// [`crate::cold`]). Never kept.
+    Cold,
 }
 
 /// One table slot, 16 bytes, so the table of a worker caching 10,000 files fits in
@@ -283,6 +289,8 @@ pub struct FileCache {
     small_file_max: usize,
     fds: usize,
     bytes: usize,
+    /// Whether a load may wait for the disk; when not, it answers [`Entry::Cold`].
+    may_wait: bool,
 }
 
 impl FileCache {
@@ -295,7 +303,14 @@ impl FileCache {
             small_file_max,
             fds: 0,
             bytes: 0,
+            may_wait: true,
         }
+    }
+
+    /// Whether the lookups that follow may wait for the disk (the default), or
+    /// answer [`Entry::Cold`] where they would ([`crate::cold`]).
+    pub fn set_may_wait(&mut self, may: bool) {
+        self.may_wait = may;
     }
 
     pub fn len(&self) -> usize {
@@ -335,6 +350,9 @@ impl FileCache {
             }
         }
         let entry = self.load(root, rel);
+        if matches!(entry, Entry::Cold) {
+            return (entry, now);
+        }
         if self.max_entries > 0 && self.insert(hash, rel, entry.clone(), now) {
             return (entry, now + self.validity);
         }
@@ -355,10 +373,16 @@ impl FileCache {
         }
     }
 
-    /// Open and read `rel`.
+    /// Open and read `rel`; unless the cache may wait, only as far as the kernel
+    /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
     fn load(&mut self, root: &Root, rel: &str) -> Entry {
-        let file = match root.open(rel) {
+        let opened = match self.may_wait {
+            true => root.open(rel),
+            false => root.open_cached(rel),
+        };
+        let file = match opened {
             Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Entry::Cold,
             Err(e) => return classify(&e),
         };
         let meta = match file.metadata() {
@@ -396,10 +420,24 @@ impl FileCache {
         };
         if (len as usize) <= self.small_file_max && self.bytes + len as usize <= MAX_CACHED_BYTES {
             let mut buf = vec![0u8; len as usize];
-            if file.read_exact_at(&mut buf, 0).is_ok() {
-                info.data = Some(buf.into());
-                return Entry::File(Rc::new(info));
+            let read = match self.may_wait {
+                true => file.read_exact_at(&mut buf, 0).map(|()| true),
+                false => cold::read_nowait(&file, &mut buf),
+            };
+            match read {
+                Ok(true) => {
+                    info.data = Some(buf.into());
+                    return Entry::File(Rc::new(info));
+                }
+                Ok(false) => return Entry::Cold,
+                Err(_) => {}
             }
+        } else if !self.may_wait
+            && len < cold::COLD_CHECK_MIN
+            && !cold::resident(file.as_raw_fd(), 0, len, true)
+        {
+            // Sent in one turn, unchecked by the send path: checked here.
+            return Entry::Cold;
         }
         info.file = Some(Rc::new(file));
         Entry::File(Rc::new(info))

@@ -20,6 +20,7 @@
 
 pub mod answers;
 pub mod cache;
+pub mod cold;
 pub mod listing;
 pub mod mime;
 pub mod open;
@@ -33,13 +34,15 @@ use sluice_http::range::{self, RangeResult};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use open::Root;
 
 /// One per worker: the root, the settings, and the worker's cache.
 pub struct StaticHandler {
-    root: Root,
+    /// Shared with the disk threads' [`cold::ColdLookup`]s.
+    root: Arc<Root>,
     cfg: FilesSection,
     max_ranges: usize,
     cache: FileCache,
@@ -47,6 +50,9 @@ pub struct StaticHandler {
     /// Reused for sibling names, so a lookup allocates nothing.
     scratch: String,
     listings: listing::PageCache,
+    /// The lookup the last answer could not make without the disk, if any: that
+    /// answer is then a stand-in ([`cold_answer`]; see [`StaticHandler::take_cold`]).
+    cold: Option<cold::ColdLookup>,
 }
 
 impl StaticHandler {
@@ -58,14 +64,42 @@ impl StaticHandler {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         StaticHandler {
-            root,
+            root: Arc::new(root),
             cfg,
             max_ranges,
             cache,
             boundary_seq: seed,
             scratch: String::new(),
             listings,
+            cold: None,
         }
+    }
+
+    /// Whether the answers that follow may wait for the disk (the default: a
+    /// lookup reads what it must), or are to stop short of it: where an answer
+    /// would wait (a path, or a small file's bytes, not in the kernel's caches;
+    /// [`cold`]) it is [`cold_answer`]'s stand-in, and [`StaticHandler::take_cold`]
+    /// says what to have read before asking again.
+    pub fn set_may_wait(&mut self, may: bool) {
+        self.cache.set_may_wait(may);
+    }
+
+    /// After an answer: the lookup it stopped short of (its answer was the
+    /// stand-in, not to be sent), for a thread that may wait to make
+    /// ([`cold::ColdLookup::warm`]); the same request asked again afterwards finds
+    /// what it needs in the kernel's caches.
+    pub fn take_cold(&mut self) -> Option<cold::ColdLookup> {
+        self.cold.take()
+    }
+
+    /// The cache's entry for `rel` and until when it is trusted; a lookup that
+    /// would wait for the disk is remembered for [`StaticHandler::take_cold`].
+    fn lookup(&mut self, rel: &str, now: Instant) -> (Entry, Instant) {
+        let found = self.cache.lookup_until(&self.root, rel, now);
+        if let Entry::Cold = found.0 {
+            self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel));
+        }
+        found
     }
 
     pub fn root(&self) -> &Root {
@@ -98,7 +132,7 @@ impl StaticHandler {
         // Every answer below reads only the request and cache entries: each may be
         // kept (`Response::reuse_until`) until the earliest of those it read
         // expires (a file's: `file_or_sibling`).
-        let (entry, until) = self.cache.lookup_until(&self.root, &norm.rel, now);
+        let (entry, until) = self.lookup(&norm.rel, now);
         let mut r = match entry {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
@@ -128,6 +162,7 @@ impl StaticHandler {
             }
             Entry::NotFound => Response::text(404, None),
             Entry::Forbidden => Response::text(403, None),
+            Entry::Cold => return cold_answer(),
         };
         // The redirect to the directory, a 404, a 403: the request and this entry.
         r.reuse_until = Some(until);
@@ -150,9 +185,13 @@ impl StaticHandler {
             } else {
                 format!("{rel}/{}", self.cfg.index[i])
             };
-            let (entry, until) = self.cache.lookup_until(&self.root, &idx, now);
-            if let Entry::File(info) = entry {
-                return keep_until(self.file_or_sibling(head, &idx, info, now), read_until);
+            let (entry, until) = self.lookup(&idx, now);
+            match entry {
+                Entry::File(info) => {
+                    return keep_until(self.file_or_sibling(head, &idx, info, now), read_until)
+                }
+                Entry::Cold => return cold_answer(),
+                _ => {}
             }
             read_until = read_until.min(until);
         }
@@ -268,10 +307,14 @@ impl StaticHandler {
                 continue;
             }
             // Gone since the set was read: the next one the client accepts.
-            if let (Entry::File(sib), u) = self.sibling(rel, coding, now) {
-                until = until.min(u);
-                r = Some(self.file(head, &sib, Some((coding, info.mime))));
-                break;
+            match self.sibling(rel, coding, now) {
+                (Entry::File(sib), u) => {
+                    until = until.min(u);
+                    r = Some(self.file(head, &sib, Some((coding, info.mime))));
+                    break;
+                }
+                (Entry::Cold, _) => return cold_answer(),
+                _ => {}
             }
         }
         let mut r = r.unwrap_or_else(|| self.file(head, &info, None));
@@ -284,7 +327,7 @@ impl StaticHandler {
     fn sibling(&mut self, rel: &str, coding: Coding, now: Instant) -> (Entry, Instant) {
         let mut name = std::mem::take(&mut self.scratch);
         sibling_name(&mut name, rel, coding);
-        let found = self.cache.lookup_until(&self.root, &name, now);
+        let found = self.lookup(&name, now);
         self.scratch = name;
         found
     }
@@ -439,8 +482,18 @@ impl StaticHandler {
 /// longer than this, a kept answer is only trusted for this long).
 const UNBOUNDED: Duration = Duration::from_secs(3600);
 
+/// The stand-in answer of a lookup that stopped short of the disk
+/// ([`StaticHandler::set_may_wait`]). The worker has the request asked again once
+/// a disk thread has read what it needs, and sends this only if it cannot; then it
+/// is the truth: come back in a moment.
+fn cold_answer() -> Response {
+    let mut r = Response::text(503, Some("reading the disk"));
+    r.headers.add("Retry-After", "1");
+    r
+}
+
 /// `rel`'s sibling in `coding` (`page.html.gz`), written into `name`.
-fn sibling_name(name: &mut String, rel: &str, coding: Coding) {
+pub(crate) fn sibling_name(name: &mut String, rel: &str, coding: Coding) {
     name.clear();
     name.push_str(rel);
     name.push_str(coding.suffix());

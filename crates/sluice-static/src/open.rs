@@ -28,8 +28,10 @@ struct OpenHow {
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_BENEATH: u64 = 0x08;
+const RESOLVE_CACHED: u64 = 0x20;
 
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+static NO_RESOLVE_CACHED: AtomicBool = AtomicBool::new(false);
 
 /// Which file (device, inode) and which version of it (size, modification and
 /// change times, to the nanosecond): a write, a `chmod`, a rename over it or a new
@@ -96,17 +98,33 @@ impl Root {
     /// Open `rel` (normalized, relative, `""` = the root) read-only and non-blocking
     /// (so a FIFO planted in the tree cannot stall a worker).
     pub fn open(&self, rel: &str) -> io::Result<File> {
+        self.open_how(rel, false)
+    }
+
+    /// [`Root::open`] only from the kernel's caches of directory entries: an
+    /// `EAGAIN` error when the lookup would read the disk (`RESOLVE_CACHED`, Linux
+    /// 5.12; see [`crate::cold`]). Kernels without it, or without `openat2`, open
+    /// as [`Root::open`] does.
+    pub fn open_cached(&self, rel: &str) -> io::Result<File> {
+        self.open_how(rel, !NO_RESOLVE_CACHED.load(Ordering::Relaxed))
+    }
+
+    fn open_how(&self, rel: &str, cached: bool) -> io::Result<File> {
         let rel = if rel.is_empty() { "." } else { rel };
         let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
-        if self.policy == SymlinkPolicy::Any {
+        if self.policy == SymlinkPolicy::Any && !cached {
             return self.openat(&c, flags as i32);
         }
         if !NO_OPENAT2.load(Ordering::Relaxed) {
-            let resolve = match self.policy {
+            let mut resolve = match self.policy {
                 SymlinkPolicy::Never => RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+                SymlinkPolicy::Any => 0,
                 _ => RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
             };
+            if cached {
+                resolve |= RESOLVE_CACHED;
+            }
             let how = OpenHow {
                 flags,
                 mode: 0,
@@ -127,10 +145,18 @@ impl Root {
                 return Ok(unsafe { File::from_raw_fd(fd as i32) });
             }
             let err = io::Error::last_os_error();
+            if cached && err.raw_os_error() == Some(libc::EINVAL) {
+                // A kernel from before RESOLVE_CACHED: never ask again.
+                NO_RESOLVE_CACHED.store(true, Ordering::Relaxed);
+                return self.open_how(rel, false);
+            }
             if err.raw_os_error() != Some(libc::ENOSYS) {
                 return Err(err);
             }
             NO_OPENAT2.store(true, Ordering::Relaxed);
+        }
+        if self.policy == SymlinkPolicy::Any {
+            return self.openat(&c, flags as i32);
         }
         // Fallback: resolve in user space, then refuse anything outside the root.
         let full = self.canon.join(rel);

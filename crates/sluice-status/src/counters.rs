@@ -25,7 +25,7 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
 pub const TURN_BOUNDS_US: [u64; 6] = [100, 1_000, 5_000, 10_000, 50_000, 100_000];
 
 /// Connection states shown on the page (and as the `state` label).
-pub const STATES: [&str; 7] = [
+pub const STATES: [&str; 8] = [
     "reading",
     "sending",
     "idle",
@@ -33,6 +33,7 @@ pub const STATES: [&str; 7] = [
     "waiting",
     "tarpitted",
     "ready",
+    "disk",
 ];
 
 /// What a matched rule did (the `action` label).
@@ -67,6 +68,9 @@ pub struct Counters {
     /// File ranges found not in the page cache and read by the disk threads
     /// while their response waited (the worker went on with others).
     pub disk_waits: AtomicU64,
+    /// Requests whose answer's lookup (a path, or a small file's bytes, not in
+    /// the kernel's caches) the disk threads made while the request waited.
+    pub disk_lookups: AtomicU64,
     /// Requests answered from the worker's kept answers (`files.answer_cache`).
     pub answers_reused: AtomicU64,
     /// Times this worker switched TCP_DEFER_ACCEPT off (`defer_accept = "auto"`,
@@ -106,6 +110,7 @@ impl Default for Counters {
             timeouts: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             disk_waits: AtomicU64::new(0),
+            disk_lookups: AtomicU64::new(0),
             answers_reused: AtomicU64::new(0),
             defer_offs: AtomicU64::new(0),
             closes: Default::default(),
@@ -187,6 +192,7 @@ pub struct Totals {
     pub bytes: u64,
     pub restarts: u64,
     pub disk_waits: u64,
+    pub disk_lookups: u64,
     pub answers_reused: u64,
     pub defer_offs: u64,
     pub closes: [u64; CloseReason::COUNT],
@@ -225,6 +231,7 @@ impl Totals {
             t.bytes += ld(&w.bytes);
             t.restarts += ld(&w.restarts);
             t.disk_waits += ld(&w.disk_waits);
+            t.disk_lookups += ld(&w.disk_lookups);
             t.answers_reused += ld(&w.answers_reused);
             t.defer_offs += ld(&w.defer_offs);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {

@@ -92,6 +92,7 @@ pub fn json(v: &View) -> String {
         "closes_by_reason": closes,
         "worker_restarts_total": t.restarts,
         "disk_waits_total": t.disk_waits,
+        "disk_lookups_total": t.disk_lookups,
         "answers_reused_total": t.answers_reused,
         "defer_accept_offs_total": t.defer_offs,
         "rule_regex_failures_total": v.process.rule_regex_failures,
@@ -231,6 +232,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "File ranges not in the page cache, read by the disk threads while their response waited.",
     );
     let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
+    counter(
+        &mut o,
+        "sluice_disk_lookups_total",
+        "Requests whose path or small file was not in the kernel's caches, looked up and read by the disk threads while the request waited.",
+    );
+    let _ = writeln!(o, "sluice_disk_lookups_total {}", t.disk_lookups);
     counter(
         &mut o,
         "sluice_answers_reused_total",

@@ -130,8 +130,9 @@ impl Worker {
                 || self.cond.ready() > 0
                 || self.active >= self.max_active);
         let c = &mut self.conns[key];
-        if let Phase::Ready { .. } = c.phase {
-            // Already waiting for its turn; what else arrives stays buffered.
+        if let Phase::Ready { .. } | Phase::Disk { .. } = c.phase {
+            // Already waiting for its turn, or for the disk; what else arrives
+            // stays buffered.
             return Step::Parked;
         }
         if c.rbuf.is_empty() || c.flags.has(Flags::CLOSE_AFTER) {
@@ -206,6 +207,10 @@ impl Worker {
                 // Virtual hosts: the Host header picks the site (its root, settings,
                 // rules and log); unknown or missing hosts get the default site.
                 let site = self.snap.hosts.find(head.host);
+                // Stop short of the disk while the disk pool can wait for it.
+                let pool = self.shared.disk.as_ref();
+                self.files[site]
+                    .set_may_wait(pool.is_none() || self.disk_rounds >= MAX_DISK_ROUNDS);
                 let mut ctx = PhaseCtx {
                     snap: &self.snap,
                     shared: &self.shared,
@@ -233,6 +238,25 @@ impl Worker {
                 } else {
                     phases::respond(&mut ctx, head)
                 };
+                // The answer needs the disk (a path or a small file not in the
+                // kernel's caches): a disk thread makes the lookup while the request
+                // waits with its bytes, to be asked again (`disk_ready`). When the
+                // pool cannot take it, the worker makes it, waiting.
+                if let Some(cold) = ctx.files.take_cold() {
+                    let who = (key as u32, c.gen);
+                    if pool.is_some_and(|p| p.submit_lookup(cold, who, &self.disk_done)) {
+                        Counters::add(&self.shared.stats[self.id].disk_lookups, 1);
+                        let started = c.phase.head_started_or(self.now_ms);
+                        c.rbuf = keep_bytes(&mut self.pool, rbuf);
+                        c.phase = Phase::Disk {
+                            started,
+                            rounds: self.disk_rounds + 1,
+                        };
+                        return Step::Wait;
+                    }
+                    ctx.files.set_may_wait(true);
+                    resp = phases::respond(&mut ctx, head);
+                }
                 let rule = ctx.rule;
                 errant = ctx.errant.take();
                 match head.framing() {

@@ -18,6 +18,11 @@ use std::net::IpAddr;
 pub(super) type Ms = u64;
 pub(super) const NEVER: Ms = u64::MAX;
 
+/// How many times one request may wait for the disk pool's lookups (a directory,
+/// then its index file, then that file's sibling) before the worker makes the
+/// next one itself: the pages read for it can be evicted again before it asks.
+pub(super) const MAX_DISK_ROUNDS: u32 = 3;
+
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -30,6 +35,12 @@ pub(super) enum Phase {
     /// `Worker::run_ready` picks it; the head's total deadline still runs from
     /// `started`, and past it the request is answered 503 (`CloseReason::Busy`).
     Ready { started: Ms },
+    /// A complete request (in `rbuf`) whose answer needs the disk: a path, or a
+    /// small file's bytes, not in the kernel's caches (`sluice_static::cold`). A
+    /// disk thread makes the lookup meanwhile; then `Worker::disk_ready` asks it
+    /// again from the start. `rounds`: how many times this request has waited so
+    /// (after [`MAX_DISK_ROUNDS`] the worker makes the next lookup itself).
+    Disk { started: Ms, rounds: u32 },
     /// Sending a response; `last` is the last time bytes moved.
     Send { last: Ms },
     /// Keep-alive, nothing buffered.

@@ -330,11 +330,17 @@ impl Worker {
                 Step::Parked => return,
                 Step::Wait => {
                     // Answered by `run_ready` in its turn, or 503 at the head's
-                    // total deadline (`on_timer`).
-                    if let Phase::Ready { started } = self.conns[key].phase {
-                        let d = started + ms(self.snap.config.http.header_timeout);
-                        self.set_deadline(key, d);
-                    }
+                    // total deadline (`on_timer`); one waiting for the disk pool,
+                    // once it is done (`disk_ready`), or 503 if it takes longer
+                    // than a send may stall.
+                    let d = match self.conns[key].phase {
+                        Phase::Ready { started } => {
+                            started + ms(self.snap.config.http.header_timeout)
+                        }
+                        Phase::Disk { .. } => self.now_ms + ms(self.snap.config.http.send_timeout),
+                        _ => return,
+                    };
+                    self.set_deadline(key, d);
                     return;
                 }
                 Step::Close => {
@@ -352,7 +358,9 @@ impl Worker {
                         continue; // buffer had room and more may be readable
                     }
                     let d = match c.phase {
-                        Phase::Head { started, .. } | Phase::Ready { started } => {
+                        Phase::Head { started, .. }
+                        | Phase::Ready { started }
+                        | Phase::Disk { started, .. } => {
                             started + ms(self.snap.config.http.header_timeout)
                         }
                         Phase::Idle { since } => {

@@ -145,8 +145,11 @@ pub struct Worker {
     answered: u32,
     ready_per_turn: u32,
     /// Set by `run_ready` while it drives the request it chose: that one request
-    /// is answered although others still wait.
+    /// is answered although others still wait (and by `disk_ready`).
     admit_one: bool,
+    /// Set by `disk_ready` while it drives a request the disk pool has made the
+    /// lookups of: how many times that request has waited for it (`Phase::Disk`).
+    disk_rounds: u32,
     /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
     proxy_listeners: Vec<bool>,
     /// Which listeners are HTTPS (`tls.listen`).
@@ -163,7 +166,8 @@ pub struct Worker {
     /// waiting for a CPU at the last publish (ns, `schedstat`).
     turn_longest_us: u64,
     cpu_wait_ns: u64,
-    /// Where the disk pool reports this worker's cold ranges as read (`disk.rs`).
+    /// Where the disk pool reports this worker's cold ranges as read, and cold
+    /// lookups as made (`disk.rs`).
     disk_done: Arc<crate::disk::Completions>,
     disk_keys: Vec<(u32, u32)>,
     /// Test hook: a request for exactly this path panics the worker (set only by
@@ -281,6 +285,7 @@ impl Worker {
             answered: 0,
             ready_per_turn,
             admit_one: false,
+            disk_rounds: 0,
             // A worker's share of its process's incomplete-connection budget
             // (`max_conns` is the process's limit, shared by its workers).
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / local_workers)
@@ -431,6 +436,8 @@ impl Worker {
                 Phase::Linger { .. } => 3,
                 Phase::Drip { .. } => 5,
                 Phase::Ready { .. } => 6,
+                // Waiting for the disk pool's lookup (`Phase::Disk`).
+                Phase::Disk { .. } => 7,
             };
             states[i] += 1;
             (

@@ -53,9 +53,10 @@ impl Worker {
                     self.drip_turn(key);
                     return;
                 }
-                Phase::Ready { started } => {
-                    // Waited behind `max_active` for the head's whole deadline:
-                    // answered 503 with Retry-After, then closed.
+                Phase::Ready { started } | Phase::Disk { started, .. } => {
+                    // Waited behind `max_active` for the head's whole deadline, or
+                    // for the disk pool as long as a send may stall: answered 503
+                    // with Retry-After, then closed.
                     c.why = CloseReason::Busy;
                     c.phase = Phase::Head {
                         started,
@@ -164,15 +165,31 @@ impl Worker {
     }
 
     /// Responses whose cold range the disk pool has read take their next send
-    /// turn (they stayed `QUEUED` while parked, so nothing else queued them).
+    /// turn (they stayed `QUEUED` while parked, so nothing else queued them);
+    /// requests whose lookup it has made are answered, from the start.
     pub(super) fn disk_ready(&mut self) {
         let mut keys = std::mem::take(&mut self.disk_keys);
         self.disk_done.take(&mut keys);
         for (key, gen) in keys.drain(..) {
-            if let Some(c) = self.conns.get(key as usize) {
-                if c.gen == gen && c.flags.has(Flags::QUEUED) {
-                    self.cond.park(key, c.peer, Class::Waiting);
-                }
+            let Some(c) = self.conns.get_mut(key as usize) else {
+                continue;
+            };
+            if c.gen != gen {
+                continue;
+            }
+            if c.flags.has(Flags::QUEUED) {
+                self.cond.park(key, c.peer, Class::Waiting);
+            } else if let Phase::Disk { started, rounds } = c.phase {
+                // Its turn was taken when it first came: not queued again.
+                c.phase = Phase::Head {
+                    started,
+                    discard: 0,
+                };
+                self.disk_rounds = rounds;
+                self.admit_one = true;
+                self.drive(key as usize);
+                self.admit_one = false;
+                self.disk_rounds = 0;
             }
         }
         self.disk_keys = keys;

@@ -1,0 +1,207 @@
+//! Knowing, without waiting, whether an answer needs the disk; and the waiting done
+//! for it on a thread that may wait.
+//!
+//! A worker serves thousands of connections from one thread: one system call that
+//! waits for the disk (a seek on a mirror's disks, ~10 ms) makes every one of them
+//! wait. Three things a file answer does can wait:
+//!
+//! - **the lookup** of its path, when a directory's entries are not in the kernel's
+//!   caches (a file nobody asked for in a while, a name never asked for). Asked with
+//!   `openat2(RESOLVE_CACHED)` ([`crate::open::Root::open_cached`]), which fails
+//!   with `EAGAIN` instead of reading. It is pessimistic: a name never looked up
+//!   fails even when its directory's blocks are in the page cache, so the first
+//!   request for each new name (a 404 scan of new names) takes the round trip.
+//! - **a small file's bytes**, read into memory when the file's cache entry is
+//!   made: read with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` (and
+//!   starts the kernel's readahead) instead of waiting.
+//! - **a medium file's bytes** (above `small_file_max`, below [`COLD_CHECK_MIN`]),
+//!   sent in one turn: probed at the entry's load with [`resident`]. Larger bodies
+//!   are probed by the send path before every `PREFETCH` it sends (the server's
+//!   `disk.rs`).
+//!
+//! The cache ([`crate::cache::FileCache`]) answers such a lookup
+//! [`crate::cache::Entry::Cold`], and the handler hands the worker a [`ColdLookup`]:
+//! the server's disk threads run [`ColdLookup::warm`], which does the same lookup
+//! and read waiting for them, and the worker asks again once it is done.
+//!
+//! Owns: the residency checks and the warming work. Must not: decide what to do
+//! with a cold answer (the worker does), or send anything.
+//! Costs: only when an entry is loaded (a miss, or a descriptor's entry after its
+//! `cache_validity`), never on a cache hit: `RESOLVE_CACHED` is a flag on the
+//! `openat2` the load makes anyway, `RWF_NOWAIT` one on its read, and a medium
+//! file's probe one one-byte `preadv2` per [`PROBE_STEP`] (one for most). A
+//! revalidation's `fstatat` and a sibling's (`Accept-Encoding`), and a listing's
+//! directory read, are not checked: they follow a lookup of the same names or
+//! directory shortly before, whose entries the kernel still holds (and
+//! [`ColdLookup::warm`] stats the siblings too).
+
+use crate::open::Root;
+use sluice_http::encoding::Coding;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+/// Bodies smaller than this are sent without the send path checking their pages
+/// (one turn); their residency is checked when their cache entry is made.
+pub const COLD_CHECK_MIN: u64 = 128 * 1024;
+
+/// Distance between two residency probes when every part of a range is checked.
+pub const PROBE_STEP: u64 = 256 * 1024;
+
+/// Are the pages of `fd`'s `[off, off + len)` in the page cache and read? Asked
+/// with one-byte reads that must not wait (`RWF_NOWAIT`: `EAGAIN` instead of a
+/// disk read). Present is not enough: the kernel's readahead puts pages in the
+/// cache before their I/O completes, and a send would wait for those.
+///
+/// `dense = false` reads only the range's last byte (one system call per MiB of a
+/// hot download); `dense = true` reads one byte every [`PROBE_STEP`] and the last,
+/// for a response that has already found its file cold, where readahead is likely
+/// to be still in flight in the middle of the range. `true` when the kernel cannot
+/// tell (an error other than `EAGAIN`), so the caller carries on as it would have.
+pub fn resident(fd: i32, off: u64, len: u64, dense: bool) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let mut b = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut b as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let last = off + len - 1;
+    let mut at = if dense { off } else { last };
+    loop {
+        // SAFETY: one valid iovec of one byte.
+        let n = unsafe { libc::preadv2(fd, &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+            return false;
+        }
+        if at == last {
+            return true;
+        }
+        at = (at + PROBE_STEP).min(last);
+    }
+}
+
+/// Fill `buf` from the start of `file` only from the page cache: `Ok(true)` when
+/// all of it was there, `Ok(false)` when some of it needs the disk (the kernel has
+/// then started reading it). Kernels that cannot say (before 4.14) read as usual.
+pub fn read_nowait(file: &File, buf: &mut [u8]) -> io::Result<bool> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        // SAFETY: one iovec over the unfilled part of `buf`.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                done as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(false),
+                Some(libc::EINTR) => continue,
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
+                    std::os::unix::fs::FileExt::read_exact_at(file, rest, done as u64)?;
+                    return Ok(true);
+                }
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        done += n as usize;
+    }
+    Ok(true)
+}
+
+/// A lookup that found its answer needs the disk: the path (normalized, relative
+/// to the root) and the root, so that a disk thread can do the waiting
+/// ([`ColdLookup::warm`]).
+#[derive(Debug)]
+pub struct ColdLookup {
+    root: Arc<Root>,
+    rel: Box<str>,
+}
+
+impl ColdLookup {
+    pub(crate) fn new(root: Arc<Root>, rel: &str) -> ColdLookup {
+        ColdLookup {
+            root,
+            rel: rel.into(),
+        }
+    }
+
+    /// The path it is for.
+    pub fn path(&self) -> &str {
+        &self.rel
+    }
+
+    /// On a thread that may wait: look the path up (under the root's symlink
+    /// policy, as the worker will), read what the worker's next lookup reads
+    /// (the bytes of a file below [`COLD_CHECK_MIN`], through `read`, which should
+    /// have the kernel read them into the page cache), and stat its precompressed
+    /// siblings' names. Errors end it quietly: the worker's next lookup meets them
+    /// and answers them, as it would have.
+    pub fn warm(&self, mut read: impl FnMut(&File, u64, u64)) {
+        if let Ok(f) = self.root.open(&self.rel) {
+            if let Ok(m) = f.metadata() {
+                if m.is_file() && m.len() < COLD_CHECK_MIN {
+                    read(&f, 0, m.len());
+                }
+            }
+        }
+        let mut name = String::with_capacity(self.rel.len() + 5);
+        for coding in Coding::ALL {
+            crate::sibling_name(&mut name, &self.rel, coding);
+            let _ = self.root.stamp(&name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file of `len` bytes written through to the disk, with its pages evicted
+    /// from the page cache (the advice works on clean pages of a file on disk).
+    fn evicted(dir: &std::path::Path, name: &str, len: usize) -> File {
+        let p = dir.join(name);
+        let mut f = File::create(&p).unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
+        f.sync_all().unwrap();
+        let f = File::open(&p).unwrap();
+        // SAFETY: plain advice on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        f
+    }
+
+    #[test]
+    fn a_read_that_would_wait_says_so_and_a_cached_one_fills_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = evicted(dir.path(), "small", 12_000);
+        let mut buf = vec![0u8; 12_000];
+        assert!(
+            !read_nowait(&f, &mut buf).unwrap(),
+            "evicted pages read without waiting"
+        );
+        // Once the kernel has read them (the failed read started it), they are there.
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+        buf.fill(0);
+        assert!(read_nowait(&f, &mut buf).unwrap());
+        assert!(buf.iter().all(|&b| b == 7));
+        // A file shorter than the buffer is an error, not a partial answer.
+        let mut long = vec![0u8; 12_001];
+        assert!(read_nowait(&f, &mut long).is_err());
+    }
+}

@@ -1,0 +1,148 @@
+//! A request whose answer needs the disk before anything can be sent (a path the
+//! kernel has no directory entry for, a small file's bytes or a medium file's
+//! pages not in the page cache) waits while a disk thread reads them, and the
+//! worker answers it afterwards, from the caches: the status page counts these as
+//! `disk_lookups_total`. With `disk_threads = 0` the worker reads for itself.
+
+use sluice_testkit::*;
+use std::os::fd::AsRawFd;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32 * 13 % 251) as u8 ^ seed)
+        .collect()
+}
+
+/// Write `data` to `path` through to the disk, then have the kernel drop its
+/// pages, and wait until `mincore` says none is left (a file the server has not
+/// opened: nothing else holds them).
+fn write_evicted(path: &std::path::Path, data: &[u8]) {
+    std::fs::write(path, data).unwrap();
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    evict(&f, data.len());
+}
+
+fn evict(f: &std::fs::File, len: usize) {
+    // SAFETY: a shared read-only mapping of an open file of this length, unmapped
+    // below; `pages` has one byte per page of it.
+    unsafe {
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut pages = vec![0u8; len.div_ceil(4096)];
+        for _ in 0..500 {
+            assert_eq!(
+                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED),
+                0
+            );
+            assert_eq!(libc::mincore(map, len, pages.as_mut_ptr()), 0);
+            if pages.iter().all(|p| p & 1 == 0) {
+                libc::munmap(map, len);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the file's pages stay in the page cache");
+    }
+}
+
+fn lookups(srv: &Server) -> u64 {
+    srv.status_json()["disk_lookups_total"]
+        .as_u64()
+        .expect("disk_lookups_total")
+}
+
+fn get(srv: &Server, path: &str) -> Resp {
+    srv.get(&format!(
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    ))
+}
+
+#[test]
+fn cold_lookups_and_small_files_are_made_off_the_worker() {
+    let small = pattern(9_000, 1); // in memory (small_file_max 16 KiB)
+    let medium = pattern(70_000, 2); // sent from disk in one turn
+    let index = pattern(3_000, 3);
+    for threads in [2, 0] {
+        let dir = docroot();
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir(root.join("d")).unwrap();
+        let srv =
+            Server::start_with_config(dir, &format!("[files]\ndisk_threads = {threads}\n"), &[]);
+        let mut counted = Vec::new();
+        for (path, file, data) in [
+            ("/small.bin", "small.bin", &small),
+            ("/medium.bin", "medium.bin", &medium),
+            ("/d/", "d/index.html", &index),
+        ] {
+            write_evicted(&root.join(file), data);
+            let before = lookups(&srv);
+            let r = get(&srv, path);
+            assert_eq!(r.status, 200, "{path} with {threads} disk threads");
+            assert!(r.body == *data, "{path}: the cold body differs");
+            counted.push(lookups(&srv) - before);
+            // Now cached (the entry, the pages): nothing more to wait for.
+            let before = lookups(&srv);
+            assert!(get(&srv, path).body == *data);
+            assert_eq!(lookups(&srv), before, "{path} waited again, warm");
+        }
+        // A name never asked for: the kernel has no entry for it, present or absent.
+        let before = lookups(&srv);
+        let absent = format!("/never-asked-{}", std::process::id());
+        assert_eq!(get(&srv, &absent).status, 404);
+        counted.push(lookups(&srv) - before);
+        if threads > 0 {
+            assert_eq!(
+                counted,
+                [1, 1, 1, 1],
+                "each cold answer (small, medium, index, absent name) waits for the pool once"
+            );
+        } else {
+            assert_eq!(
+                counted,
+                [0, 0, 0, 0],
+                "no disk threads, yet lookups were counted"
+            );
+        }
+    }
+}
+
+/// A request that waits for the disk keeps its place: what the client pipelined
+/// behind it is answered after it, in order, on the same connection.
+#[test]
+fn a_request_waiting_for_the_disk_keeps_the_requests_behind_it_in_order() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    let cold = pattern(12_000, 9);
+    let srv = Server::start_with_config(dir, "[files]\ndisk_threads = 1\n", &[]);
+    write_evicted(&root.join("cold.bin"), &cold);
+    let before = lookups(&srv);
+    let mut c = srv.client();
+    c.send(
+        b"GET /cold.bin HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /cold.bin HTTP/1.1\r\nHost: a\r\nRange: bytes=100-199\r\n\r\n",
+    );
+    let first = c.response(false).expect("first answer");
+    assert_eq!(first.status, 200);
+    assert!(first.body == cold);
+    let second = c.response(false).expect("second answer");
+    assert_eq!(
+        (second.status, second.text()),
+        (200, "hello world\n".into())
+    );
+    let third = c.response(false).expect("third answer");
+    assert_eq!(third.status, 206);
+    assert!(third.body == cold[100..200]);
+    assert_eq!(lookups(&srv), before + 1);
+    // The connection is usable afterwards, as any kept-alive one.
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response(false).expect("fourth answer").status, 200);
+}
