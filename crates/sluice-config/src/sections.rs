@@ -168,8 +168,9 @@ pub struct FilesSection {
     pub precompressed: bool,
     /// gzip directory listings for clients that accept it.
     pub compress_listings: bool,
-    /// Threads that read file ranges not in the page cache, so a worker never
-    /// waits on the disk (0: workers read cold ranges themselves). Set at start.
+    /// Threads that read file ranges not in the page cache, and make the lookups
+    /// (a path, a small file's bytes) that would wait for the disk, so a worker
+    /// never waits on it (0: workers read for themselves). Set at start.
     #[serde(deserialize_with = "crate::de::disk_threads")]
     pub disk_threads: usize,
 }

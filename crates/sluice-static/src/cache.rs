@@ -434,7 +434,7 @@ impl FileCache {
             }
         } else if !self.may_wait
             && len < cold::COLD_CHECK_MIN
-            && !cold::resident(file.as_raw_fd(), 0, len, true)
+            && !cold::cached(file.as_raw_fd(), len)
         {
             // Sent in one turn, unchecked by the send path: checked here.
             return Entry::Cold;

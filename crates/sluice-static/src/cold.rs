@@ -15,7 +15,7 @@
 //!   made: read with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` (and
 //!   starts the kernel's readahead) instead of waiting.
 //! - **a medium file's bytes** (above `small_file_max`, below [`COLD_CHECK_MIN`]),
-//!   sent in one turn: probed at the entry's load with [`resident`]. Larger bodies
+//!   sent in one turn: checked at the entry's load with [`cached`]. Larger bodies
 //!   are probed by the send path before every `PREFETCH` it sends (the server's
 //!   `disk.rs`).
 //!
@@ -29,7 +29,7 @@
 //! Costs: only when an entry is loaded (a miss, or a descriptor's entry after its
 //! `cache_validity`), never on a cache hit: `RESOLVE_CACHED` is a flag on the
 //! `openat2` the load makes anyway, `RWF_NOWAIT` one on its read, and a medium
-//! file's probe one one-byte `preadv2` per [`PROBE_STEP`] (one for most). A
+//! file's check one `cachestat` (Linux 6.5; else one-byte `preadv2` probes). A
 //! revalidation's `fstatat` and a sibling's (`Accept-Encoding`), and a listing's
 //! directory read, are not checked: they follow a lookup of the same names or
 //! directory shortly before, whose entries the kernel still holds (and
@@ -81,6 +81,57 @@ pub fn resident(fd: i32, off: u64, len: u64, dense: bool) -> bool {
         }
         at = (at + PROBE_STEP).min(last);
     }
+}
+
+/// Are all pages of `fd`'s first `len` bytes in the page cache? Asked with
+/// `cachestat(2)` (Linux 6.5), which, unlike a missed [`resident`] probe, starts no
+/// read: the disk thread then reads the whole range with one request, where a
+/// probe's readahead (16 KiB from the probed page) and the thread's read of the
+/// rest took two. It counts every page of the range, so it is kept for ranges
+/// below [`COLD_CHECK_MIN`] (32 pages at most). Where the kernel has no
+/// `cachestat`, [`resident`] answers.
+pub fn cached(fd: i32, len: u64) -> bool {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        cache: u64,
+        dirty: u64,
+        writeback: u64,
+        evicted: u64,
+        recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451; // the same number on every architecture
+    static NO_CACHESTAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if len == 0 {
+        return true;
+    }
+    if !NO_CACHESTAT.load(std::sync::atomic::Ordering::Relaxed) {
+        let range = Range { off: 0, len };
+        let mut st = Stat::default();
+        // SAFETY: the arguments cachestat(2) takes: a descriptor, a range to read
+        // and a struct to fill, flags 0.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                fd,
+                &range as *const Range,
+                &mut st as *mut Stat,
+                0,
+            )
+        };
+        if r == 0 {
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(512) as u64;
+            return st.cache >= len.div_ceil(page);
+        }
+        NO_CACHESTAT.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    resident(fd, 0, len, true)
 }
 
 /// Fill `buf` from the start of `file` only from the page cache: `Ok(true)` when
@@ -184,6 +235,21 @@ mod tests {
         // SAFETY: plain advice on an open descriptor.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         f
+    }
+
+    #[test]
+    fn cachestat_tells_cached_pages_from_evicted_ones_without_reading_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = evicted(dir.path(), "medium", 70_000);
+        assert!(!cached(f.as_raw_fd(), 70_000));
+        // Asking started no read: still nothing there a moment later.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!cached(f.as_raw_fd(), 70_000));
+        assert!(!cached(f.as_raw_fd(), 1));
+        let mut buf = vec![0u8; 70_000];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+        assert!(cached(f.as_raw_fd(), 70_000));
+        assert!(cached(f.as_raw_fd(), 0));
     }
 
     #[test]
