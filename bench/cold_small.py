@@ -26,10 +26,17 @@ client's p50/p99 and the cold client's files a second.
     bench/cold_small.py [--duration 10] [--rounds 1] [--rate 2000]
                         [--servers sluice,sluice-nodisk,nginx,nginx-aio]
                         [--slow-disk BPS[:IOPS]] [--drop-caches] [--isolate] [--cold-conns 8]
+                        [--absent N]
 
 `--slow-disk` and `--isolate` as in `cold_compare.py` (a throttled disk that waits
 like a mirror's; servers on CPU 0 and clients on CPU 1, the small client at
 `SCHED_FIFO`).
+
+`--absent N` measures instead what the first request for a name never asked for
+costs (a scan of new absent names: the kernel has no directory entry for any of
+them, so sluice asks the disk threads for each): N unique absent names under the
+tree's (cached) directories, `sluice bench --urls --in-order -c 10` for DURATION,
+server CPU per request from /proc and req/s, per server and round.
 """
 import argparse, json, os, random, statistics, subprocess, sys, time
 
@@ -130,6 +137,39 @@ def phase(name, port, names, a, sluice_bin, client_prefix, small_prefix):
     return small, c
 
 
+def absent(a, servers, sluice_bin, client_prefix):
+    listing = f"{compare.WORK}/cold-small-absent.txt"
+    rows = {n: [] for n in servers}
+    procs = {}
+    try:
+        for n in servers:
+            procs[n] = cold_compare.start(n, a.old if n == "sluice-old" else sluice_bin)
+        for r in range(a.rounds):
+            order = servers[r % len(servers):] + servers[:r % len(servers)]
+            for n in order:
+                # New names every run: a name asked once has a (negative) entry.
+                tag = f"{r}-{n}-{time.time_ns()}"
+                with open(listing, "w") as f:
+                    f.write("".join(f"/{TREE}/{i % 200:03d}/absent-{tag}-{i}.bin\n" for i in range(a.absent)))
+                pid = procs[n].pid
+                cpu0 = compare.cpu_seconds(pid)
+                res = bench([*client_prefix, sluice_bin, "bench", f"http://127.0.0.1:{cold_compare.PORTS[n]}/",
+                             "--urls", listing, "--in-order", "-c", "10", "-t", "1", "-d", f"{a.duration}s"])
+                cpu = compare.cpu_seconds(pid) - cpu0
+                n_req = res["requests"]
+                rows[n].append((cpu * 1e6 / max(n_req, 1), res["requests_per_s"]))
+                print(f"round {r + 1} {n:14s} {rows[n][-1][0]:.1f} µs server CPU per 404, {res['requests_per_s']:.0f} req/s "
+                      f"({res['counts']['status_4xx']} of {n_req} answered 404; {n_req / a.absent:.2f} of the list)",
+                      flush=True)
+    finally:
+        for p in procs.values():
+            p.terminate()
+            p.wait(timeout=20)
+    print("\nmedians: server CPU µs per 404; req/s")
+    for n in servers:
+        print(f"{n:14s} {statistics.median(x[0] for x in rows[n]):.1f}; {statistics.median(x[1] for x in rows[n]):.0f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
@@ -141,6 +181,7 @@ def main():
     ap.add_argument("--slow-disk", default=None, metavar="BPS[:IOPS]")
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--isolate", action="store_true")
+    ap.add_argument("--absent", type=int, default=0, metavar="N")
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1"] if a.isolate else []
@@ -149,6 +190,8 @@ def main():
     compare.make_files()
     names = make_tree()
     servers = a.servers.split(",") + (["sluice-old"] if a.old else [])
+    if a.absent:
+        return absent(a, servers, sluice_bin, client_prefix)
     procs = []
     rows = {n: [] for n in servers}
     try:

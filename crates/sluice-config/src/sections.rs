@@ -173,6 +173,13 @@ pub struct FilesSection {
     /// never waits on it (0: workers read for themselves). Set at start.
     #[serde(deserialize_with = "crate::de::disk_threads")]
     pub disk_threads: usize,
+    /// A lookup of a path the kernel has no directory entry for (a name not asked
+    /// for in a while, or never: a 404) may or may not read the disk, and nothing
+    /// tells which beforehand. The worker makes it itself while its own such
+    /// lookups take at most this long; one that takes longer sends the next ones
+    /// to the disk threads for 10 s. 0: always the disk threads.
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub disk_lookup_max: Duration,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -500,6 +507,7 @@ impl Default for FilesSection {
             precompressed: true,
             compress_listings: true,
             disk_threads: 8,
+            disk_lookup_max: Duration::from_millis(1),
         }
     }
 }

@@ -291,7 +291,16 @@ pub struct FileCache {
     bytes: usize,
     /// Whether a load may wait for the disk; when not, it answers [`Entry::Cold`].
     may_wait: bool,
+    /// A lookup the kernel could not make from its caches is made here while
+    /// those made here take at most `lookup_max`; after one that took longer,
+    /// they are [`Entry::Cold`] until `slow_until` ([`SLOW_LOOKUPS_FOR`]).
+    lookup_max: Duration,
+    slow_until: Option<Instant>,
 }
+
+/// How long lookups go to the disk threads after one made on the worker took
+/// longer than `files.disk_lookup_max`: at most one such wait per this period.
+pub const SLOW_LOOKUPS_FOR: Duration = Duration::from_secs(10);
 
 impl FileCache {
     pub fn new(validity: Duration, max_entries: usize, small_file_max: usize) -> Self {
@@ -304,7 +313,15 @@ impl FileCache {
             fds: 0,
             bytes: 0,
             may_wait: true,
+            lookup_max: Duration::from_millis(1),
+            slow_until: None,
         }
+    }
+
+    /// The longest lookup outside the kernel's caches the worker makes itself
+    /// (`files.disk_lookup_max`; zero: none).
+    pub fn set_lookup_max(&mut self, max: Duration) {
+        self.lookup_max = max;
     }
 
     /// Whether the lookups that follow may wait for the disk (the default), or
@@ -349,7 +366,7 @@ impl FileCache {
                 }
             }
         }
-        let entry = self.load(root, rel);
+        let entry = self.load(root, rel, now);
         if matches!(entry, Entry::Cold) {
             return (entry, now);
         }
@@ -375,10 +392,10 @@ impl FileCache {
 
     /// Open and read `rel`; unless the cache may wait, only as far as the kernel
     /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
-    fn load(&mut self, root: &Root, rel: &str) -> Entry {
+    fn load(&mut self, root: &Root, rel: &str, now: Instant) -> Entry {
         let opened = match self.may_wait {
             true => root.open(rel),
-            false => root.open_cached(rel),
+            false => self.open_without_disk(root, rel, now),
         };
         let file = match opened {
             Ok(f) => f,
@@ -443,6 +460,39 @@ impl FileCache {
         Entry::File(Rc::new(info))
     }
 
+    /// Open `rel` without waiting for the disk, or as if. Whether a lookup will
+    /// read the disk is not known beforehand: the kernel's caches answer
+    /// `EAGAIN` (`RESOLVE_CACHED`) also for a name never asked for in a directory
+    /// whose blocks are cached, which needs no read. So while lookups made here
+    /// are fast, it is made here, timed; one that waited longer than `lookup_max`
+    /// (it slept, [`sleeps`], and took that long: a preemption on a busy machine
+    /// is not a wait for the disk) sends the next ones that the kernel's caches
+    /// cannot answer to the disk threads (`EAGAIN`) for [`SLOW_LOOKUPS_FOR`].
+    /// Sending every one of them instead cost a scan of new absent names 2.5
+    /// times the CPU per request, and asking the caches first and then opening
+    /// 20% (docs/BENCHMARKS.md); here it costs one `getrusage`.
+    fn open_without_disk(&mut self, root: &Root, rel: &str, now: Instant) -> io::Result<File> {
+        if self.lookup_max.is_zero() || self.slow_until.is_some_and(|t| t > now) {
+            return root.open_cached(rel);
+        }
+        let (start, before) = (Instant::now(), sleeps());
+        let opened = root.open(rel);
+        let took = start.elapsed();
+        if took > self.lookup_max {
+            self.made_lookup(now, took, sleeps() != before);
+        }
+        opened
+    }
+
+    /// A lookup outside the kernel's caches was made here in `took`, sleeping or
+    /// not: slow for the disk (not for a preemption on a busy machine) when it
+    /// slept and took longer than `lookup_max`.
+    fn made_lookup(&mut self, now: Instant, took: Duration, slept: bool) {
+        if slept && took > self.lookup_max {
+            self.slow_until = Some(now + took + SLOW_LOOKUPS_FOR);
+        }
+    }
+
     /// Keep `entry` for `validity`; false when it is not kept (a descriptor over
     /// [`MAX_CACHED_FDS`]).
     fn insert(&mut self, hash: u64, rel: &str, entry: Entry, now: Instant) -> bool {
@@ -498,6 +548,21 @@ impl FileCache {
             self.bytes += b;
         }
     }
+}
+
+/// How many times this thread has gone to sleep (voluntary context switches, and
+/// blocks it read from a device): a lookup that changes it waited for the disk
+/// (or for a lock, the same wait for the worker's other connections). One
+/// `getrusage` system call.
+fn sleeps() -> (i64, i64) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: a valid rusage buffer for the calling thread's figures.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) } != 0 {
+        return (0, 0);
+    }
+    // SAFETY: getrusage succeeded, so the buffer is filled.
+    let ru = unsafe { ru.assume_init() };
+    (ru.ru_nvcsw, ru.ru_inblock)
 }
 
 /// How long past its validity an unused in-memory entry is kept for its next

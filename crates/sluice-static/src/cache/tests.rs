@@ -147,3 +147,68 @@ fn an_expired_entry_is_kept_only_while_its_file_is_unchanged() {
     assert!(matches!(c.lookup(&root, "f", t), Entry::NotFound));
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Where the kernel's caches cannot say (a name never asked for), a cache that may
+/// not wait makes the lookup itself while such lookups are fast, and answers
+/// `Cold` for the next ones once one waited longer than `lookup_max` (it slept,
+/// for the disk: a lookup here stands in for one with `made_lookup`); with
+/// `lookup_max` zero, always `Cold`. Cold answers are never kept.
+#[test]
+fn a_slow_lookup_sends_the_next_ones_to_the_disk_threads() {
+    let d = tempfile::tempdir().unwrap();
+    let root = Root::new(d.path(), SymlinkPolicy::InsideRoot).unwrap();
+    let now = Instant::now();
+    let absent = |i: u32| format!("never-asked-{}-{i}", std::process::id());
+    let cold = |e: &Entry| matches!(e, Entry::Cold);
+    let mut c = FileCache::new(Duration::from_secs(1), 100, 1024);
+    c.set_may_wait(false);
+    c.set_lookup_max(Duration::from_millis(1));
+    // Fast: made here, answered, kept.
+    assert!(matches!(c.lookup(&root, &absent(1), now), Entry::NotFound));
+    assert!(matches!(c.lookup(&root, &absent(2), now), Entry::NotFound));
+    assert_eq!(c.len(), 2);
+    // Long but awake (preempted): still made here.
+    c.made_lookup(now, Duration::from_millis(5), false);
+    assert!(matches!(c.lookup(&root, &absent(3), now), Entry::NotFound));
+    // Asleep but quick (a fast disk): still made here.
+    c.made_lookup(now, Duration::from_micros(200), true);
+    assert!(matches!(c.lookup(&root, &absent(4), now), Entry::NotFound));
+    // Asleep and long: the next ones are Cold until SLOW_LOOKUPS_FOR has passed.
+    c.made_lookup(now, Duration::from_millis(5), true);
+    assert!(cold(&c.lookup(&root, &absent(5), now)));
+    assert!(cold(&c.lookup(
+        &root,
+        &absent(6),
+        now + Duration::from_secs(9)
+    )));
+    let later = now + SLOW_LOOKUPS_FOR + Duration::from_secs(1);
+    assert!(matches!(
+        c.lookup(&root, &absent(7), later),
+        Entry::NotFound
+    ));
+    assert_eq!(c.len(), 5, "a Cold answer was kept");
+    // Zero: none made here. A name the kernel has an entry for is still answered.
+    c.set_lookup_max(Duration::ZERO);
+    assert!(cold(&c.lookup(&root, &absent(8), later)));
+    assert!(matches!(c.lookup(&root, &absent(9), later), Entry::Cold));
+    let known = absent(1);
+    c.expire(later + Duration::from_secs(60));
+    assert!(matches!(c.lookup(&root, &known, later), Entry::NotFound));
+}
+
+/// What tells a lookup that waited for the disk from one preempted on a busy
+/// machine: the thread's sleeps change across a sleep, not across work.
+#[test]
+fn a_sleep_is_seen_and_work_is_not() {
+    let before = sleeps();
+    let mut x = 0u64;
+    for i in 0..1_000_000u64 {
+        x = x.wrapping_mul(31).wrapping_add(i);
+    }
+    std::hint::black_box(x);
+    let busy = sleeps();
+    std::thread::sleep(Duration::from_millis(2));
+    assert_ne!(sleeps(), busy, "a sleep went unseen");
+    // (A preemption during the loop is involuntary: not a sleep.)
+    assert_eq!(busy.1, before.1, "work read from a device");
+}
