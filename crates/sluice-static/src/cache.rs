@@ -34,6 +34,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAX_CACHED_FDS: usize = 1024;
@@ -291,16 +292,21 @@ pub struct FileCache {
     bytes: usize,
     /// Whether a load may wait for the disk; when not, it answers [`Entry::Cold`].
     may_wait: bool,
-    /// A lookup the kernel could not make from its caches is made here while
-    /// those made here take at most `lookup_max`; after one that took longer,
-    /// they are [`Entry::Cold`] until `slow_until` ([`SLOW_LOOKUPS_FOR`]).
-    lookup_max: Duration,
-    slow_until: Option<Instant>,
+    /// Lookups the kernel's caches cannot make go to the disk threads
+    /// ([`Entry::Cold`]) while `slow`; else they are made here. `costs`: what
+    /// such lookups cost lately (shared with the disk threads' [`cold::ColdLookup`]s).
+    costs: Arc<cold::LookupCosts>,
+    slow: bool,
+    /// The disk threads' fast lookups in a row after which they are made here
+    /// again: doubled each time one made here was slow, up to [`TRUST_AFTER_MAX`].
+    trust_after: u32,
 }
 
-/// How long lookups go to the disk threads after one made on the worker took
-/// longer than `files.disk_lookup_max`: at most one such wait per this period.
-pub const SLOW_LOOKUPS_FOR: Duration = Duration::from_secs(10);
+/// Fast lookups by the disk threads in a row before the first ones are made on
+/// the worker; each lookup made there that turns out slow doubles it.
+pub const TRUST_AFTER: u32 = 16;
+/// The most it is doubled to.
+pub const TRUST_AFTER_MAX: u32 = 4096;
 
 impl FileCache {
     pub fn new(validity: Duration, max_entries: usize, small_file_max: usize) -> Self {
@@ -313,15 +319,22 @@ impl FileCache {
             fds: 0,
             bytes: 0,
             may_wait: true,
-            lookup_max: Duration::from_millis(1),
-            slow_until: None,
+            costs: cold::LookupCosts::new(Duration::from_millis(1)),
+            slow: true,
+            trust_after: TRUST_AFTER,
         }
     }
 
-    /// The longest lookup outside the kernel's caches the worker makes itself
-    /// (`files.disk_lookup_max`; zero: none).
+    /// The longest a lookup outside the kernel's caches made on the worker may
+    /// wait for the disk (`files.disk_lookup_max`; zero: none is made there).
     pub fn set_lookup_max(&mut self, max: Duration) {
-        self.lookup_max = max;
+        self.costs = cold::LookupCosts::new(max);
+    }
+
+    /// What lookups outside the kernel's caches cost lately, for the disk
+    /// threads' [`cold::ColdLookup`]s to report theirs.
+    pub fn lookup_costs(&self) -> &Arc<cold::LookupCosts> {
+        &self.costs
     }
 
     /// Whether the lookups that follow may wait for the disk (the default), or
@@ -366,7 +379,7 @@ impl FileCache {
                 }
             }
         }
-        let entry = self.load(root, rel, now);
+        let entry = self.load(root, rel);
         if matches!(entry, Entry::Cold) {
             return (entry, now);
         }
@@ -392,10 +405,10 @@ impl FileCache {
 
     /// Open and read `rel`; unless the cache may wait, only as far as the kernel
     /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
-    fn load(&mut self, root: &Root, rel: &str, now: Instant) -> Entry {
+    fn load(&mut self, root: &Root, rel: &str) -> Entry {
         let opened = match self.may_wait {
             true => root.open(rel),
-            false => self.open_without_disk(root, rel, now),
+            false => self.open_without_disk(root, rel),
         };
         let file = match opened {
             Ok(f) => f,
@@ -461,36 +474,36 @@ impl FileCache {
     }
 
     /// Open `rel` without waiting for the disk, or as if. Whether a lookup will
-    /// read the disk is not known beforehand: the kernel's caches answer
-    /// `EAGAIN` (`RESOLVE_CACHED`) also for a name never asked for in a directory
-    /// whose blocks are cached, which needs no read. So while lookups made here
-    /// are fast, it is made here, timed; one that waited longer than `lookup_max`
-    /// (it slept, [`sleeps`], and took that long: a preemption on a busy machine
-    /// is not a wait for the disk) sends the next ones that the kernel's caches
-    /// cannot answer to the disk threads (`EAGAIN`) for [`SLOW_LOOKUPS_FOR`].
-    /// Sending every one of them instead cost a scan of new absent names 2.5
-    /// times the CPU per request, and asking the caches first and then opening
-    /// 20% (docs/BENCHMARKS.md); here it costs one `getrusage`.
-    fn open_without_disk(&mut self, root: &Root, rel: &str, now: Instant) -> io::Result<File> {
-        if self.lookup_max.is_zero() || self.slow_until.is_some_and(|t| t > now) {
-            return root.open_cached(rel);
+    /// read the disk is not known beforehand: the kernel's caches answer `EAGAIN`
+    /// (`RESOLVE_CACHED`) also for a name never asked for in a directory whose
+    /// blocks are cached, which needs no read (a scan for absent files). Sending
+    /// every such lookup to the disk threads cost that scan 2.5 times the CPU per
+    /// request, and asking the caches first then opening here 20%
+    /// (docs/BENCHMARKS.md). So it starts `slow` (the disk threads make them),
+    /// and once their last [`TRUST_AFTER`] lookups in a row did not wait, they
+    /// are made here, timed, until one here waits longer than `lookup_max`
+    /// (`LookupCosts::timed`): then it is `slow` again, and twice as many fast
+    /// lookups are asked for before the next try.
+    fn open_without_disk(&mut self, root: &Root, rel: &str) -> io::Result<File> {
+        if self.slow {
+            if !self.costs.may_be_fast() || self.costs.fast_in_a_row() < self.trust_after {
+                return root.open_cached(rel);
+            }
+            self.slow = false;
         }
-        let (start, before) = (Instant::now(), sleeps());
-        let opened = root.open(rel);
-        let took = start.elapsed();
-        if took > self.lookup_max {
-            self.made_lookup(now, took, sleeps() != before);
+        let (opened, slow) = self.costs.timed(|| root.open(rel));
+        if slow {
+            self.made_slow_lookup();
         }
         opened
     }
 
-    /// A lookup outside the kernel's caches was made here in `took`, sleeping or
-    /// not: slow for the disk (not for a preemption on a busy machine) when it
-    /// slept and took longer than `lookup_max`.
-    fn made_lookup(&mut self, now: Instant, took: Duration, slept: bool) {
-        if slept && took > self.lookup_max {
-            self.slow_until = Some(now + took + SLOW_LOOKUPS_FOR);
-        }
+    /// A lookup made here waited for the disk: the next ones go to the disk
+    /// threads until their own have been fast twice as long as last time.
+    fn made_slow_lookup(&mut self) {
+        self.slow = true;
+        self.costs.restart();
+        self.trust_after = (self.trust_after * 2).min(TRUST_AFTER_MAX);
     }
 
     /// Keep `entry` for `validity`; false when it is not kept (a descriptor over
@@ -548,21 +561,6 @@ impl FileCache {
             self.bytes += b;
         }
     }
-}
-
-/// How many times this thread has gone to sleep (voluntary context switches, and
-/// blocks it read from a device): a lookup that changes it waited for the disk
-/// (or for a lock, the same wait for the worker's other connections). One
-/// `getrusage` system call.
-fn sleeps() -> (i64, i64) {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: a valid rusage buffer for the calling thread's figures.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) } != 0 {
-        return (0, 0);
-    }
-    // SAFETY: getrusage succeeded, so the buffer is filled.
-    let ru = unsafe { ru.assume_init() };
-    (ru.ru_nvcsw, ru.ru_inblock)
 }
 
 /// How long past its validity an unused in-memory entry is kept for its next

@@ -8,9 +8,12 @@
 //! - **the lookup** of its path, when a directory's entries are not in the kernel's
 //!   caches (a file nobody asked for in a while, a name never asked for). Asked with
 //!   `openat2(RESOLVE_CACHED)` ([`crate::open::Root::open_cached`]), which fails
-//!   with `EAGAIN` instead of reading. It is pessimistic: a name never looked up
-//!   fails even when its directory's blocks are in the page cache, so the first
-//!   request for each new name (a 404 scan of new names) takes the round trip.
+//!   with `EAGAIN` instead of reading. That is pessimistic: a name never looked up
+//!   fails even when its directory's blocks are in the page cache and nothing need
+//!   be read (a 404 scan of new names). So the cache makes such lookups on the
+//!   worker while they are known to be fast ([`LookupCosts`]: the disk threads'
+//!   last lookups did not wait), and sends them to the disk threads from the first
+//!   one made on the worker that waited longer than `files.disk_lookup_max`.
 //! - **a small file's bytes**, read into memory when the file's cache entry is
 //!   made: read with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` (and
 //!   starts the kernel's readahead) instead of waiting.
@@ -40,7 +43,9 @@ use sluice_http::encoding::Coding;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Bodies smaller than this are sent without the send path checking their pages
 /// (one turn); their residency is checked when their cache entry is made.
@@ -175,6 +180,76 @@ pub fn read_nowait(file: &File, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// What the lookups the kernel's caches could not make have cost lately: shared
+/// by a worker's file cache (which makes them itself while they are fast) and the
+/// [`ColdLookup`]s it hands to the disk threads (which report what theirs cost).
+/// A lookup is slow when it waited for the disk: it slept ([`sleeps`]; a
+/// preemption on a busy machine is not a sleep) and took longer than `max`.
+#[derive(Debug)]
+pub struct LookupCosts {
+    max: Duration,
+    /// The disk threads' lookups that were not slow, in a row.
+    fast_in_a_row: AtomicU32,
+}
+
+impl LookupCosts {
+    /// `max`: `files.disk_lookup_max` (zero: every lookup counts as slow).
+    pub fn new(max: Duration) -> Arc<LookupCosts> {
+        Arc::new(LookupCosts {
+            max,
+            fast_in_a_row: AtomicU32::new(0),
+        })
+    }
+
+    /// Run a lookup, timed: its result, and whether it was slow. One
+    /// `getrusage` before it, and one after it if it took longer than `max`.
+    pub fn timed<T>(&self, lookup: impl FnOnce() -> T) -> (T, bool) {
+        let (start, before) = (Instant::now(), sleeps());
+        let got = lookup();
+        let slow = self.max.is_zero() || (start.elapsed() > self.max && sleeps() != before);
+        (got, slow)
+    }
+
+    /// The disk threads made a lookup, slow or not.
+    pub fn record(&self, slow: bool) {
+        if slow {
+            self.fast_in_a_row.store(0, Ordering::Relaxed);
+        } else {
+            self.fast_in_a_row.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many of the disk threads' last lookups in a row were fast.
+    pub fn fast_in_a_row(&self) -> u32 {
+        self.fast_in_a_row.load(Ordering::Relaxed)
+    }
+
+    /// Whether a lookup may ever be made on the worker (`max` above zero).
+    pub fn may_be_fast(&self) -> bool {
+        !self.max.is_zero()
+    }
+
+    /// A lookup made on the worker was slow: the count starts again.
+    pub fn restart(&self) {
+        self.fast_in_a_row.store(0, Ordering::Relaxed);
+    }
+}
+
+/// How many times this thread has gone to sleep (voluntary context switches)
+/// and blocks it has read from a device: a lookup that changes them waited for
+/// the disk (or for a lock: the same wait for the worker's other connections).
+/// One `getrusage` system call.
+pub fn sleeps() -> (i64, i64) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: a valid rusage buffer for the calling thread's figures.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) } != 0 {
+        return (0, 0);
+    }
+    // SAFETY: getrusage succeeded, so the buffer is filled.
+    let ru = unsafe { ru.assume_init() };
+    (ru.ru_nvcsw, ru.ru_inblock)
+}
+
 /// A lookup that found its answer needs the disk: the path (normalized, relative
 /// to the root) and the root, so that a disk thread can do the waiting
 /// ([`ColdLookup::warm`]).
@@ -182,13 +257,15 @@ pub fn read_nowait(file: &File, buf: &mut [u8]) -> io::Result<bool> {
 pub struct ColdLookup {
     root: Arc<Root>,
     rel: Box<str>,
+    costs: Arc<LookupCosts>,
 }
 
 impl ColdLookup {
-    pub(crate) fn new(root: Arc<Root>, rel: &str) -> ColdLookup {
+    pub(crate) fn new(root: Arc<Root>, rel: &str, costs: Arc<LookupCosts>) -> ColdLookup {
         ColdLookup {
             root,
             rel: rel.into(),
+            costs,
         }
     }
 
@@ -202,9 +279,12 @@ impl ColdLookup {
     /// (the bytes of a file below [`COLD_CHECK_MIN`], through `read`, which should
     /// have the kernel read them into the page cache), and stat its precompressed
     /// siblings' names. Errors end it quietly: the worker's next lookup meets them
-    /// and answers them, as it would have.
+    /// and answers them, as it would have. What the lookup cost is recorded in the
+    /// worker's [`LookupCosts`].
     pub fn warm(&self, mut read: impl FnMut(&File, u64, u64)) {
-        if let Ok(f) = self.root.open(&self.rel) {
+        let (opened, slow) = self.costs.timed(|| self.root.open(&self.rel));
+        self.costs.record(slow);
+        if let Ok(f) = opened {
             if let Ok(m) = f.metadata() {
                 if m.is_file() && m.len() < COLD_CHECK_MIN {
                     read(&f, 0, m.len());

@@ -98,7 +98,8 @@ impl StaticHandler {
     fn lookup(&mut self, rel: &str, now: Instant) -> (Entry, Instant) {
         let found = self.cache.lookup_until(&self.root, rel, now);
         if let Entry::Cold = found.0 {
-            self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel));
+            let costs = Arc::clone(self.cache.lookup_costs());
+            self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel, costs));
         }
         found
     }

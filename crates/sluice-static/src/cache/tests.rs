@@ -149,57 +149,70 @@ fn an_expired_entry_is_kept_only_while_its_file_is_unchanged() {
 }
 
 /// Where the kernel's caches cannot say (a name never asked for), a cache that may
-/// not wait makes the lookup itself while such lookups are fast, and answers
-/// `Cold` for the next ones once one waited longer than `lookup_max` (it slept,
-/// for the disk: a lookup here stands in for one with `made_lookup`); with
-/// `lookup_max` zero, always `Cold`. Cold answers are never kept.
+/// not wait answers `Cold` (for the disk threads) until their last `TRUST_AFTER`
+/// lookups were fast, then makes such lookups itself until one of its own is slow
+/// (here: `made_slow_lookup`, what a lookup that slept past `lookup_max` does),
+/// and then asks for twice as many fast ones. With `lookup_max` zero, always
+/// `Cold`. Cold answers are never kept; names the kernel knows are answered.
 #[test]
-fn a_slow_lookup_sends_the_next_ones_to_the_disk_threads() {
+fn lookups_are_made_on_the_worker_only_while_the_disk_threads_find_them_fast() {
     let d = tempfile::tempdir().unwrap();
     let root = Root::new(d.path(), SymlinkPolicy::InsideRoot).unwrap();
     let now = Instant::now();
-    let absent = |i: u32| format!("never-asked-{}-{i}", std::process::id());
-    let cold = |e: &Entry| matches!(e, Entry::Cold);
+    let mut n = 0;
+    let mut absent = || {
+        n += 1;
+        format!("never-asked-{}-{n}", std::process::id())
+    };
     let mut c = FileCache::new(Duration::from_secs(1), 100, 1024);
     c.set_may_wait(false);
     c.set_lookup_max(Duration::from_millis(1));
-    // Fast: made here, answered, kept.
-    assert!(matches!(c.lookup(&root, &absent(1), now), Entry::NotFound));
-    assert!(matches!(c.lookup(&root, &absent(2), now), Entry::NotFound));
+    let costs = Arc::clone(c.lookup_costs());
+    // The disk threads have not shown them fast yet.
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
+    for _ in 0..TRUST_AFTER - 1 {
+        costs.record(false);
+    }
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
+    // One slow one among them starts the count again.
+    costs.record(true);
+    for _ in 0..TRUST_AFTER - 1 {
+        costs.record(false);
+    }
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
+    costs.record(false);
+    // Shown fast: made here, answered, kept.
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::NotFound));
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::NotFound));
     assert_eq!(c.len(), 2);
-    // Long but awake (preempted): still made here.
-    c.made_lookup(now, Duration::from_millis(5), false);
-    assert!(matches!(c.lookup(&root, &absent(3), now), Entry::NotFound));
-    // Asleep but quick (a fast disk): still made here.
-    c.made_lookup(now, Duration::from_micros(200), true);
-    assert!(matches!(c.lookup(&root, &absent(4), now), Entry::NotFound));
-    // Asleep and long: the next ones are Cold until SLOW_LOOKUPS_FOR has passed.
-    c.made_lookup(now, Duration::from_millis(5), true);
-    assert!(cold(&c.lookup(&root, &absent(5), now)));
-    assert!(cold(&c.lookup(
-        &root,
-        &absent(6),
-        now + Duration::from_secs(9)
-    )));
-    let later = now + SLOW_LOOKUPS_FOR + Duration::from_secs(1);
-    assert!(matches!(
-        c.lookup(&root, &absent(7), later),
-        Entry::NotFound
-    ));
-    assert_eq!(c.len(), 5, "a Cold answer was kept");
-    // Zero: none made here. A name the kernel has an entry for is still answered.
+    // One made here was slow: Cold again, until twice as many fast ones.
+    c.made_slow_lookup();
+    for _ in 0..2 * TRUST_AFTER - 1 {
+        costs.record(false);
+    }
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
+    costs.record(false);
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::NotFound));
+    assert_eq!(c.len(), 3, "a Cold answer was kept");
+    // A name the kernel has an entry for (a miss asked before) is answered either way.
+    let known = format!("never-asked-{}-4", std::process::id());
+    c.made_slow_lookup();
+    c.expire(now + Duration::from_secs(60));
+    assert!(matches!(c.lookup(&root, &known, now), Entry::NotFound));
+    // Zero: never made here, however fast the disk threads were.
     c.set_lookup_max(Duration::ZERO);
-    assert!(cold(&c.lookup(&root, &absent(8), later)));
-    assert!(matches!(c.lookup(&root, &absent(9), later), Entry::Cold));
-    let known = absent(1);
-    c.expire(later + Duration::from_secs(60));
-    assert!(matches!(c.lookup(&root, &known, later), Entry::NotFound));
+    let costs = Arc::clone(c.lookup_costs());
+    for _ in 0..TRUST_AFTER_MAX {
+        costs.record(false);
+    }
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
 }
 
 /// What tells a lookup that waited for the disk from one preempted on a busy
 /// machine: the thread's sleeps change across a sleep, not across work.
 #[test]
 fn a_sleep_is_seen_and_work_is_not() {
+    use crate::cold::sleeps;
     let before = sleeps();
     let mut x = 0u64;
     for i in 0..1_000_000u64 {
