@@ -298,12 +298,12 @@ pub struct FileCache {
     costs: Arc<cold::LookupCosts>,
     slow: bool,
     /// The disk threads' fast lookups in a row after which they are made here
-    /// again: doubled each time one made here was slow, up to [`TRUST_AFTER_MAX`].
+    /// again: doubled each time they are, up to [`TRUST_AFTER_MAX`].
     trust_after: u32,
 }
 
-/// Fast lookups by the disk threads in a row before the first ones are made on
-/// the worker; each lookup made there that turns out slow doubles it.
+/// Fast lookups by the disk threads in a row after which lookups are made on the
+/// worker again; each lookup made there that turns out slow doubles it.
 pub const TRUST_AFTER: u32 = 16;
 /// The most it is doubled to.
 pub const TRUST_AFTER_MAX: u32 = 4096;
@@ -320,7 +320,7 @@ impl FileCache {
             bytes: 0,
             may_wait: true,
             costs: cold::LookupCosts::new(Duration::from_millis(1)),
-            slow: true,
+            slow: false,
             trust_after: TRUST_AFTER,
         }
     }
@@ -329,6 +329,7 @@ impl FileCache {
     /// wait for the disk (`files.disk_lookup_max`; zero: none is made there).
     pub fn set_lookup_max(&mut self, max: Duration) {
         self.costs = cold::LookupCosts::new(max);
+        self.slow = max.is_zero();
     }
 
     /// What lookups outside the kernel's caches cost lately, for the disk
@@ -373,9 +374,10 @@ impl FileCache {
             }
             // Expired: still the same file, unchanged? Then trust it again.
             if let Slot::File(f) = s {
-                if root.stamp(rel).ok().as_ref() == Some(&f.stamp) {
+                let f = Rc::clone(f);
+                if self.stamp(root, rel).ok().as_ref() == Some(&f.stamp) {
                     f.until.set(now + self.validity);
-                    return (s.entry(), now + self.validity);
+                    return (Entry::File(f), now + self.validity);
                 }
             }
         }
@@ -479,17 +481,14 @@ impl FileCache {
     /// blocks are cached, which needs no read (a scan for absent files). Sending
     /// every such lookup to the disk threads cost that scan 2.5 times the CPU per
     /// request, and asking the caches first then opening here 20%
-    /// (docs/BENCHMARKS.md). So it starts `slow` (the disk threads make them),
-    /// and once their last [`TRUST_AFTER`] lookups in a row did not wait, they
-    /// are made here, timed, until one here waits longer than `lookup_max`
-    /// (`LookupCosts::timed`): then it is `slow` again, and twice as many fast
-    /// lookups are asked for before the next try.
+    /// (docs/BENCHMARKS.md). So they are made here, timed, until one waits
+    /// longer than `lookup_max` (`LookupCosts::timed`): then the cache is `slow`,
+    /// they go to the disk threads, and once [`TRUST_AFTER`] of theirs in a row
+    /// did not wait (twice as many each time), they are made here again. A worker
+    /// thus waits for at most one lookup each time the disk turns slow.
     fn open_without_disk(&mut self, root: &Root, rel: &str) -> io::Result<File> {
-        if self.slow {
-            if !self.costs.may_be_fast() || self.costs.fast_in_a_row() < self.trust_after {
-                return root.open_cached(rel);
-            }
-            self.slow = false;
+        if !self.lookups_trusted() {
+            return root.open_cached(rel);
         }
         let (opened, slow) = self.costs.timed(|| root.open(rel));
         if slow {
@@ -498,12 +497,37 @@ impl FileCache {
         opened
     }
 
+    /// Whether lookups are made here (not `slow`, or the disk threads have since
+    /// found [`FileCache::trust_after`] in a row fast).
+    fn lookups_trusted(&mut self) -> bool {
+        if self.slow && self.costs.may_be_fast() && self.costs.fast_in_a_row() >= self.trust_after {
+            self.slow = false;
+            // If they turn slow again, twice as many the next time.
+            self.trust_after = (self.trust_after * 2).min(TRUST_AFTER_MAX);
+        }
+        !self.slow
+    }
+
+    /// The identity and version of `rel` as it is now ([`Root::stamp`]), for a
+    /// revalidation or a sibling's presence: while lookups are known to wait
+    /// (`slow`, and the cache may not wait), only from the kernel's caches
+    /// ([`Root::stamp_cached`]: `EAGAIN` if it would read). Entries revalidated
+    /// were used within the last 30 s, so their names are rarely out of the
+    /// caches, but after the caches were emptied (memory pressure, a tree walk)
+    /// every one of them would have stalled the worker once.
+    pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
+        if self.may_wait || self.lookups_trusted() {
+            root.stamp(rel)
+        } else {
+            root.stamp_cached(rel)
+        }
+    }
+
     /// A lookup made here waited for the disk: the next ones go to the disk
-    /// threads until their own have been fast twice as long as last time.
+    /// threads until `trust_after` of theirs in a row have been fast.
     fn made_slow_lookup(&mut self) {
         self.slow = true;
         self.costs.restart();
-        self.trust_after = (self.trust_after * 2).min(TRUST_AFTER_MAX);
     }
 
     /// Keep `entry` for `validity`; false when it is not kept (a descriptor over

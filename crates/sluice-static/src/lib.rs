@@ -98,10 +98,16 @@ impl StaticHandler {
     fn lookup(&mut self, rel: &str, now: Instant) -> (Entry, Instant) {
         let found = self.cache.lookup_until(&self.root, rel, now);
         if let Entry::Cold = found.0 {
-            let costs = Arc::clone(self.cache.lookup_costs());
-            self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel, costs));
+            self.stopped_short(rel);
         }
         found
+    }
+
+    /// An answer about `rel` would wait for the disk: remember the lookup for the
+    /// disk threads ([`StaticHandler::take_cold`]).
+    fn stopped_short(&mut self, rel: &str) {
+        let costs = Arc::clone(self.cache.lookup_costs());
+        self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel, costs));
     }
 
     pub fn root(&self) -> &Root {
@@ -296,7 +302,9 @@ impl StaticHandler {
         else {
             return self.file(head, &info, None);
         };
-        let sibs = self.siblings(rel, &info, now);
+        let Some(sibs) = self.siblings(rel, &info, now) else {
+            return cold_answer();
+        };
         if sibs.present == 0 {
             // The file's own answer, whatever the header says.
             return keep_until(self.file(head, &info, None), sibs.until);
@@ -340,10 +348,12 @@ impl StaticHandler {
     /// asks for overflowed the cache (`cache_entries`) on a tree of 10,000 files,
     /// which then emptied and reloaded it again and again (docs/BENCHMARKS.md). A
     /// name that is there but is no regular file the policy allows is found out by
-    /// the lookup of the one chosen (`file_or_sibling`).
-    fn siblings(&mut self, rel: &str, info: &FileInfo, now: Instant) -> Siblings {
+    /// the lookup of the one chosen (`file_or_sibling`). `None` when a name's
+    /// lookup would wait for the disk (`FileCache::stamp`; the lookup for the disk
+    /// threads is then in `self.cold`).
+    fn siblings(&mut self, rel: &str, info: &FileInfo, now: Instant) -> Option<Siblings> {
         if let Some(known) = info.siblings.get().filter(|k| k.until > now) {
-            return known;
+            return Some(known);
         }
         let mut found = Siblings {
             present: 0,
@@ -352,13 +362,19 @@ impl StaticHandler {
         let mut name = std::mem::take(&mut self.scratch);
         for coding in Coding::ALL {
             sibling_name(&mut name, rel, coding);
-            if self.root.stamp(&name).is_ok() {
-                found.present |= coding.bit();
+            match self.cache.stamp(&self.root, &name) {
+                Ok(_) => found.present |= coding.bit(),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    self.scratch = name;
+                    self.stopped_short(rel);
+                    return None;
+                }
+                Err(_) => {}
             }
         }
         self.scratch = name;
         info.siblings.set(Some(found));
-        found
+        Some(found)
     }
 
     /// Answer for one regular file; `encoded` = (its coding, the original's type)

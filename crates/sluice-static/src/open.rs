@@ -201,6 +201,38 @@ impl Root {
         })
     }
 
+    /// [`Root::stamp`] only from the kernel's caches of directory entries and
+    /// inodes: `EAGAIN` when it would read the disk. Three system calls
+    /// (`openat2(O_PATH, RESOLVE_CACHED)`, `fstat`, `close`) where `stamp` makes
+    /// one, so only for when lookups are known to wait (`cache::FileCache`).
+    pub fn stamp_cached(&self, rel: &str) -> io::Result<Stamp> {
+        if NO_OPENAT2.load(Ordering::Relaxed) || NO_RESOLVE_CACHED.load(Ordering::Relaxed) {
+            return self.stamp(rel);
+        }
+        let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let how = OpenHow {
+            flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+            mode: 0,
+            resolve: RESOLVE_CACHED,
+        };
+        // SAFETY: arguments match openat2(2): dirfd, path, *const open_how, size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.dir.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a fresh fd that we now own.
+        let f = unsafe { File::from_raw_fd(fd as i32) };
+        Ok(Stamp::of(&f.metadata()?))
+    }
+
     fn openat(&self, c: &CString, flags: i32) -> io::Result<File> {
         // SAFETY: valid dirfd and NUL-terminated relative path.
         let fd = unsafe { libc::openat(self.dir.as_raw_fd(), c.as_ptr(), flags) };
