@@ -45,6 +45,7 @@
 use sluice_static::cold::ColdLookup;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
@@ -139,21 +140,31 @@ pub fn ahead_for(sent: u64, took_ms: u64, after: u64) -> u64 {
 /// once the queue is empty.
 pub struct DiskPool {
     tx: SyncSender<Job>,
+    /// Jobs queued or being read (not the reads ahead): while any is, the disk
+    /// is in use, and a worker tries no lookup that might read it (`busy`).
+    in_hand: Arc<AtomicUsize>,
 }
 
 impl DiskPool {
     pub fn start(threads: usize) -> std::io::Result<DiskPool> {
         let (tx, rx) = sync_channel::<Job>(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
+        let in_hand = Arc::new(AtomicUsize::new(0));
         let sink = Arc::new(std::fs::OpenOptions::new().write(true).open("/dev/null")?);
         for i in 0..threads {
             let rx = Arc::clone(&rx);
             let sink = Arc::clone(&sink);
+            let in_hand = Arc::clone(&in_hand);
             std::thread::Builder::new()
                 .name(format!("sluice-disk{i}"))
-                .spawn(move || read_loop(&rx, &sink))?;
+                .spawn(move || read_loop(&rx, &sink, &in_hand))?;
         }
-        Ok(DiskPool { tx })
+        Ok(DiskPool { tx, in_hand })
+    }
+
+    /// Whether the threads have work in hand (the disk is in use).
+    pub fn busy(&self) -> bool {
+        self.in_hand.load(Ordering::Relaxed) > 0
     }
 
     /// Read `[off, off + len)` of `file` off the worker, then report `who` to `to`;
@@ -194,9 +205,13 @@ impl DiskPool {
             who,
             to: Arc::clone(to),
         };
+        self.in_hand.fetch_add(1, Ordering::Relaxed);
         match self.tx.try_send(job) {
             Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.in_hand.fetch_sub(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 }
@@ -207,7 +222,7 @@ impl DiskPool {
 /// meanwhile) end the job; the worker meets them when it sends, as it always did.
 /// Then, if the job asks for it and no other job waits, the range after it
 /// ([`AHEAD`]) is read the same way with nobody to tell.
-fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File) {
+fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
     let mut ahead: Option<(File, u64, u64)> = None;
     loop {
         let job = {
@@ -236,6 +251,7 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File) {
             } => {
                 let len = len.clamp(1, PREFETCH);
                 fill(sink, &file, off, len);
+                in_hand.fetch_sub(1, Ordering::Relaxed);
                 job.to.finish(job.who);
                 if after > 0 {
                     ahead = Some((file, off + len, after));
@@ -243,6 +259,7 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File) {
             }
             Work::Lookup(cold) => {
                 cold.warm(|f, off, len| fill(sink, f, off, len));
+                in_hand.fetch_sub(1, Ordering::Relaxed);
                 job.to.finish(job.who);
             }
         }

@@ -204,7 +204,7 @@ pub enum Entry {
     /// Exists but may not be served (permissions, symlink escape, not a regular file).
     Forbidden,
     /// Not known yet: looking it up, or reading its bytes, would wait for the disk,
-    /// and the cache was told not to wait ([`FileCache::set_may_wait`]; see
+    /// and the cache was told not to wait ([`FileCache::set_disk`]; see
     /// [`crate::cold`]). Never kept.
     Cold,
 }
@@ -292,6 +292,8 @@ pub struct FileCache {
     bytes: usize,
     /// Whether a load may wait for the disk; when not, it answers [`Entry::Cold`].
     may_wait: bool,
+    /// The disk threads have work in hand: no lookup is tried here ([`cold::DiskWait`]).
+    disk_busy: bool,
     /// Lookups the kernel's caches cannot make go to the disk threads
     /// ([`Entry::Cold`]) while `slow`; else they are made here. `costs`: what
     /// such lookups cost lately (shared with the disk threads' [`cold::ColdLookup`]s).
@@ -319,6 +321,7 @@ impl FileCache {
             fds: 0,
             bytes: 0,
             may_wait: true,
+            disk_busy: false,
             costs: cold::LookupCosts::new(Duration::from_millis(1)),
             slow: false,
             trust_after: TRUST_AFTER,
@@ -340,8 +343,11 @@ impl FileCache {
 
     /// Whether the lookups that follow may wait for the disk (the default), or
     /// answer [`Entry::Cold`] where they would ([`crate::cold`]).
-    pub fn set_may_wait(&mut self, may: bool) {
-        self.may_wait = may;
+    pub fn set_disk(&mut self, disk: cold::DiskWait) {
+        (self.may_wait, self.disk_busy) = match disk {
+            cold::DiskWait::May => (true, false),
+            cold::DiskWait::Threads { busy } => (false, busy),
+        };
     }
 
     pub fn len(&self) -> usize {
@@ -481,13 +487,15 @@ impl FileCache {
     /// blocks are cached, which needs no read (a scan for absent files). Sending
     /// every such lookup to the disk threads cost that scan 2.5 times the CPU per
     /// request, and asking the caches first then opening here 20%
-    /// (docs/BENCHMARKS.md). So they are made here, timed, until one waits
+    /// (docs/BENCHMARKS.md). So while the disk threads have no work in hand (the
+    /// disk is not busy with the server's reads), they are made here, timed, until one waits
     /// longer than `lookup_max` (`LookupCosts::timed`): then the cache is `slow`,
     /// they go to the disk threads, and once [`TRUST_AFTER`] of theirs in a row
     /// did not wait (twice as many each time), they are made here again. A worker
     /// thus waits for at most one lookup each time the disk turns slow.
     fn open_without_disk(&mut self, root: &Root, rel: &str) -> io::Result<File> {
-        if !self.lookups_trusted() {
+        // (While the disk is in use, a lookup that reads it waits behind that work.)
+        if !self.lookups_trusted() || self.disk_busy {
             return root.open_cached(rel);
         }
         let (opened, slow) = self.costs.timed(|| root.open(rel));
@@ -498,7 +506,7 @@ impl FileCache {
     }
 
     /// Whether lookups are made here (not `slow`, or the disk threads have since
-    /// found [`FileCache::trust_after`] in a row fast).
+    /// found `trust_after` in a row fast).
     fn lookups_trusted(&mut self) -> bool {
         if self.slow && self.costs.may_be_fast() && self.costs.fast_in_a_row() >= self.trust_after {
             self.slow = false;
@@ -510,13 +518,14 @@ impl FileCache {
 
     /// The identity and version of `rel` as it is now ([`Root::stamp`]), for a
     /// revalidation or a sibling's presence: while lookups are known to wait
-    /// (`slow`, and the cache may not wait), only from the kernel's caches
+    /// (`slow`) or the disk is in use (`disk_busy`), and the cache may not wait,
+    /// only from the kernel's caches
     /// ([`Root::stamp_cached`]: `EAGAIN` if it would read). Entries revalidated
     /// were used within the last 30 s, so their names are rarely out of the
     /// caches, but after the caches were emptied (memory pressure, a tree walk)
     /// every one of them would have stalled the worker once.
     pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
-        if self.may_wait || self.lookups_trusted() {
+        if self.may_wait || (self.lookups_trusted() && !self.disk_busy) {
             root.stamp(rel)
         } else {
             root.stamp_cached(rel)

@@ -180,6 +180,20 @@ pub fn read_nowait(file: &File, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Whether the answers that follow may wait for the disk: set by the worker for
+/// each request ([`crate::StaticHandler::set_disk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskWait {
+    /// They may (no disk threads, or this request has waited for them enough):
+    /// a lookup reads what it must.
+    May,
+    /// The disk threads wait instead: where an answer would wait it stops short
+    /// ([`crate::cache::Entry::Cold`]). `busy`: they have work in hand, so the
+    /// disk is in use and a lookup that reads it would wait behind that work:
+    /// then none is tried on the worker, however fast lookups have been.
+    Threads { busy: bool },
+}
+
 /// What the lookups the kernel's caches could not make have cost lately: shared
 /// by a worker's file cache (which makes them itself while they are fast) and the
 /// [`ColdLookup`]s it hands to the disk threads (which report what theirs cost).

@@ -81,8 +81,8 @@ impl StaticHandler {
     /// would wait (a path, or a small file's bytes, not in the kernel's caches;
     /// [`cold`]) it is [`cold_answer`]'s stand-in, and [`StaticHandler::take_cold`]
     /// says what to have read before asking again.
-    pub fn set_may_wait(&mut self, may: bool) {
-        self.cache.set_may_wait(may);
+    pub fn set_disk(&mut self, disk: cold::DiskWait) {
+        self.cache.set_disk(disk);
     }
 
     /// After an answer: the lookup it stopped short of (its answer was the
@@ -501,7 +501,7 @@ impl StaticHandler {
 const UNBOUNDED: Duration = Duration::from_secs(3600);
 
 /// The stand-in answer of a lookup that stopped short of the disk
-/// ([`StaticHandler::set_may_wait`]). The worker has the request asked again once
+/// ([`StaticHandler::set_disk`]). The worker has the request asked again once
 /// a disk thread has read what it needs, and sends this only if it cannot; then it
 /// is the truth: come back in a moment.
 fn cold_answer() -> Response {

@@ -14,6 +14,7 @@ use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, Parsed};
 use sluice_static::answers::{Answer, Probe};
+use sluice_static::cold::DiskWait;
 use sluice_status::Counters;
 use std::sync::atomic::Ordering;
 
@@ -209,8 +210,13 @@ impl Worker {
                 let site = self.snap.hosts.find(head.host);
                 // Stop short of the disk while the disk pool can wait for it.
                 let pool = self.shared.disk.as_ref();
-                self.files[site]
-                    .set_may_wait(pool.is_none() || self.disk_rounds >= MAX_DISK_ROUNDS);
+                let disk = match pool {
+                    Some(p) if self.disk_rounds < MAX_DISK_ROUNDS => {
+                        DiskWait::Threads { busy: p.busy() }
+                    }
+                    _ => DiskWait::May,
+                };
+                self.files[site].set_disk(disk);
                 let mut ctx = PhaseCtx {
                     snap: &self.snap,
                     shared: &self.shared,
@@ -254,7 +260,7 @@ impl Worker {
                         };
                         return Step::Wait;
                     }
-                    ctx.files.set_may_wait(true);
+                    ctx.files.set_disk(DiskWait::May);
                     resp = phases::respond(&mut ctx, head);
                 }
                 let rule = ctx.rule;

@@ -152,8 +152,9 @@ fn an_expired_entry_is_kept_only_while_its_file_is_unchanged() {
 /// not wait makes the lookup itself until one of its own is slow (here:
 /// `made_slow_lookup`, what a lookup that slept past `lookup_max` does); then it
 /// answers `Cold` (for the disk threads) until their last `TRUST_AFTER` lookups in
-/// a row were fast, and twice as many the next time. With `lookup_max` zero,
-/// always `Cold`. Cold answers are never kept; names the kernel knows are
+/// a row were fast, and twice as many the next time; and while the disk threads
+/// have work in hand (the disk is busy), always. With `lookup_max` zero, always
+/// `Cold`. Cold answers are never kept; names the kernel knows are
 /// answered; an expired entry is checked only from the kernel's caches while
 /// lookups are slow.
 #[test]
@@ -168,12 +169,16 @@ fn lookups_are_made_on_the_worker_only_while_they_are_fast() {
         format!("never-asked-{}-{n}", std::process::id())
     };
     let mut c = FileCache::new(Duration::from_secs(1), 100, 1024);
-    c.set_may_wait(false);
+    c.set_disk(cold::DiskWait::Threads { busy: false });
     let costs = Arc::clone(c.lookup_costs());
     // Fast so far: made here, answered, kept.
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::NotFound));
     assert!(matches!(c.lookup(&root, "f", now), Entry::File(_)));
     assert_eq!(c.len(), 2);
+    // While the disk threads have work in hand, none is tried here.
+    c.set_disk(cold::DiskWait::Threads { busy: true });
+    assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
+    c.set_disk(cold::DiskWait::Threads { busy: false });
     // One made here was slow: Cold until the disk threads found TRUST_AFTER fast.
     c.made_slow_lookup();
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
