@@ -175,9 +175,10 @@ pub struct FilesSection {
     pub disk_threads: usize,
     /// A lookup of a path the kernel has no directory entry for (a name not asked
     /// for in a while, or never: a 404) may or may not read the disk, and nothing
-    /// tells which beforehand. The worker makes it itself while its own such
-    /// lookups take at most this long; one that takes longer sends the next ones
-    /// to the disk threads for 10 s. 0: always the disk threads.
+    /// tells which beforehand. The worker makes it itself while the disk threads
+    /// have nothing in hand and its own such lookups wait at most this long; one
+    /// that waits longer sends the next ones to the disk threads until theirs have
+    /// been fast a while (`sluice_static::cold`). 0: always the disk threads.
     #[serde(deserialize_with = "crate::de::duration")]
     pub disk_lookup_max: Duration,
 }

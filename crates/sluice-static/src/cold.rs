@@ -11,9 +11,12 @@
 //!   with `EAGAIN` instead of reading. That is pessimistic: a name never looked up
 //!   fails even when its directory's blocks are in the page cache and nothing need
 //!   be read (a 404 scan of new names). So the cache makes such lookups on the
-//!   worker while they are known to be fast ([`LookupCosts`]: the disk threads'
-//!   last lookups did not wait), and sends them to the disk threads from the first
-//!   one made on the worker that waited longer than `files.disk_lookup_max`.
+//!   worker, timed ([`LookupCosts`]), while the disk threads have nothing in hand
+//!   ([`DiskWait`]: a busy disk would make a lookup wait behind its work), and
+//!   sends them to the disk threads from the first one that waited longer than
+//!   `files.disk_lookup_max` until the threads' own have been fast a while. So the
+//!   worker waits for at most one lookup each time the disk turns slow, and only
+//!   while the server is not reading it.
 //! - **a small file's bytes**, read into memory when the file's cache entry is
 //!   made: read with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` (and
 //!   starts the kernel's readahead) instead of waiting.
@@ -30,13 +33,14 @@
 //! Owns: the residency checks and the warming work. Must not: decide what to do
 //! with a cold answer (the worker does), or send anything.
 //! Costs: only when an entry is loaded (a miss, or a descriptor's entry after its
-//! `cache_validity`), never on a cache hit: `RESOLVE_CACHED` is a flag on the
+//! `cache_validity`), never on a cache hit: a lookup on the worker one `getrusage`
+//! (two if it took longer than `disk_lookup_max`), `RESOLVE_CACHED` a flag on the
 //! `openat2` the load makes anyway, `RWF_NOWAIT` one on its read, and a medium
 //! file's check one `cachestat` (Linux 6.5; else one-byte `preadv2` probes). A
-//! revalidation's `fstatat` and a sibling's (`Accept-Encoding`), and a listing's
-//! directory read, are not checked: they follow a lookup of the same names or
-//! directory shortly before, whose entries the kernel still holds (and
-//! [`ColdLookup::warm`] stats the siblings too).
+//! revalidation's `fstatat` and a sibling's (`Accept-Encoding`) are made from the
+//! kernel's caches only while lookups go to the disk threads
+//! (`FileCache::stamp`: three system calls instead of one). A listing's directory
+//! read and the rules' `-f`/`-d` conditions are not checked.
 
 use crate::open::Root;
 use sluice_http::encoding::Coding;
