@@ -290,25 +290,10 @@ pub struct FileCache {
     small_file_max: usize,
     fds: usize,
     bytes: usize,
-    /// Whether a load may wait for the disk; when not, it answers [`Entry::Cold`].
-    may_wait: bool,
-    /// The disk threads have work in hand: no lookup is tried here ([`cold::DiskWait`]).
-    disk_busy: bool,
-    /// Lookups the kernel's caches cannot make go to the disk threads
-    /// ([`Entry::Cold`]) while `slow`; else they are made here. `costs`: what
-    /// such lookups cost lately (shared with the disk threads' [`cold::ColdLookup`]s).
-    costs: Arc<cold::LookupCosts>,
-    slow: bool,
-    /// The disk threads' fast lookups in a row after which they are made here
-    /// again: doubled each time they are, up to [`TRUST_AFTER_MAX`].
-    trust_after: u32,
+    /// Whether a load may wait for the disk, and how it looks up without
+    /// waiting when not ([`cold::Gate`]).
+    gate: cold::Gate,
 }
-
-/// Fast lookups by the disk threads in a row after which lookups are made on the
-/// worker again; each lookup made there that turns out slow doubles it.
-pub const TRUST_AFTER: u32 = 16;
-/// The most it is doubled to.
-pub const TRUST_AFTER_MAX: u32 = 4096;
 
 impl FileCache {
     pub fn new(validity: Duration, max_entries: usize, small_file_max: usize) -> Self {
@@ -320,34 +305,35 @@ impl FileCache {
             small_file_max,
             fds: 0,
             bytes: 0,
-            may_wait: true,
-            disk_busy: false,
-            costs: cold::LookupCosts::new(Duration::from_millis(1)),
-            slow: false,
-            trust_after: TRUST_AFTER,
+            gate: cold::Gate::new(Duration::from_millis(1)),
         }
     }
 
     /// The longest a lookup outside the kernel's caches made on the worker may
-    /// wait for the disk (`files.disk_lookup_max`; zero: none is made there).
+    /// wait for the disk (`files.disk_lookup_max`; zero: none is made there). Set
+    /// when the cache is made: it starts the gate afresh (it may wait, until
+    /// [`FileCache::set_disk`] says otherwise).
     pub fn set_lookup_max(&mut self, max: Duration) {
-        self.costs = cold::LookupCosts::new(max);
-        self.slow = max.is_zero();
+        self.gate = cold::Gate::new(max);
     }
 
     /// What lookups outside the kernel's caches cost lately, for the disk
     /// threads' [`cold::ColdLookup`]s to report theirs.
     pub fn lookup_costs(&self) -> &Arc<cold::LookupCosts> {
-        &self.costs
+        self.gate.costs()
     }
 
     /// Whether the lookups that follow may wait for the disk (the default), or
     /// answer [`Entry::Cold`] where they would ([`crate::cold`]).
     pub fn set_disk(&mut self, disk: cold::DiskWait) {
-        (self.may_wait, self.disk_busy) = match disk {
-            cold::DiskWait::May => (true, false),
-            cold::DiskWait::Threads { busy } => (false, busy),
-        };
+        self.gate.set(disk);
+    }
+
+    /// The identity and version of `rel` as it is now, for a revalidation or a
+    /// sibling's presence, without waiting for the disk where the cache may not
+    /// ([`cold::Gate::stamp`]).
+    pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
+        self.gate.stamp(root, rel)
     }
 
     pub fn len(&self) -> usize {
@@ -414,10 +400,7 @@ impl FileCache {
     /// Open and read `rel`; unless the cache may wait, only as far as the kernel
     /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
     fn load(&mut self, root: &Root, rel: &str) -> Entry {
-        let opened = match self.may_wait {
-            true => root.open(rel),
-            false => self.open_without_disk(root, rel),
-        };
+        let opened = self.gate.open(root, rel);
         let file = match opened {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Entry::Cold,
@@ -458,7 +441,7 @@ impl FileCache {
         };
         if (len as usize) <= self.small_file_max && self.bytes + len as usize <= MAX_CACHED_BYTES {
             let mut buf = vec![0u8; len as usize];
-            let read = match self.may_wait {
+            let read = match self.gate.may_wait() {
                 true => file.read_exact_at(&mut buf, 0).map(|()| true),
                 false => cold::read_nowait(&file, &mut buf),
             };
@@ -470,7 +453,7 @@ impl FileCache {
                 Ok(false) => return Entry::Cold,
                 Err(_) => {}
             }
-        } else if !self.may_wait
+        } else if !self.gate.may_wait()
             && len < cold::COLD_CHECK_MIN
             && !cold::cached(file.as_raw_fd(), len)
         {
@@ -479,64 +462,6 @@ impl FileCache {
         }
         info.file = Some(Rc::new(file));
         Entry::File(Rc::new(info))
-    }
-
-    /// Open `rel` without waiting for the disk, or as if. Whether a lookup will
-    /// read the disk is not known beforehand: the kernel's caches answer `EAGAIN`
-    /// (`RESOLVE_CACHED`) also for a name never asked for in a directory whose
-    /// blocks are cached, which needs no read (a scan for absent files). Sending
-    /// every such lookup to the disk threads cost that scan 2.5 times the CPU per
-    /// request, and asking the caches first then opening here 20%
-    /// (docs/BENCHMARKS.md). So while the disk threads have no work in hand (the
-    /// disk is not busy with the server's reads), they are made here, timed, until one waits
-    /// longer than `lookup_max` (`LookupCosts::timed`): then the cache is `slow`,
-    /// they go to the disk threads, and once [`TRUST_AFTER`] of theirs in a row
-    /// did not wait (twice as many each time), they are made here again. A worker
-    /// thus waits for at most one lookup each time the disk turns slow.
-    fn open_without_disk(&mut self, root: &Root, rel: &str) -> io::Result<File> {
-        // (While the disk is in use, a lookup that reads it waits behind that work.)
-        if !self.lookups_trusted() || self.disk_busy {
-            return root.open_cached(rel);
-        }
-        let (opened, slow) = self.costs.timed(|| root.open(rel));
-        if slow {
-            self.made_slow_lookup();
-        }
-        opened
-    }
-
-    /// Whether lookups are made here (not `slow`, or the disk threads have since
-    /// found `trust_after` in a row fast).
-    fn lookups_trusted(&mut self) -> bool {
-        if self.slow && self.costs.may_be_fast() && self.costs.fast_in_a_row() >= self.trust_after {
-            self.slow = false;
-            // If they turn slow again, twice as many the next time.
-            self.trust_after = (self.trust_after * 2).min(TRUST_AFTER_MAX);
-        }
-        !self.slow
-    }
-
-    /// The identity and version of `rel` as it is now ([`Root::stamp`]), for a
-    /// revalidation or a sibling's presence: while lookups are known to wait
-    /// (`slow`) or the disk is in use (`disk_busy`), and the cache may not wait,
-    /// only from the kernel's caches
-    /// ([`Root::stamp_cached`]: `EAGAIN` if it would read). Entries revalidated
-    /// were used within the last 30 s, so their names are rarely out of the
-    /// caches, but after the caches were emptied (memory pressure, a tree walk)
-    /// every one of them would have stalled the worker once.
-    pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
-        if self.may_wait || (self.lookups_trusted() && !self.disk_busy) {
-            root.stamp(rel)
-        } else {
-            root.stamp_cached(rel)
-        }
-    }
-
-    /// A lookup made here waited for the disk: the next ones go to the disk
-    /// threads until `trust_after` of theirs in a row have been fast.
-    fn made_slow_lookup(&mut self) {
-        self.slow = true;
-        self.costs.restart();
     }
 
     /// Keep `entry` for `validity`; false when it is not kept (a descriptor over

@@ -42,7 +42,7 @@
 //! (`FileCache::stamp`: three system calls instead of one). A listing's directory
 //! read and the rules' `-f`/`-d` conditions are not checked.
 
-use crate::open::Root;
+use crate::open::{sibling_name, Root, Stamp};
 use sluice_http::encoding::Coding;
 use std::fs::File;
 use std::io;
@@ -198,6 +198,121 @@ pub enum DiskWait {
     Threads { busy: bool },
 }
 
+/// How one file cache looks paths up: waiting for the disk where it may
+/// ([`DiskWait`]), else without, and what its own lookups have shown.
+///
+/// Whether a lookup will read the disk is not known beforehand: the kernel's
+/// caches answer `EAGAIN` (`RESOLVE_CACHED`) also for a name never asked for in a
+/// directory whose blocks are cached, which needs no read (a scan for absent
+/// files). Sending every such lookup to the disk threads cost that scan 2.5 times
+/// the CPU per request, and asking the caches first then opening on the worker
+/// 20% (docs/BENCHMARKS.md). So while the disk threads have no work in hand (the
+/// disk is not busy with the server's reads) lookups are made on the worker, timed,
+/// until one waits longer than `files.disk_lookup_max` ([`LookupCosts::timed`]):
+/// then the gate is `slow`, lookups go to the disk threads, and once
+/// `trust_after` of theirs in a row did not wait (twice as many each time) they
+/// are made on the worker again. A worker thus waits for at most one lookup each
+/// time the disk turns slow, and only while the server is not reading it.
+#[derive(Debug)]
+pub struct Gate {
+    may_wait: bool,
+    disk_busy: bool,
+    /// What lookups outside the kernel's caches cost lately (shared with the
+    /// disk threads' [`ColdLookup`]s).
+    costs: Arc<LookupCosts>,
+    slow: bool,
+    /// The disk threads' fast lookups in a row after which lookups are made on the
+    /// worker again: doubled each time they are, up to [`TRUST_AFTER_MAX`].
+    trust_after: u32,
+}
+
+/// Fast lookups by the disk threads in a row after which lookups are made on the
+/// worker again, the first time.
+pub const TRUST_AFTER: u32 = 16;
+/// The most it is doubled to.
+pub const TRUST_AFTER_MAX: u32 = 4096;
+
+impl Gate {
+    /// A gate that may wait (until told otherwise, [`Gate::set`]); `max`:
+    /// `files.disk_lookup_max` (zero: no lookup outside the kernel's caches is
+    /// made on the worker).
+    pub fn new(max: Duration) -> Gate {
+        Gate {
+            may_wait: true,
+            disk_busy: false,
+            costs: LookupCosts::new(max),
+            slow: max.is_zero(),
+            trust_after: TRUST_AFTER,
+        }
+    }
+
+    /// What the worker says for the request that follows.
+    pub fn set(&mut self, disk: DiskWait) {
+        (self.may_wait, self.disk_busy) = match disk {
+            DiskWait::May => (true, false),
+            DiskWait::Threads { busy } => (false, busy),
+        };
+    }
+
+    pub fn may_wait(&self) -> bool {
+        self.may_wait
+    }
+
+    pub fn costs(&self) -> &Arc<LookupCosts> {
+        &self.costs
+    }
+
+    /// Open `rel`: as [`Root::open`] where the cache may wait; else where lookups
+    /// are made on the worker (see the type's doc), timed; else only from the
+    /// kernel's caches ([`Root::open_cached`]: `EAGAIN` where they would read).
+    pub fn open(&mut self, root: &Root, rel: &str) -> io::Result<File> {
+        if self.may_wait {
+            return root.open(rel);
+        }
+        if !self.trusted() || self.disk_busy {
+            return root.open_cached(rel);
+        }
+        let (opened, slow) = self.costs.timed(|| root.open(rel));
+        if slow {
+            self.made_slow_lookup();
+        }
+        opened
+    }
+
+    /// The identity and version of `rel` as it is now ([`Root::stamp`]), for a
+    /// revalidation or a sibling's presence: where lookups go to the disk threads
+    /// (`slow`, or the disk in use), only from the kernel's caches
+    /// ([`Root::stamp_cached`]: `EAGAIN` where they would read; three system calls
+    /// instead of one). Entries revalidated were used within the last 30 s, so
+    /// their names are rarely out of the caches, but after the caches were emptied
+    /// (memory pressure, a tree walk) each of them stalled the worker once.
+    pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
+        if self.may_wait || (self.trusted() && !self.disk_busy) {
+            root.stamp(rel)
+        } else {
+            root.stamp_cached(rel)
+        }
+    }
+
+    /// Whether lookups are made on the worker (not `slow`, or the disk threads
+    /// have since found `trust_after` in a row fast).
+    fn trusted(&mut self) -> bool {
+        if self.slow && self.costs.may_be_fast() && self.costs.fast_in_a_row() >= self.trust_after {
+            self.slow = false;
+            // If they turn slow again, twice as many the next time.
+            self.trust_after = (self.trust_after * 2).min(TRUST_AFTER_MAX);
+        }
+        !self.slow
+    }
+
+    /// A lookup made on the worker waited for the disk: the next ones go to the
+    /// disk threads until `trust_after` of theirs in a row have been fast.
+    pub(crate) fn made_slow_lookup(&mut self) {
+        self.slow = true;
+        self.costs.restart();
+    }
+}
+
 /// What the lookups the kernel's caches could not make have cost lately: shared
 /// by a worker's file cache (which makes them itself while they are fast) and the
 /// [`ColdLookup`]s it hands to the disk threads (which report what theirs cost).
@@ -311,7 +426,7 @@ impl ColdLookup {
         }
         let mut name = String::with_capacity(self.rel.len() + 5);
         for coding in Coding::ALL {
-            crate::sibling_name(&mut name, &self.rel, coding);
+            sibling_name(&mut name, &self.rel, coding);
             let _ = self.root.stamp(&name);
         }
     }

@@ -37,6 +37,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use open::sibling_name;
 pub use open::Root;
 
 /// One per worker: the root, the settings, and the worker's cache.
@@ -508,13 +509,6 @@ fn cold_answer() -> Response {
     let mut r = Response::text(503, Some("reading the disk"));
     r.headers.add("Retry-After", "1");
     r
-}
-
-/// `rel`'s sibling in `coding` (`page.html.gz`), written into `name`.
-pub(crate) fn sibling_name(name: &mut String, rel: &str, coding: Coding) {
-    name.clear();
-    name.push_str(rel);
-    name.push_str(coding.suffix());
 }
 
 /// `r`, its promise of reuse (if any) cut to `until`.

@@ -243,3 +243,10 @@ impl Root {
         Ok(unsafe { File::from_raw_fd(fd) })
     }
 }
+
+/// `rel`'s precompressed sibling in `coding` (`page.html.gz`), written into `name`.
+pub(crate) fn sibling_name(name: &mut String, rel: &str, coding: sluice_http::encoding::Coding) {
+    name.clear();
+    name.push_str(rel);
+    name.push_str(coding.suffix());
+}

@@ -180,15 +180,15 @@ fn lookups_are_made_on_the_worker_only_while_they_are_fast() {
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
     c.set_disk(cold::DiskWait::Threads { busy: false });
     // One made here was slow: Cold until the disk threads found TRUST_AFTER fast.
-    c.made_slow_lookup();
+    c.gate.made_slow_lookup();
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
-    for _ in 0..TRUST_AFTER - 1 {
+    for _ in 0..cold::TRUST_AFTER - 1 {
         costs.record(false);
     }
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
     // One slow one among them starts the count again.
     costs.record(true);
-    for _ in 0..TRUST_AFTER - 1 {
+    for _ in 0..cold::TRUST_AFTER - 1 {
         costs.record(false);
     }
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
@@ -198,8 +198,8 @@ fn lookups_are_made_on_the_worker_only_while_they_are_fast() {
     costs.record(false);
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::NotFound));
     // Slow again: twice as many.
-    c.made_slow_lookup();
-    for _ in 0..2 * TRUST_AFTER - 1 {
+    c.gate.made_slow_lookup();
+    for _ in 0..2 * cold::TRUST_AFTER - 1 {
         costs.record(false);
     }
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
@@ -208,13 +208,14 @@ fn lookups_are_made_on_the_worker_only_while_they_are_fast() {
     assert_eq!(c.len(), 4, "a Cold answer was kept");
     // A name the kernel has an entry for (a miss asked before) is answered either way.
     let known = format!("never-asked-{}-1", std::process::id());
-    c.made_slow_lookup();
+    c.gate.made_slow_lookup();
     c.expire(now + Duration::from_secs(60));
     assert!(matches!(c.lookup(&root, &known, now), Entry::NotFound));
     // Zero: never made here, however fast the disk threads were.
     c.set_lookup_max(Duration::ZERO);
+    c.set_disk(cold::DiskWait::Threads { busy: false });
     let costs = Arc::clone(c.lookup_costs());
-    for _ in 0..TRUST_AFTER_MAX {
+    for _ in 0..cold::TRUST_AFTER_MAX {
         costs.record(false);
     }
     assert!(matches!(c.lookup(&root, &absent(), now), Entry::Cold));
