@@ -399,17 +399,20 @@ mod tests {
     #[test]
     fn heads_that_do_not_fit_are_admitted_by_a_shrinking_share() {
         let now = Instant::now();
-        // 256 heads through a table of 8, never reused: each time the table is
-        // emptied, half the share, until the heads admitted fit and stay.
+        // 128 heads through a table of 8, never reused: each time the table is
+        // emptied, half the share, until the heads admitted fit and stay. (Which
+        // heads are admitted follows the hash's random seed: with 256 heads, more
+        // than 8 of them fell in the smallest share, 1 in 64, in ~2% of runs, and
+        // the test failed once in the suite; with 128, ~0.03% by simulation.)
         let mut c = AnswerCache::new(8);
-        let first = round(&mut c, 256, 0, now);
+        let first = round(&mut c, 128, 0, now);
         for _ in 0..4 {
-            round(&mut c, 256, 0, now);
+            round(&mut c, 128, 0, now);
         }
-        let later = round(&mut c, 256, 0, now);
-        assert!(first >= 32 && later == 0, "built {first}, then {later}");
+        let later = round(&mut c, 128, 0, now);
+        assert!(first >= 24 && later == 0, "built {first}, then {later}");
         let stride = c.stride;
-        assert!(stride >= 16, "one head in {stride}");
+        assert!(stride >= 8, "one head in {stride}");
         // Once a second, a table less than half full admits twice the share.
         c.table.clear();
         c.expire(now);
