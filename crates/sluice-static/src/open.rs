@@ -125,26 +125,10 @@ impl Root {
             if cached {
                 resolve |= RESOLVE_CACHED;
             }
-            let how = OpenHow {
-                flags,
-                mode: 0,
-                resolve,
+            let err = match self.openat2(&c, flags, resolve) {
+                Ok(f) => return Ok(f),
+                Err(e) => e,
             };
-            // SAFETY: arguments match openat2(2): dirfd, path, *const open_how, size.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_openat2,
-                    self.dir.as_raw_fd(),
-                    c.as_ptr(),
-                    &how as *const OpenHow,
-                    std::mem::size_of::<OpenHow>(),
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: the kernel returned a fresh fd that we now own.
-                return Ok(unsafe { File::from_raw_fd(fd as i32) });
-            }
-            let err = io::Error::last_os_error();
             if cached && err.raw_os_error() == Some(libc::EINVAL) {
                 // A kernel from before RESOLVE_CACHED: never ask again.
                 NO_RESOLVE_CACHED.store(true, Ordering::Relaxed);
@@ -210,10 +194,17 @@ impl Root {
             return self.stamp(rel);
         }
         let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+        let f = self.openat2(&c, flags, RESOLVE_CACHED)?;
+        Ok(Stamp::of(&f.metadata()?))
+    }
+
+    /// One `openat2(2)` relative to the root.
+    fn openat2(&self, c: &CString, flags: u64, resolve: u64) -> io::Result<File> {
         let how = OpenHow {
-            flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+            flags,
             mode: 0,
-            resolve: RESOLVE_CACHED,
+            resolve,
         };
         // SAFETY: arguments match openat2(2): dirfd, path, *const open_how, size.
         let fd = unsafe {
@@ -229,8 +220,7 @@ impl Root {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the kernel returned a fresh fd that we now own.
-        let f = unsafe { File::from_raw_fd(fd as i32) };
-        Ok(Stamp::of(&f.metadata()?))
+        Ok(unsafe { File::from_raw_fd(fd as i32) })
     }
 
     fn openat(&self, c: &CString, flags: i32) -> io::Result<File> {
