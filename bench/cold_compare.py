@@ -113,6 +113,18 @@ def unslow_disk():
     os.rmdir(BLKIO)
 
 
+def stop(procs, slowed):
+    """Stop the servers started (each its own session), and lift the throttle."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    if slowed:
+        unslow_disk()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
@@ -153,14 +165,7 @@ def main():
             out = subprocess.run(cmd, capture_output=True, text=True)
             print(out.stdout + out.stderr, flush=True)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        if a.slow_disk:
-            unslow_disk()
+        stop(procs, a.slow_disk)
 
 
 if __name__ == "__main__":

@@ -162,9 +162,7 @@ def absent(a, servers, sluice_bin, client_prefix):
                       f"({res['counts']['status_4xx']} of {n_req} answered 404; {n_req / a.absent:.2f} of the list)",
                       flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-            p.wait(timeout=20)
+        cold_compare.stop(list(procs.values()), None)
     print("\nmedians: server CPU µs per 404; req/s")
     for n in servers:
         print(f"{n:14s} {statistics.median(x[0] for x in rows[n]):.1f}; {statistics.median(x[1] for x in rows[n]):.0f}")
@@ -219,14 +217,7 @@ def main():
                       f"(×{co[1] / max(ca[1], 1):.2f}); small req/s {ca[2]:.0f}/{co[2]:.0f}; "
                       f"files/s cached {ca[3]:.0f} cold {co[3]:.0f} (availability {co[4]:.4f})", flush=True)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        if a.slow_disk:
-            cold_compare.unslow_disk()
+        cold_compare.stop(procs, a.slow_disk)
     print("\nmedians over rounds: small p99 cached → cold (µs); cold files/s")
     for n in servers:
         med = lambda ph, i: statistics.median(g[ph][i] for g in rows[n])
