@@ -242,7 +242,7 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
             }
         };
         let Some(job) = job else { return };
-        match job.what {
+        let next = match job.what {
             Work::Range {
                 file,
                 off,
@@ -251,18 +251,16 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
             } => {
                 let len = len.clamp(1, PREFETCH);
                 fill(sink, &file, off, len);
-                in_hand.fetch_sub(1, Ordering::Relaxed);
-                job.to.finish(job.who);
-                if after > 0 {
-                    ahead = Some((file, off + len, after));
-                }
+                (after > 0).then_some((file, off + len, after))
             }
             Work::Lookup(cold) => {
                 cold.warm(|f, off, len| fill(sink, f, off, len));
-                in_hand.fetch_sub(1, Ordering::Relaxed);
-                job.to.finish(job.who);
+                None
             }
-        }
+        };
+        in_hand.fetch_sub(1, Ordering::Relaxed);
+        job.to.finish(job.who);
+        ahead = next;
     }
 }
 

@@ -400,8 +400,7 @@ impl FileCache {
     /// Open and read `rel`; unless the cache may wait, only as far as the kernel
     /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
     fn load(&mut self, root: &Root, rel: &str) -> Entry {
-        let opened = self.gate.open(root, rel);
-        let file = match opened {
+        let file = match self.gate.open(root, rel) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Entry::Cold,
             Err(e) => return classify(&e),

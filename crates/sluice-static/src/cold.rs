@@ -47,7 +47,7 @@ use sluice_http::encoding::Coding;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -115,11 +115,11 @@ pub fn cached(fd: i32, len: u64) -> bool {
         recently_evicted: u64,
     }
     const SYS_CACHESTAT: libc::c_long = 451; // the same number on every architecture
-    static NO_CACHESTAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
     if len == 0 {
         return true;
     }
-    if !NO_CACHESTAT.load(std::sync::atomic::Ordering::Relaxed) {
+    if !NO_CACHESTAT.load(Ordering::Relaxed) {
         let range = Range { off: 0, len };
         let mut st = Stat::default();
         // SAFETY: the arguments cachestat(2) takes: a descriptor, a range to read
@@ -138,7 +138,7 @@ pub fn cached(fd: i32, len: u64) -> bool {
             let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(512) as u64;
             return st.cache >= len.div_ceil(page);
         }
-        NO_CACHESTAT.store(true, std::sync::atomic::Ordering::Relaxed);
+        NO_CACHESTAT.store(true, Ordering::Relaxed);
     }
     resident(fd, 0, len, true)
 }

@@ -154,14 +154,21 @@ impl Worker {
             let Phase::Ready { started } = c.phase else {
                 continue;
             };
-            c.phase = Phase::Head {
-                started,
-                discard: 0,
-            };
-            self.admit_one = true;
-            self.drive(key);
-            self.admit_one = false;
+            self.answer_parked(key, started);
         }
+    }
+
+    /// Answer, from the start and now, a complete request that was parked with
+    /// its bytes since `started` (`Phase::Ready`, `Phase::Disk`): its turn is
+    /// taken, whatever this loop turn's share (`admit_one`).
+    fn answer_parked(&mut self, key: usize, started: Ms) {
+        self.conns[key].phase = Phase::Head {
+            started,
+            discard: 0,
+        };
+        self.admit_one = true;
+        self.drive(key);
+        self.admit_one = false;
     }
 
     /// Responses whose cold range the disk pool has read take their next send
@@ -181,14 +188,8 @@ impl Worker {
                 self.cond.park(key, c.peer, Class::Waiting);
             } else if let Phase::Disk { started, rounds } = c.phase {
                 // Its turn was taken when it first came: not queued again.
-                c.phase = Phase::Head {
-                    started,
-                    discard: 0,
-                };
                 self.disk_rounds = rounds;
-                self.admit_one = true;
-                self.drive(key as usize);
-                self.admit_one = false;
+                self.answer_parked(key as usize, started);
                 self.disk_rounds = 0;
             }
         }
