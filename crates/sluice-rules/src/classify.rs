@@ -86,14 +86,16 @@ impl Classify {
         };
         let ip = req.remote_addr.map(addr_bits).unwrap_or((0, true));
         let mut exceeded = true;
+        // A request asked again (it waited for the disk) was counted the first time.
+        let add = !req.counted;
         for r in &self.rates {
             let n = match r.scope {
-                Scope::Addr => table.hit((r.seed, ip), r.window_ms),
+                Scope::Addr => table.hit((r.seed, ip), r.window_ms, add),
                 Scope::Net => {
                     let net = ip.0 & prefix_mask(if ip.1 { 24 } else { 64 }, ip.1);
-                    table.hit((r.seed, net, ip.1), r.window_ms)
+                    table.hit((r.seed, net, ip.1), r.window_ms, add)
                 }
-                Scope::Repeat => table.hit((r.seed, ip, req.path, req.query), r.window_ms),
+                Scope::Repeat => table.hit((r.seed, ip, req.path, req.query), r.window_ms, add),
             };
             exceeded &= n > r.max;
         }

@@ -32,7 +32,7 @@ pub mod template;
 pub use loader::{Format, LoadError};
 use model::{Miss, Pattern, Rule};
 pub use outcome::Outcome;
-pub use request::{MapDef, Maps, Request, Var};
+pub use request::{FileTests, MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, Default)]

@@ -404,17 +404,8 @@ fn eval_cond(c: &Cond, subject: &str, req: &Request) -> (bool, Option<Vec<Option
             None,
         ),
         CondTest::IsFile | CondTest::IsDir => {
-            let ok = safe_fs_path(subject, req).is_some_and(|p| match std::fs::metadata(p) {
-                Ok(m) => {
-                    if matches!(c.test, CondTest::IsFile) {
-                        m.is_file()
-                    } else {
-                        m.is_dir()
-                    }
-                }
-                Err(_) => false,
-            });
-            (ok, None)
+            let dir = matches!(c.test, CondTest::IsDir);
+            (file_test(subject, dir, req), None)
         }
     };
     if c.negate {
@@ -424,15 +415,30 @@ fn eval_cond(c: &Cond, subject: &str, req: &Request) -> (bool, Option<Vec<Option
     }
 }
 
-/// `-f`/`-d` only look inside the document root, never through `..`.
-fn safe_fs_path(subject: &str, req: &Request) -> Option<std::path::PathBuf> {
-    let root = req.root?;
+/// `-f` (`dir == false`) or `-d` on `subject`: only inside the document root, never
+/// through `..`; through the server's file cache when it gives one
+/// ([`crate::request::FileTests`]), else a `stat`.
+fn file_test(subject: &str, dir: bool, req: &Request) -> bool {
+    let Some(root) = req.root else {
+        return false;
+    };
     let rs = root.to_string_lossy();
     let rel = subject.strip_prefix(rs.as_ref()).unwrap_or(subject);
     if rel.split('/').any(|s| s == "..") || rel.contains('\0') {
-        return None;
+        return false;
     }
-    Some(root.join(rel.trim_start_matches('/')))
+    if let Some(files) = req.files {
+        return if rel.starts_with('/') {
+            files.is(rel, dir)
+        } else {
+            files.is(&format!("/{rel}"), dir)
+        };
+    }
+    match std::fs::metadata(root.join(rel.trim_start_matches('/'))) {
+        Ok(m) if dir => m.is_dir(),
+        Ok(m) => m.is_file(),
+        Err(_) => false,
+    }
 }
 
 /// `Redirect` prefix semantics: whole path segments only.

@@ -93,14 +93,20 @@ impl RateTable {
         self.cells().len() * 8
     }
 
-    /// Count one request for `key` in a sliding window of `window_ms`, and return
-    /// the estimated number of requests in the window including this one.
-    pub fn hit(&self, key: impl Hash, window_ms: u64) -> u64 {
+    /// Count one request for `key` in a sliding window of `window_ms` (`add`; else
+    /// only look: a request asked again, already counted), and return the
+    /// estimated number of requests in the window including this one.
+    pub fn hit(&self, key: impl Hash, window_ms: u64, add: bool) -> u64 {
         let now = self.epoch.elapsed().as_millis() as u64;
-        self.hit_at(key, window_ms, now)
+        self.count_at(key, window_ms, now, add)
     }
 
+    /// [`RateTable::hit`] at `now_ms` (from the table's epoch), counting.
     pub fn hit_at(&self, key: impl Hash, window_ms: u64, now_ms: u64) -> u64 {
+        self.count_at(key, window_ms, now_ms, true)
+    }
+
+    fn count_at(&self, key: impl Hash, window_ms: u64, now_ms: u64, add: bool) -> u64 {
         let window_ms = window_ms.max(1);
         let win = now_ms / window_ms;
         let frac = (now_ms % window_ms) as f64 / window_ms as f64;
@@ -116,17 +122,25 @@ impl RateTable {
             let base = row * half + ((x >> 20) as usize % (half / 2)) * 2;
             let cur = &cells[base + (win & 1) as usize];
             let prev = &cells[base + (win.wrapping_sub(1) & 1) as usize];
-            let c = bump(cur, cur_tag);
-            let p = prev.load(Ordering::Relaxed);
-            let p = if p >> COUNT_BITS == prev_tag {
-                p & COUNT_MASK
+            let c = if add {
+                bump(cur, cur_tag)
             } else {
-                0
+                count_in(cur.load(Ordering::Relaxed), cur_tag)
             };
+            let p = count_in(prev.load(Ordering::Relaxed), prev_tag);
             let est = c + (p as f64 * (1.0 - frac)) as u64;
             best = best.min(est);
         }
         best
+    }
+}
+
+/// A cell's count for window `tag` (zero if it holds another window's).
+fn count_in(v: u64, tag: u64) -> u64 {
+    if v >> COUNT_BITS == tag {
+        v & COUNT_MASK
+    } else {
+        0
     }
 }
 
@@ -162,6 +176,9 @@ mod tests {
         assert_eq!(t.hit_at(("a", 1), 10_000, 15_000), 1 + 50);
         // Two windows later it is gone.
         assert_eq!(t.hit_at(("a", 1), 10_000, 30_500), 1);
+        // Looking counts nothing.
+        assert_eq!(t.count_at(("a", 1), 10_000, 30_600, false), 1);
+        assert_eq!(t.hit_at(("a", 1), 10_000, 30_700), 2);
     }
 
     #[test]

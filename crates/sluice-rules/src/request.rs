@@ -17,11 +17,17 @@ pub struct Request<'a> {
     pub remote_addr: Option<IpAddr>,
     /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
     pub root: Option<&'a Path>,
+    /// How `-f`/`-d` look at the files under `root`: the server's file cache
+    /// ([`FileTests`]); without it (tests, `rules explain`), a `stat` each time.
+    pub files: Option<&'a dyn FileTests>,
     /// The method as sent (`method=`).
     pub method: &'a str,
     /// The raw header lines (`Name: value\r\n`...), for `header=`; scanned only
     /// by rules that ask.
     pub headers: &'a [u8],
+    /// The rules have seen this request before (the server asks again a request
+    /// that waited for the disk): rate conditions look without counting it twice.
+    pub counted: bool,
 }
 
 impl<'a> Request<'a> {
@@ -38,6 +44,17 @@ impl<'a> Request<'a> {
         }
         None
     }
+}
+
+/// What `-f` and `-d` ask of the files under the document root, given the part of
+/// the condition's subject after the root (for `%{REQUEST_FILENAME}`, the request's
+/// path as sent, still percent-encoded). The server answers from its file cache,
+/// under the root's symlink and hidden-file policy, without waiting for the disk:
+/// a test that would wait answers `false`, and the server sets the request aside
+/// until the disk threads have looked the path up, then asks the rules again.
+pub trait FileTests: std::fmt::Debug {
+    /// Is `path` a regular file (`dir == false`) or a directory (`dir == true`)?
+    fn is(&self, path: &str, dir: bool) -> bool;
 }
 
 /// A `RewriteMap`.

@@ -1,7 +1,7 @@
 //! Apache behaviours, case by case (data-driven): what each directive and flag does
 //! to the location, the query string and the status.
 
-use sluice_rules::{Format, LoadOptions, Outcome, Request, RuleSet};
+use sluice_rules::{FileTests, Format, LoadOptions, Outcome, Request, RuleSet};
 
 fn redirect(status: u16, loc: &str) -> Outcome {
     Outcome::Redirect {
@@ -176,6 +176,62 @@ fn file_tests_remote_addr_and_end() {
     // -f/-d never look outside the root.
     assert_eq!(run("/../../etc/passwd.html", "10.0.0.1"), Outcome::Pass);
     assert_eq!(run("/stop", "10.0.0.1"), Outcome::Pass);
+}
+
+/// The server's file cache answers `-f`/`-d` ([`FileTests`]): it is given the
+/// subject's part after the root, with its leading `/`, and never a `..` path.
+#[test]
+fn file_tests_go_through_the_servers_cache_when_given_one() {
+    #[derive(Debug, Default)]
+    struct Asked(std::cell::RefCell<Vec<(String, bool)>>);
+    impl FileTests for Asked {
+        fn is(&self, path: &str, dir: bool) -> bool {
+            self.0.borrow_mut().push((path.to_string(), dir));
+            path == if dir { "/d" } else { "/a%20b.txt" }
+        }
+    }
+    let rules = "RewriteEngine On\n\
+        RewriteCond %{DOCUMENT_ROOT}/lit -f\n\
+        RewriteRule ^/lit$ /found [R]\n\
+        RewriteCond %{REQUEST_FILENAME} !-f\n\
+        RewriteCond %{REQUEST_FILENAME} !-d\n\
+        RewriteRule ^/(.*)$ /missing/$1 [R]\n";
+    let set = RuleSet::from_str(rules, "t.conf", Format::Apache, &LoadOptions::default()).unwrap();
+    let asked = Asked::default();
+    let root = std::path::Path::new("/srv/www");
+    let run = |path: &str| {
+        let req = Request {
+            path,
+            root: Some(root),
+            files: Some(&asked),
+            ..Default::default()
+        };
+        set.lookup(&req)
+    };
+    assert_eq!(run("/a%20b.txt"), Outcome::Pass);
+    assert_eq!(run("/d"), Outcome::Pass);
+    assert_eq!(run("/x"), redirect(302, "/missing/x"));
+    assert_eq!(
+        run("/../etc/passwd"),
+        redirect(302, "/missing/../etc/passwd")
+    );
+    assert_eq!(run("/lit"), redirect(302, "/missing/lit"));
+    let seen = asked.0.borrow().clone();
+    assert_eq!(
+        seen,
+        [
+            ("/a%20b.txt", false),
+            ("/d", false),
+            ("/d", true),
+            ("/x", false),
+            ("/x", true),
+            ("/lit", false),
+            ("/lit", false),
+            ("/lit", true),
+        ]
+        .map(|(p, d)| (p.to_string(), d)),
+        "the `..` path never reaches the files"
+    );
 }
 
 #[test]

@@ -116,6 +116,33 @@ fn rates_limit_and_repeat() {
     assert_eq!(s.rate_memory(), 8 << 20);
 }
 
+/// A request the server asks the rules again (it waited for the disk) is counted
+/// once: asked again, a rate condition looks without counting.
+#[test]
+fn a_request_asked_again_is_counted_once() {
+    let s = set("prefix /api limit rate=2/10s\n");
+    let first = req("/api/x", "c", "192.0.2.1");
+    let again = Request {
+        counted: true,
+        ..first
+    };
+    for _ in 0..2 {
+        assert_eq!(answer(s.lookup(&first)), None);
+        for _ in 0..3 {
+            assert_eq!(answer(s.lookup(&again)), None, "asked again, not counted");
+        }
+    }
+    assert_eq!(
+        answer(s.lookup(&first)),
+        Some(Errant::Limited { retry_after_s: 10 })
+    );
+    assert_eq!(
+        answer(s.lookup(&again)),
+        Some(Errant::Limited { retry_after_s: 10 }),
+        "looking sees the count"
+    );
+}
+
 #[test]
 fn substitute_with_a_fixed_date_and_explain_says_why() {
     let d = tempfile::tempdir().unwrap();

@@ -24,6 +24,9 @@ pub struct PhaseCtx<'a> {
     pub files: &'a mut StaticHandler,
     pub peer: IpAddr,
     pub now: Instant,
+    /// The phases have seen this request before: it waited for the disk and is
+    /// asked again (rate conditions must not count it twice).
+    pub again: bool,
     /// Out: the rule that decided, and its action (`sluice_status::counters::ACTIONS`
     /// index), for the status page's per-rule counters.
     pub rule: Option<(u32, usize)>,
@@ -65,19 +68,31 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     if let Some(rules) = ctx.site.rules.as_deref() {
         // Rules match text; a User-Agent with obs-text bytes is matched as lossy UTF-8.
         let ua = head.user_agent.map(String::from_utf8_lossy);
+        // `-f`/`-d` answered by the file cache, never waiting for the disk.
+        let tests = CacheTests {
+            files: std::cell::RefCell::new(&mut *ctx.files),
+            now: ctx.now,
+        };
         let req = sluice_rules::Request {
             path: head.path,
             query: head.query,
             host: head.host,
             user_agent: ua.as_deref(),
             remote_addr: Some(ctx.peer),
-            root: Some(ctx.files.root().path()),
+            root: Some(&ctx.site.conf.root),
+            files: Some(&tests),
             method: head.method_str,
             headers: head.raw_headers,
+            counted: ctx.again,
         };
         // `kept`: the rules decided on the request's bytes alone, so the answer
         // may be kept for them (as far as the rest of it allows): `reuse_until`.
         let (outcome, rule, kept) = rules.lookup_kept(&req);
+        // A `-f`/`-d` that would have waited for the disk decided nothing: the
+        // worker has the request asked again once the disk threads looked it up.
+        if ctx.files.stopped() {
+            return sluice_static::cold_answer();
+        }
         let action = |a: usize| rule.map(|i| (i, a));
         let mut r = match outcome {
             sluice_rules::Outcome::Pass => ctx.files.serve(head, head.path, head.query, ctx.now),
@@ -120,6 +135,28 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     }
     // 4. Handler: static files, index files, listings.
     ctx.files.serve(head, head.path, head.query, ctx.now)
+}
+
+/// The rules' view of the file cache, for the length of one lookup (the rules
+/// ask through a shared reference; the cache needs a mutable one).
+struct CacheTests<'h> {
+    files: std::cell::RefCell<&'h mut StaticHandler>,
+    now: Instant,
+}
+
+impl std::fmt::Debug for CacheTests<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheTests")
+    }
+}
+
+impl sluice_rules::FileTests for CacheTests<'_> {
+    fn is(&self, path: &str, dir: bool) -> bool {
+        // One test at a time: the borrow is never held across another.
+        self.files
+            .try_borrow_mut()
+            .is_ok_and(|mut f| f.is(path, dir, self.now))
+    }
 }
 
 fn methods(head: &RequestHead) -> Option<Response> {

@@ -111,6 +111,29 @@ impl StaticHandler {
         self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel, costs));
     }
 
+    /// The rules' `-f` (`dir == false`) and `-d` on `raw_path` (as a request sends
+    /// it, percent-encoded): from the cache, under the root's policies (a hidden
+    /// name, a symlink that may not be followed: neither). Where the lookup would
+    /// wait for the disk the answer is `false` and the lookup is remembered, as for
+    /// an answer ([`StaticHandler::take_cold`]): the caller must not send what it
+    /// then decides.
+    pub fn is(&mut self, raw_path: &str, dir: bool, now: Instant) -> bool {
+        let Ok(norm) = path::normalize(raw_path, self.cfg.hidden) else {
+            return false;
+        };
+        match self.lookup(&norm.rel, now).0 {
+            Entry::File(_) => !dir,
+            Entry::Dir => dir,
+            Entry::NotFound | Entry::Forbidden | Entry::Cold => false,
+        }
+    }
+
+    /// Whether an answer or a test since the last [`StaticHandler::take_cold`]
+    /// stopped short of the disk.
+    pub fn stopped(&self) -> bool {
+        self.cold.is_some()
+    }
+
     pub fn root(&self) -> &Root {
         &self.root
     }
@@ -505,7 +528,7 @@ const UNBOUNDED: Duration = Duration::from_secs(3600);
 /// ([`StaticHandler::set_disk`]). The worker has the request asked again once
 /// a disk thread has read what it needs, and sends this only if it cannot; then it
 /// is the truth: come back in a moment.
-fn cold_answer() -> Response {
+pub fn cold_answer() -> Response {
     let mut r = Response::text(503, Some("reading the disk"));
     r.headers.add("Retry-After", "1");
     r

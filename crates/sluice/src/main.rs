@@ -168,6 +168,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 user_agent: ua.as_deref(),
                 remote_addr: addr,
                 root: root.as_deref(),
+                files: None,
+                counted: false,
                 method: &method,
                 headers: raw_headers.as_bytes(),
             };

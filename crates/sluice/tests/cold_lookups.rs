@@ -182,3 +182,68 @@ fn a_request_waiting_for_the_disk_keeps_the_requests_behind_it_in_order() {
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(c.response(false).expect("fourth answer").status, 200);
 }
+
+/// The rules' `-f`/`-d` ask the file cache, which stops short of the disk like an
+/// answer does: the request waits for a disk thread and is asked again, and a rate
+/// condition counts it once, not once per time it is asked.
+#[test]
+fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    std::fs::create_dir(root.join("n")).unwrap();
+    std::fs::File::open(root.join("n"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let rewrite = root.join(".rules-f.conf");
+    std::fs::write(
+        &rewrite,
+        "RewriteEngine On\n\
+         RewriteCond %{REQUEST_FILENAME} !-f\n\
+         RewriteRule ^/n/(.*)$ /hello.txt?missing=$1 [R=302]\n",
+    )
+    .unwrap();
+    let limit = root.join(".rules-rate.rules");
+    std::fs::write(&limit, "prefix /c/ limit rate=3/60s\n").unwrap();
+    std::fs::create_dir(root.join("c")).unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ndisk_threads = 2\ndisk_lookup_max = \"0s\"\n",
+        &[
+            "--rules",
+            rewrite.to_str().unwrap(),
+            "--rules",
+            limit.to_str().unwrap(),
+        ],
+    );
+    // Names never asked for: each `-f` waits for the pool once.
+    let before = lookups(&srv);
+    for i in 0..5 {
+        let r = get(&srv, &format!("/n/never-{i}"));
+        assert_eq!(
+            (r.status, r.header("location")),
+            (302, Some(format!("/hello.txt?missing=never-{i}").as_str()))
+        );
+    }
+    assert_eq!(
+        lookups(&srv) - before,
+        5,
+        "each cold -f waited for the pool"
+    );
+    // Three cold files under a rate of three a minute: all served, though each was
+    // asked of the rules twice; the fourth request is over the rate.
+    let before = lookups(&srv);
+    for i in 0..3 {
+        let data = pattern(9_000, i as u8);
+        write_evicted(&root.join(format!("c/f{i}.bin")), &data);
+        let r = get(&srv, &format!("/c/f{i}.bin"));
+        assert_eq!(r.status, 200, "cold file {i} was limited");
+        assert!(r.body == data);
+    }
+    assert_eq!(
+        lookups(&srv) - before,
+        3,
+        "each cold file waited for the pool"
+    );
+    assert_eq!(get(&srv, "/c/f0.bin").status, 429, "the fourth request");
+}

@@ -53,6 +53,65 @@ fn apache_redirects_and_rewrites_over_http() {
     let _ = std::fs::remove_file(rules);
 }
 
+/// `-f` and `-d` see what the server would serve: a percent-encoded name as the
+/// file it names, a directory, never a hidden file or a symlink out of the root
+/// (the root's policies), and a file that appears after the first miss once the
+/// cache's entry for it has expired.
+#[test]
+fn file_tests_see_what_the_server_serves() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("out.txt")).unwrap();
+    let rules = root.join(".rules-f.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteCond %{REQUEST_FILENAME} !-f\n\
+         RewriteCond %{REQUEST_FILENAME} !-d\n\
+         RewriteRule ^/(.*)$ /hello.txt?missing=$1 [R=302]\n",
+    )
+    .unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[files]\ncache_validity = \"1s\"\n",
+        &["--rules", rules.to_str().unwrap()],
+    );
+    let get = |path: &str| srv.get(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+    let missing = |path: &str| {
+        let r = get(path);
+        (r.status == 302).then(|| r.header("location").unwrap_or("").to_string())
+    };
+    assert_eq!(get("/hello.txt").status, 200);
+    assert_eq!(
+        get("/list/b%20b.txt").text(),
+        "bb",
+        "a percent-encoded name"
+    );
+    assert_eq!(get("/sub").status, 301, "a directory: -d");
+    assert_eq!(
+        missing("/nothing"),
+        Some("/hello.txt?missing=nothing".into())
+    );
+    assert_eq!(
+        missing("/.secret"),
+        Some("/hello.txt?missing=.secret".into())
+    );
+    assert_eq!(
+        missing("/out.txt"),
+        Some("/hello.txt?missing=out.txt".into()),
+        "a symlink out of the root is not a file here"
+    );
+    assert_eq!(missing("/%2e%2e/etc/hostname").map(|_| ()), Some(()));
+    // A file made after its miss was cached: seen once the entry expires.
+    std::fs::write(root.join("late.txt"), b"late").unwrap();
+    let t = std::time::Instant::now();
+    while missing("/late.txt").is_some() {
+        assert!(t.elapsed().as_secs() < 10, "the new file is never seen");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(get("/late.txt").text(), "late");
+}
+
 #[test]
 fn explain_names_the_rule_and_the_reason() {
     let d = tempfile::tempdir().unwrap();

@@ -224,6 +224,7 @@ impl Worker {
                     files: &mut self.files[site],
                     peer: c.peer,
                     now: self.now,
+                    again: self.disk_rounds > 0,
                     rule: None,
                     errant: None,
                 };
@@ -261,6 +262,7 @@ impl Worker {
                         return Step::Wait;
                     }
                     ctx.files.set_disk(DiskWait::May);
+                    ctx.again = true;
                     resp = phases::respond(&mut ctx, head);
                 }
                 let rule = ctx.rule;
