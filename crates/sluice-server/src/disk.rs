@@ -15,7 +15,8 @@
 //! caches, a small file's bytes not in the page cache: `sluice_static::cold`): the
 //! request waits, parked with its bytes (`Phase::Disk`), while a pool thread looks
 //! the path up and reads the file (`ColdLookup::warm`), and the worker then answers
-//! it from the start, from the caches.
+//! it from the start, from the caches. The same goes for a listing's directory
+//! read (the entries are left for the worker to render) and the rules' `-f`/`-d`.
 //!
 //! Owns: the pool threads, the bounded job queue, one completion list per worker.
 //! Must not: touch connections (it sees keys only) or send anything.

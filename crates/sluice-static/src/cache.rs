@@ -329,6 +329,12 @@ impl FileCache {
         self.gate.set(disk);
     }
 
+    /// How this cache looks things up (for a listing's directory read, made under
+    /// the same rules as its lookups).
+    pub(crate) fn gate(&mut self) -> &mut cold::Gate {
+        &mut self.gate
+    }
+
     /// The identity and version of `rel` as it is now, for a revalidation or a
     /// sibling's presence, without waiting for the disk where the cache may not
     /// ([`cold::Gate::stamp`]).

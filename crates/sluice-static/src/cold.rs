@@ -39,16 +39,21 @@
 //! file's check one `cachestat` (Linux 6.5; else one-byte `preadv2` probes). A
 //! revalidation's `fstatat` and a sibling's (`Accept-Encoding`) are made from the
 //! kernel's caches only while lookups go to the disk threads
-//! (`FileCache::stamp`: three system calls instead of one). A listing's directory
-//! read and the rules' `-f`/`-d` conditions are not checked.
+//! (`FileCache::stamp`: three system calls instead of one). The rules' `-f`/`-d`
+//! conditions are lookups in the same cache. A listing's directory read is made
+//! like a lookup ([`Gate::list`]): on the worker, timed, while lookups are made
+//! there, else by a disk thread, which leaves the entries for the worker to
+//! render ([`ReadListings`]). A listing is built at most once per
+//! `cache_validity` per URL and form, so this costs nothing on the common path.
 
+use crate::listing::{self, Item};
 use crate::open::{sibling_name, Root, Stamp};
 use sluice_http::encoding::Coding;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bodies smaller than this are sent without the send path checking their pages
@@ -294,6 +299,35 @@ impl Gate {
         }
     }
 
+    /// The entries of directory `rel` for its listing: read here where the gate
+    /// may wait, or where lookups are made on the worker (timed like one: a read
+    /// that waited longer than `disk_lookup_max` sends the next lookups to the
+    /// disk threads); else those a disk thread has read for it since the request
+    /// stopped short (`ready`); else `None`: reading them would wait, stop short
+    /// ([`ColdLookup::listing`]).
+    pub fn list(
+        &mut self,
+        root: &Root,
+        rel: &str,
+        hidden: bool,
+        ready: &ReadListings,
+    ) -> Option<io::Result<Vec<Item>>> {
+        if let Some(read) = ready.take(rel) {
+            return Some(read);
+        }
+        if self.may_wait {
+            return Some(listing::read(root, rel, hidden));
+        }
+        if !self.trusted() || self.disk_busy {
+            return None;
+        }
+        let (read, slow) = self.costs.timed(|| listing::read(root, rel, hidden));
+        if slow {
+            self.made_slow_lookup();
+        }
+        Some(read)
+    }
+
     /// Whether lookups are made on the worker (not `slow`, or the disk threads
     /// have since found `trust_after` in a row fast).
     fn trusted(&mut self) -> bool {
@@ -383,6 +417,51 @@ pub fn sleeps() -> (i64, i64) {
     (ru.ru_nvcsw, ru.ru_inblock)
 }
 
+/// Directory listings' entries read by the disk threads for one handler, until
+/// the request that waited for them is asked again and takes them
+/// ([`Gate::list`]). At most [`READ_LISTINGS_MAX`], each for at most
+/// [`READ_LISTING_TTL`]: a request whose client left never takes its entries,
+/// and a later request must not be shown them.
+#[derive(Debug, Default)]
+pub struct ReadListings(Mutex<Vec<ReadListing>>);
+
+/// One directory's entries, read at `at`.
+#[derive(Debug)]
+struct ReadListing {
+    rel: Box<str>,
+    at: Instant,
+    read: io::Result<Vec<Item>>,
+}
+
+/// Listings read and not yet taken, per handler.
+pub const READ_LISTINGS_MAX: usize = 16;
+/// How long a listing read by a disk thread may wait to be taken.
+pub const READ_LISTING_TTL: Duration = Duration::from_secs(5);
+
+impl ReadListings {
+    fn put(&self, rel: &str, read: io::Result<Vec<Item>>) {
+        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() >= READ_LISTINGS_MAX {
+            drop(l.remove(0));
+        }
+        l.push(ReadListing {
+            rel: rel.into(),
+            at: Instant::now(),
+            read,
+        });
+    }
+
+    fn take(&self, rel: &str) -> Option<io::Result<Vec<Item>>> {
+        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if l.is_empty() {
+            return None;
+        }
+        l.retain(|r| r.at.elapsed() < READ_LISTING_TTL);
+        let i = l.iter().position(|r| *r.rel == *rel)?;
+        Some(l.swap_remove(i).read)
+    }
+}
+
 /// A lookup that found its answer needs the disk: the path (normalized, relative
 /// to the root) and the root, so that a disk thread can do the waiting
 /// ([`ColdLookup::warm`]).
@@ -391,6 +470,9 @@ pub struct ColdLookup {
     root: Arc<Root>,
     rel: Box<str>,
     costs: Arc<LookupCosts>,
+    /// A directory's listing, not a path: whether hidden names are listed, and
+    /// where the entries go.
+    listing: Option<(bool, Arc<ReadListings>)>,
 }
 
 impl ColdLookup {
@@ -399,6 +481,22 @@ impl ColdLookup {
             root,
             rel: rel.into(),
             costs,
+            listing: None,
+        }
+    }
+
+    /// The entries of directory `rel` for its listing ([`Gate::list`]), to be read
+    /// into `into`.
+    pub(crate) fn listing(
+        root: Arc<Root>,
+        rel: &str,
+        costs: Arc<LookupCosts>,
+        hidden: bool,
+        into: Arc<ReadListings>,
+    ) -> ColdLookup {
+        ColdLookup {
+            listing: Some((hidden, into)),
+            ..ColdLookup::new(root, rel, costs)
         }
     }
 
@@ -414,7 +512,17 @@ impl ColdLookup {
     /// siblings' names. Errors end it quietly: the worker's next lookup meets them
     /// and answers them, as it would have. What the lookup cost is recorded in the
     /// worker's [`LookupCosts`].
+    /// For a listing, it reads the directory's entries as the worker would and
+    /// leaves them for it.
     pub fn warm(&self, mut read: impl FnMut(&File, u64, u64)) {
+        if let Some((hidden, into)) = &self.listing {
+            let (entries, slow) = self
+                .costs
+                .timed(|| listing::read(&self.root, &self.rel, *hidden));
+            self.costs.record(slow);
+            into.put(&self.rel, entries);
+            return;
+        }
         let (opened, slow) = self.costs.timed(|| self.root.open(&self.rel));
         self.costs.record(slow);
         if let Ok(f) = opened {
@@ -433,54 +541,4 @@ impl ColdLookup {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    /// A file of `len` bytes written through to the disk, with its pages evicted
-    /// from the page cache (the advice works on clean pages of a file on disk).
-    fn evicted(dir: &std::path::Path, name: &str, len: usize) -> File {
-        let p = dir.join(name);
-        let mut f = File::create(&p).unwrap();
-        f.write_all(&vec![7u8; len]).unwrap();
-        f.sync_all().unwrap();
-        let f = File::open(&p).unwrap();
-        // SAFETY: plain advice on an open descriptor.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        f
-    }
-
-    #[test]
-    fn cachestat_tells_cached_pages_from_evicted_ones_without_reading_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = evicted(dir.path(), "medium", 70_000);
-        assert!(!cached(f.as_raw_fd(), 70_000));
-        // Asking started no read: still nothing there a moment later.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(!cached(f.as_raw_fd(), 70_000));
-        assert!(!cached(f.as_raw_fd(), 1));
-        let mut buf = vec![0u8; 70_000];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
-        assert!(cached(f.as_raw_fd(), 70_000));
-        assert!(cached(f.as_raw_fd(), 0));
-    }
-
-    #[test]
-    fn a_read_that_would_wait_says_so_and_a_cached_one_fills_the_buffer() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = evicted(dir.path(), "small", 12_000);
-        let mut buf = vec![0u8; 12_000];
-        assert!(
-            !read_nowait(&f, &mut buf).unwrap(),
-            "evicted pages read without waiting"
-        );
-        // Once the kernel has read them (the failed read started it), they are there.
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
-        buf.fill(0);
-        assert!(read_nowait(&f, &mut buf).unwrap());
-        assert!(buf.iter().all(|&b| b == 7));
-        // A file shorter than the buffer is an error, not a partial answer.
-        let mut long = vec![0u8; 12_001];
-        assert!(read_nowait(&f, &mut long).is_err());
-    }
-}
+mod tests;

@@ -54,6 +54,8 @@ pub struct StaticHandler {
     /// The lookup the last answer could not make without the disk, if any: that
     /// answer is then a stand-in ([`cold_answer`]; see [`StaticHandler::take_cold`]).
     cold: Option<cold::ColdLookup>,
+    /// Listings' entries the disk threads read for this handler.
+    read_listings: Arc<cold::ReadListings>,
 }
 
 impl StaticHandler {
@@ -74,6 +76,7 @@ impl StaticHandler {
             scratch: String::new(),
             listings,
             cold: None,
+            read_listings: Arc::default(),
         }
     }
 
@@ -256,11 +259,18 @@ impl StaticHandler {
             && head
                 .accept_encoding
                 .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
-        // Built (read, sorted, rendered) at most once per cache_validity per form.
+        // Built (read, sorted, rendered) at most once per cache_validity per form;
+        // read where the file cache would look up a path (`cold::Gate::list`).
         let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
+        let (gate, ready) = (self.cache.gate(), &self.read_listings);
+        let mut stopped = false;
         let built = self.listings.get(raw_path, form, gzip, now, || {
-            let mut items = listing::read(root, rel, hidden).ok()?;
+            let Some(read) = gate.list(root, rel, hidden, ready) else {
+                stopped = true;
+                return None;
+            };
+            let mut items = read.ok()?;
             listing::sort(&mut items, key, desc);
             Some(if json {
                 listing::json(&items)
@@ -269,6 +279,14 @@ impl StaticHandler {
                 listing::html(&decoded, &items, key, desc)
             })
         });
+        if stopped {
+            // Reading the directory would wait: a disk thread reads it.
+            let costs = Arc::clone(self.cache.lookup_costs());
+            let into = Arc::clone(&self.read_listings);
+            let root = Arc::clone(&self.root);
+            self.cold = Some(cold::ColdLookup::listing(root, rel, costs, hidden, into));
+            return cold_answer();
+        }
         let Some((body, built_until)) = built else {
             return Response::text(403, None);
         };
@@ -556,41 +574,4 @@ fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_http::{parse_head, Limits, Parsed};
-
-    fn get(h: &mut StaticHandler, path: &str, now: Instant) -> Response {
-        let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip, br\r\n\r\n");
-        let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
-            panic!("not a request: {raw}");
-        };
-        h.serve(&head, head.path, head.query, now)
-    }
-
-    #[test]
-    fn absent_siblings_take_no_room_in_the_file_cache() {
-        // A browser asking for 40 files, of which one has a gzip sibling: the cache
-        // holds the 40 files and that sibling, not three misses for every file (with
-        // them, 161 entries would overflow 64 and empty the cache again and again).
-        let dir = tempfile::tempdir().unwrap();
-        for i in 0..40 {
-            std::fs::write(dir.path().join(format!("f{i}.txt")), b"x").unwrap();
-        }
-        std::fs::write(dir.path().join("f7.txt.gz"), b"gz").unwrap();
-        let root = Root::new(dir.path(), sluice_config::SymlinkPolicy::InsideRoot).unwrap();
-        let cfg = FilesSection {
-            cache_entries: 64,
-            ..FilesSection::default()
-        };
-        let mut h = StaticHandler::new(root, cfg, 4);
-        let now = Instant::now();
-        for i in 0..40 {
-            let r = get(&mut h, &format!("/f{i}.txt"), now);
-            assert_eq!(r.status, 200);
-            let vary = r.headers.as_bytes().windows(5).any(|w| w == b"Vary:");
-            assert_eq!(vary, i == 7, "f{i}.txt");
-        }
-        assert_eq!(h.cached_entries(), 41);
-    }
-}
+mod tests;

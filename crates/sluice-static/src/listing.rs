@@ -4,9 +4,10 @@
 //!
 //! A listing is built at most once per `files.cache_validity` per URL and form
 //! ([`PageCache`]): building costs one `readdir` plus one `lstat` per entry and the
-//! rendering, ~4 µs an entry on the worker (20 ms for 5,000 entries). Hidden
-//! entries are left out unless hidden files are served; symlinks are listed only if
-//! they open under the root's policy.
+//! rendering, ~4 µs an entry on the worker (20 ms for 5,000 entries). Where the
+//! reading could wait for the disk a disk thread makes it (`crate::cold::Gate::list`)
+//! and the worker sorts and renders. Hidden entries are left out unless hidden files
+//! are served; symlinks are listed only if they open under the root's policy.
 //!
 //! A file name is attacker-controlled text on a mirror (anyone who can upload can
 //! name a file `javascript:alert(1)`), so every link is built the same way: the name
@@ -39,6 +40,7 @@ pub const CSP: &str =
     "default-src 'none'; style-src 'sha256-1BT+G5vBsg15rs1DhTnXAi4lcrTLwI/RP7FfiiIyxeo='; \
 base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 
+#[derive(Debug)]
 pub struct Item {
     /// The name as the file system has it (any bytes but `/` and NUL).
     pub name: Vec<u8>,

@@ -247,3 +247,43 @@ fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
     );
     assert_eq!(get(&srv, "/c/f0.bin").status, 429, "the fourth request");
 }
+
+/// A listing's directory read stops short of the disk as a lookup does: with
+/// `disk_lookup_max = "0s"` a disk thread reads the entries and the worker renders
+/// them when the request is asked again; the page is then kept as usual.
+#[test]
+fn a_listing_is_read_by_the_disk_threads_while_lookups_go_there() {
+    for (threads, lookup_max) in [(2, "0s"), (0, "0s"), (2, "1s")] {
+        let srv = Server::start_with_config(
+            docroot(),
+            &format!(
+                "[files]\nlisting = true\ndisk_threads = {threads}\n\
+                 disk_lookup_max = \"{lookup_max}\"\n"
+            ),
+            &[],
+        );
+        let listed = |path: &str| {
+            let before = lookups(&srv);
+            let r = get(&srv, path);
+            assert_eq!(r.status, 200, "{path}");
+            let body = r.text();
+            assert!(
+                body.contains("./a.txt") && body.contains("./b%20b.txt"),
+                "{path}: {body}"
+            );
+            lookups(&srv) - before
+        };
+        let counted = [
+            listed("/list/"),
+            listed("/list/"),
+            listed("/list/?sort=size"),
+        ];
+        let want = match (threads, lookup_max) {
+            // The index name's lookup, then the directory's read; then the page
+            // kept; then another form's read.
+            (2, "0s") => [2, 0, 1],
+            _ => [0, 0, 0],
+        };
+        assert_eq!(counted, want, "{threads} disk threads, {lookup_max}");
+    }
+}

@@ -42,6 +42,7 @@ mod admit;
 mod answer;
 mod conn;
 mod drive;
+mod errant;
 mod publish;
 mod timers;
 

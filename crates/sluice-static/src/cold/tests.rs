@@ -1,0 +1,68 @@
+//! The residency checks against evicted files, and the listings left for a worker.
+
+use super::*;
+use std::io::Write;
+
+/// A file of `len` bytes written through to the disk, with its pages evicted
+/// from the page cache (the advice works on clean pages of a file on disk).
+fn evicted(dir: &std::path::Path, name: &str, len: usize) -> File {
+    let p = dir.join(name);
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&vec![7u8; len]).unwrap();
+    f.sync_all().unwrap();
+    let f = File::open(&p).unwrap();
+    // SAFETY: plain advice on an open descriptor.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    f
+}
+
+#[test]
+fn read_listings_are_taken_once_and_bounded() {
+    let ready = ReadListings::default();
+    for i in 0..=READ_LISTINGS_MAX {
+        ready.put(&format!("d{i}"), Ok(Vec::new()));
+    }
+    assert!(ready.take("d0").is_none(), "the oldest made room");
+    assert!(ready.take("d1").is_some_and(|r| r.is_ok()));
+    assert!(ready.take("d1").is_none(), "taken once");
+    ready.put("e", Err(io::ErrorKind::NotFound.into()));
+    assert!(ready.take("e").is_some_and(|r| r.is_err()));
+    // Entries older than the TTL are never handed out.
+    ready.0.lock().unwrap()[0].at -= READ_LISTING_TTL;
+    let first = ready.0.lock().unwrap()[0].rel.clone();
+    assert!(ready.take(&first).is_none());
+}
+
+#[test]
+fn cachestat_tells_cached_pages_from_evicted_ones_without_reading_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = evicted(dir.path(), "medium", 70_000);
+    assert!(!cached(f.as_raw_fd(), 70_000));
+    // Asking started no read: still nothing there a moment later.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!cached(f.as_raw_fd(), 70_000));
+    assert!(!cached(f.as_raw_fd(), 1));
+    let mut buf = vec![0u8; 70_000];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    assert!(cached(f.as_raw_fd(), 70_000));
+    assert!(cached(f.as_raw_fd(), 0));
+}
+
+#[test]
+fn a_read_that_would_wait_says_so_and_a_cached_one_fills_the_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = evicted(dir.path(), "small", 12_000);
+    let mut buf = vec![0u8; 12_000];
+    assert!(
+        !read_nowait(&f, &mut buf).unwrap(),
+        "evicted pages read without waiting"
+    );
+    // Once the kernel has read them (the failed read started it), they are there.
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    buf.fill(0);
+    assert!(read_nowait(&f, &mut buf).unwrap());
+    assert!(buf.iter().all(|&b| b == 7));
+    // A file shorter than the buffer is an error, not a partial answer.
+    let mut long = vec![0u8; 12_001];
+    assert!(read_nowait(&f, &mut long).is_err());
+}

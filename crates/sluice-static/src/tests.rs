@@ -1,0 +1,38 @@
+//! The handler's answers that need no server: what the file cache keeps.
+
+use super::*;
+use sluice_http::{parse_head, Limits, Parsed};
+
+fn get(h: &mut StaticHandler, path: &str, now: Instant) -> Response {
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip, br\r\n\r\n");
+    let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
+        panic!("not a request: {raw}");
+    };
+    h.serve(&head, head.path, head.query, now)
+}
+
+#[test]
+fn absent_siblings_take_no_room_in_the_file_cache() {
+    // A browser asking for 40 files, of which one has a gzip sibling: the cache
+    // holds the 40 files and that sibling, not three misses for every file (with
+    // them, 161 entries would overflow 64 and empty the cache again and again).
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..40 {
+        std::fs::write(dir.path().join(format!("f{i}.txt")), b"x").unwrap();
+    }
+    std::fs::write(dir.path().join("f7.txt.gz"), b"gz").unwrap();
+    let root = Root::new(dir.path(), sluice_config::SymlinkPolicy::InsideRoot).unwrap();
+    let cfg = FilesSection {
+        cache_entries: 64,
+        ..FilesSection::default()
+    };
+    let mut h = StaticHandler::new(root, cfg, 4);
+    let now = Instant::now();
+    for i in 0..40 {
+        let r = get(&mut h, &format!("/f{i}.txt"), now);
+        assert_eq!(r.status, 200);
+        let vary = r.headers.as_bytes().windows(5).any(|w| w == b"Vary:");
+        assert_eq!(vary, i == 7, "f{i}.txt");
+    }
+    assert_eq!(h.cached_entries(), 41);
+}
