@@ -47,20 +47,24 @@ PORTS = {"sluice": 18191, "sluice-nodisk": 18192, "nginx": 18193, "nginx-aio": 1
          "sluice-old": 18195}
 
 
-def start(name, sluice_bin, prefix=()):
+def start(name, sluice_bin, prefix=(), listings=False):
+    """`listings`: directory listings on (sluice `listing = true`, nginx `autoindex`)."""
     w = compare.WORK
     if name.startswith("sluice"):
         conf = f"{w}/{name}-cold.toml"
         with open(conf, "w") as f:
             f.write(f'[server]\nlisten = "127.0.0.1:{PORTS[name]}"\nroot = "{compare.WWW}"\nworkers = 1\n'
-                    + ("[files]\ndisk_threads = 0\n" if name == "sluice-nodisk" else ""))
+                    + "[files]\n"
+                    + ("disk_threads = 0\n" if name == "sluice-nodisk" else "")
+                    + ("listing = true\n" if listings else ""))
         cmd = [sluice_bin, "serve", "--allow-root", "--config", conf, "--access-log", "off"]
     else:
         d = f"{w}/{name}"
         os.makedirs(d, exist_ok=True)
         os.makedirs(f"{w}/nginx", exist_ok=True)  # the temp paths nginx_conf names
         extra = "  aio threads;\n" if name == "nginx-aio" else ""
-        conf = compare.nginx_conf(w, extra + f"  server {{ listen 127.0.0.1:{PORTS[name]} reuseport backlog=4096; root {compare.WWW}; }}")
+        index = " autoindex on;" if listings else ""
+        conf = compare.nginx_conf(w, extra + f"  server {{ listen 127.0.0.1:{PORTS[name]} reuseport backlog=4096; root {compare.WWW};{index} }}")
         conf = conf.replace("worker_processes 2;", "worker_processes 1;").replace(f"pid {w}/nginx/", f"pid {d}/").replace(f"error_log {w}/nginx/", f"error_log {d}/")
         # One process's 20,000 descriptors must hold its cached files and its
         # connections: cold_small.py's tree has 24,000 files.

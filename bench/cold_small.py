@@ -26,7 +26,7 @@ client's p50/p99 and the cold client's files a second.
     bench/cold_small.py [--duration 10] [--rounds 1] [--rate 2000]
                         [--servers sluice,sluice-nodisk,nginx,nginx-aio]
                         [--slow-disk BPS[:IOPS]] [--drop-caches] [--isolate] [--cold-conns 8]
-                        [--absent N]
+                        [--absent N] [--listings]
 
 `--slow-disk` and `--isolate` as in `cold_compare.py` (a throttled disk that waits
 like a mirror's; servers on CPU 0 and clients on CPU 1, the small client at
@@ -37,6 +37,11 @@ costs (a scan of new absent names: the kernel has no directory entry for any of
 them, so sluice asks the disk threads for each): N unique absent names under the
 tree's (cached) directories, `sluice bench --urls --in-order -c 10` for DURATION,
 server CPU per request from /proc and req/s, per server and round.
+
+`--listings`: the cold client asks instead for the tree's 200 directory listings
+(120 entries each; listings on in every server), in a new random order each phase;
+with `--drop-caches` each listing's first read needs its directory's blocks and
+its entries' inodes from the disk.
 """
 import argparse, json, os, random, statistics, subprocess, sys, time
 
@@ -180,6 +185,7 @@ def main():
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--isolate", action="store_true")
     ap.add_argument("--absent", type=int, default=0, metavar="N")
+    ap.add_argument("--listings", action="store_true")
     a = ap.parse_args()
     server_prefix = ("taskset", "-c", "0") if a.isolate else ()
     client_prefix = ["taskset", "-c", "1"] if a.isolate else []
@@ -194,7 +200,8 @@ def main():
     rows = {n: [] for n in servers}
     try:
         for n in servers:
-            procs.append(cold_compare.start(n, a.old if n == "sluice-old" else sluice_bin, server_prefix))
+            procs.append(cold_compare.start(n, a.old if n == "sluice-old" else sluice_bin, server_prefix,
+                                            listings=a.listings))
         if a.slow_disk:
             cold_compare.slow_disk(a.slow_disk, procs)
         for r in range(a.rounds):
@@ -208,7 +215,8 @@ def main():
                     else:
                         evict(names, a.drop_caches, procs)
                     time.sleep(1)
-                    small, c = phase(n, port, names, a, sluice_bin, client_prefix, small_prefix)
+                    asked = [f"/{TREE}/{d:03d}/" for d in range(200)] if a.listings else names
+                    small, c = phase(n, port, asked, a, sluice_bin, client_prefix, small_prefix)
                     got[ph] = (small["latency_us"]["p50"], small["latency_us"]["p99"],
                                small["requests_per_s"], c["requests_per_s"], c["availability"])
                 rows[n].append(got)
