@@ -57,8 +57,8 @@ pub struct RuleSet {
     pub warnings: Vec<String>,
     /// Shared by every rate condition (`None` if there is none): fixed memory.
     rates: Option<std::sync::Arc<rates::RateTable>>,
-    /// Per rule (rank order): [`model::Rule::reads_request_only`].
-    request_only: Box<[bool]>,
+    /// Per rule (rank order): what its decision reads ([`model::Rule::reads`]).
+    reads: Box<[model::Reads]>,
     /// Some rule is found by the client's address ([`classindex::ClassIndex::by_address`]).
     by_address: bool,
 }
@@ -119,13 +119,10 @@ impl RuleSet {
                 }
             }
         }
-        let request_only = rules
-            .iter()
-            .map(|r| r.reads_request_only(&ctx.maps))
-            .collect();
+        let reads = rules.iter().map(|r| r.reads(&ctx.maps)).collect();
         RuleSet {
             by_address: class_index.by_address(),
-            request_only,
+            reads,
             rules,
             maps: ctx.maps,
             index,
@@ -184,11 +181,13 @@ impl RuleSet {
 
     /// [`RuleSet::lookup_rule`], and whether the decision followed from the
     /// request's bytes alone: every rule tried, the one that matched included,
-    /// reads nothing else ([`model::Rule::reads_request_only`]), and no rule is
-    /// found by the client's address (then another client's candidates differ).
-    /// When true, the same bytes get the same outcome from every client until
-    /// the rules are reloaded, and the server may keep the answer for them.
-    /// Costs one flag per rule tried.
+    /// reads nothing else ([`model::Rule::reads`]), and no rule is found by the
+    /// client's address (then another client's candidates differ). When true, the
+    /// same bytes get the same outcome from every client until the rules are
+    /// reloaded, and the server may keep the answer for them. A rule that tests
+    /// files (`-f`, `-d`) keeps it true only through [`Request::files`], whose
+    /// answers the server bounds a kept answer by ([`FileTests`]); without it,
+    /// such a decision is not kept. Costs one flag per rule tried.
     pub fn lookup_kept(&self, req: &Request) -> (Outcome, Option<u32>, bool) {
         // The candidate list lives in a buffer the thread keeps: a request that
         // some rule may match (every redirect) allocates no list. `check` never
@@ -199,7 +198,11 @@ impl RuleSet {
         self.candidates(req, &mut cands);
         let mut found = (Outcome::Pass, None, !self.by_address);
         for &i in &cands {
-            found.2 &= self.request_only[i as usize];
+            found.2 &= match self.reads[i as usize] {
+                model::Reads::Request => true,
+                model::Reads::Files => req.files.is_some(),
+                model::Reads::More => false,
+            };
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
                 found = (o, Some(i), found.2);
                 break;
@@ -245,16 +248,27 @@ impl RuleSet {
         }
         let mut cands = Vec::new();
         self.candidates(req, &mut cands);
+        let mut files = None;
         for &i in &cands {
             let r = &self.rules[i as usize];
-            if let Some(why) = r.reads_beyond_request(&self.maps) {
-                return format!("no: {} {why}", self.describe(r));
+            match r.reads_beyond_request(&self.maps) {
+                None => {}
+                Some(model::LOOKS_AT_FILES) => files = files.or(Some(r)),
+                Some(why) => return format!("no: {} {why}", self.describe(r)),
             }
             if r.check(req, &self.maps).is_ok() {
                 break;
             }
         }
-        "yes: every rule tried reads only the request".into()
+        match files {
+            Some(r) => format!(
+                "yes, while `sluice serve`'s file cache trusts what it found \
+                 (files.cache_validity): {} {}",
+                self.describe(r),
+                model::LOOKS_AT_FILES
+            ),
+            None => "yes: every rule tried reads only the request".into(),
+        }
     }
 
     /// The reference lookup: every rule, in order. For tests and `explain`.

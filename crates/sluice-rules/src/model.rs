@@ -245,19 +245,28 @@ impl Rule {
         })
     }
 
-    /// True when what this rule decides for a request, a miss or a match and the
-    /// match's redirect or rewrite target, follows from the request's bytes alone:
-    /// the same bytes from any client, at any time, get the same decision until
-    /// the rules are reloaded. False for a rule that reads the client's address
-    /// (`addr=`, `%{REMOTE_ADDR}`), counts requests (`rate=`, `rate24=`,
-    /// `repeat=`, `limit`: a check is also a count), looks at the file system
-    /// (`-f`, `-d`) or picks at random (a `rnd:` map). What the server may keep
-    /// and answer again without asking the rules rests on this (`RuleSet::lookup_kept`).
-    pub fn reads_request_only(&self, maps: &Maps) -> bool {
-        self.reads_beyond_request(maps).is_none()
+    /// What this rule's decision, a miss or a match and the match's redirect or
+    /// rewrite target, reads besides the request's bytes:
+    /// - [`Reads::Request`]: nothing; the same bytes from any client, at any time,
+    ///   get the same decision until the rules are reloaded;
+    /// - [`Reads::Files`]: the files under the root too (`-f`, `-d`): the same
+    ///   while those files are as they were;
+    /// - [`Reads::More`]: the client's address (`addr=`, `%{REMOTE_ADDR}`), a count
+    ///   (`rate=`, `rate24=`, `repeat=`, `limit`: a check is also a count) or
+    ///   chance (a `rnd:` map).
+    ///
+    /// What the server may keep and answer again without asking the rules rests on
+    /// this (`RuleSet::lookup_kept`).
+    pub fn reads(&self, maps: &Maps) -> Reads {
+        match self.reads_beyond_request(maps) {
+            None => Reads::Request,
+            Some(LOOKS_AT_FILES) => Reads::Files,
+            Some(_) => Reads::More,
+        }
     }
 
-    /// What else than the request this rule reads, if anything (for `explain`).
+    /// What else than the request this rule reads, if anything (for `explain`;
+    /// the files, [`LOOKS_AT_FILES`], only when it reads nothing more).
     pub fn reads_beyond_request(&self, maps: &Maps) -> Option<&'static str> {
         if let Some(c) = &self.classify {
             if !c.addrs.is_empty() {
@@ -270,22 +279,25 @@ impl Rule {
         if matches!(self.action, Action::Limit { .. }) {
             return Some("counts requests (limit)");
         }
-        for c in self.conds.iter() {
-            if matches!(c.test, CondTest::IsFile | CondTest::IsDir) {
-                return Some("looks at the disk (-f, -d)");
-            }
-            if !c.subject.reads_request_only(maps) {
-                return Some("a condition reads the client's address or a rnd: map");
-            }
+        if self
+            .conds
+            .iter()
+            .any(|c| !c.subject.reads_request_only(maps))
+        {
+            return Some("a condition reads the client's address or a rnd: map");
         }
         match &self.action {
             Action::Redirect { target, .. } | Action::Rewrite { target }
                 if !target.reads_request_only(maps) =>
             {
-                Some("its target reads the client's address or a rnd: map")
+                return Some("its target reads the client's address or a rnd: map");
             }
-            _ => None,
+            _ => {}
         }
+        self.conds
+            .iter()
+            .any(|c| matches!(c.test, CondTest::IsFile | CondTest::IsDir))
+            .then_some(LOOKS_AT_FILES)
     }
 
     /// The `Location` for expanded target `t`: its own query merged with the
@@ -440,6 +452,17 @@ fn file_test(subject: &str, dir: bool, req: &Request) -> bool {
         Err(_) => false,
     }
 }
+
+/// What a rule's decision reads besides the request's bytes ([`Rule::reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    Request,
+    Files,
+    More,
+}
+
+/// [`Rule::reads_beyond_request`]'s words for [`Reads::Files`].
+pub const LOOKS_AT_FILES: &str = "looks at the disk (-f, -d)";
 
 /// `Redirect` prefix semantics: whole path segments only.
 pub fn prefix_matches(p: &str, path: &str, nocase: bool) -> bool {

@@ -52,6 +52,10 @@ impl<'a> Request<'a> {
 /// under the root's symlink and hidden-file policy, without waiting for the disk:
 /// a test that would wait answers `false`, and the server sets the request aside
 /// until the disk threads have looked the path up, then asks the rules again.
+///
+/// Given one, [`crate::RuleSet::lookup_kept`] may call a decision that tested
+/// files kept: the implementation then bounds the kept answer by how long what it
+/// answered stays true (the file cache: its entries' `cache_validity`).
 pub trait FileTests: std::fmt::Debug {
     /// Is `path` a regular file (`dir == false`) or a directory (`dir == true`)?
     fn is(&self, path: &str, dir: bool) -> bool;

@@ -2,7 +2,7 @@
 //! (and so may be kept by the server and answered again without the rules), and
 //! which read the client's address, a count, the file system or chance.
 
-use sluice_rules::{Format, LoadOptions, Outcome, Request, RuleSet};
+use sluice_rules::{FileTests, Format, LoadOptions, Outcome, Request, RuleSet};
 
 fn apache(text: &str) -> RuleSet {
     RuleSet::from_str(text, "kept.conf", Format::Apache, &LoadOptions::default()).unwrap()
@@ -95,14 +95,44 @@ fn counts_files_and_chance_are_not_the_request() {
         (true, true),
         "no rate rule is a candidate"
     );
-    // `-f` reads the disk, whose answer may change without a reload.
+    // `-f` reads the disk, whose answer may change without a reload: kept only
+    // where the server's file cache answers it (and bounds the answer kept).
     let s = apache(
         "RewriteEngine On\n\
          RewriteCond %{REQUEST_FILENAME} !-f\n\
-         RewriteRule ^/pages/(.*)$ /index.html [R=302]\n",
+         RewriteRule ^/pages/(.*)$ /index.html [R=302]\n\
+         RewriteCond %{REQUEST_FILENAME} -f\n\
+         RewriteCond %{REMOTE_ADDR} ^10\\.\n\
+         RewriteRule ^/inside/ /staff.html [R=302]\n",
     );
     assert_eq!(kept(&s, "/pages/a"), (false, false));
     assert_eq!(kept(&s, "/f.bin"), (true, true));
+    #[derive(Debug)]
+    struct Nothing;
+    impl FileTests for Nothing {
+        fn is(&self, _: &str, _: bool) -> bool {
+            false
+        }
+    }
+    let with_files = |path| {
+        let req = Request {
+            files: Some(&Nothing),
+            root: Some(std::path::Path::new("/srv")),
+            ..get(path, "10.0.0.1")
+        };
+        let (o, _, k) = s.lookup_kept(&req);
+        (o == Outcome::Pass, k)
+    };
+    assert_eq!(
+        with_files("/pages/a"),
+        (false, true),
+        "bounded by the files"
+    );
+    assert_eq!(
+        with_files("/inside/x"),
+        (true, false),
+        "a rule reading the address besides the files"
+    );
     // A `rnd:` map picks at random; a `txt:` map is fixed until a reload.
     let d = std::env::temp_dir().join(format!("sluice-kept-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -138,7 +168,9 @@ fn explain_says_whether_and_why_not() {
     );
     let out = s.explain(&get("/pages/a", "10.0.0.1"));
     assert!(
-        out.contains("kept answers: no: kept.conf:3:") && out.contains("looks at the disk"),
+        out.contains("kept answers: yes, while `sluice serve`'s file cache trusts")
+            && out.contains("kept.conf:3:")
+            && out.contains("looks at the disk"),
         "{out}"
     );
     let out = s.explain(&get("/old", "10.0.0.1"));

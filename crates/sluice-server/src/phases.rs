@@ -72,6 +72,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         let tests = CacheTests {
             files: std::cell::RefCell::new(&mut *ctx.files),
             now: ctx.now,
+            until: std::cell::Cell::new(None),
         };
         let req = sluice_rules::Request {
             path: head.path,
@@ -88,6 +89,8 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         // `kept`: the rules decided on the request's bytes alone, so the answer
         // may be kept for them (as far as the rest of it allows): `reuse_until`.
         let (outcome, rule, kept) = rules.lookup_kept(&req);
+        // A decision on `-f`/`-d` holds while the cache entries they read do.
+        let files_until = tests.until.get();
         // A `-f`/`-d` that would have waited for the disk decided nothing: the
         // worker has the request asked again once the disk threads looked it up.
         if ctx.files.stopped() {
@@ -128,9 +131,11 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                 r
             }
         };
-        if !kept {
-            r.reuse_until = None;
-        }
+        r.reuse_until = match (kept, files_until) {
+            (false, _) => None,
+            (true, Some(u)) => r.reuse_until.map(|r| r.min(u)),
+            (true, None) => r.reuse_until,
+        };
         return r;
     }
     // 4. Handler: static files, index files, listings.
@@ -138,10 +143,12 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
 }
 
 /// The rules' view of the file cache, for the length of one lookup (the rules
-/// ask through a shared reference; the cache needs a mutable one).
+/// ask through a shared reference; the cache needs a mutable one), and the
+/// earliest expiry of the entries they read.
 struct CacheTests<'h> {
     files: std::cell::RefCell<&'h mut StaticHandler>,
     now: Instant,
+    until: std::cell::Cell<Option<Instant>>,
 }
 
 impl std::fmt::Debug for CacheTests<'_> {
@@ -153,9 +160,13 @@ impl std::fmt::Debug for CacheTests<'_> {
 impl sluice_rules::FileTests for CacheTests<'_> {
     fn is(&self, path: &str, dir: bool) -> bool {
         // One test at a time: the borrow is never held across another.
-        self.files
-            .try_borrow_mut()
-            .is_ok_and(|mut f| f.is(path, dir, self.now))
+        let Ok(mut files) = self.files.try_borrow_mut() else {
+            return false;
+        };
+        let (is, until) = files.is(path, dir, self.now);
+        self.until
+            .set(Some(self.until.get().map_or(until, |u| u.min(until))));
+        is
     }
 }
 

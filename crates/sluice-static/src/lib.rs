@@ -116,19 +116,22 @@ impl StaticHandler {
 
     /// The rules' `-f` (`dir == false`) and `-d` on `raw_path` (as a request sends
     /// it, percent-encoded): from the cache, under the root's policies (a hidden
-    /// name, a symlink that may not be followed: neither). Where the lookup would
-    /// wait for the disk the answer is `false` and the lookup is remembered, as for
-    /// an answer ([`StaticHandler::take_cold`]): the caller must not send what it
-    /// then decides.
-    pub fn is(&mut self, raw_path: &str, dir: bool, now: Instant) -> bool {
+    /// name, a symlink that may not be followed: neither), and until when the
+    /// answer is trusted (an answer decided on it may be kept until then). Where
+    /// the lookup would wait for the disk the answer is `false` and the lookup is
+    /// remembered, as for an answer ([`StaticHandler::take_cold`]): the caller must
+    /// not send what it then decides.
+    pub fn is(&mut self, raw_path: &str, dir: bool, now: Instant) -> (bool, Instant) {
         let Ok(norm) = path::normalize(raw_path, self.cfg.hidden) else {
-            return false;
+            return (false, now + UNBOUNDED);
         };
-        match self.lookup(&norm.rel, now).0 {
+        let (entry, until) = self.lookup(&norm.rel, now);
+        let is = match entry {
             Entry::File(_) => !dir,
             Entry::Dir => dir,
             Entry::NotFound | Entry::Forbidden | Entry::Cold => false,
-        }
+        };
+        (is, until)
     }
 
     /// Whether an answer or a test since the last [`StaticHandler::take_cold`]
