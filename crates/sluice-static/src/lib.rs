@@ -102,16 +102,23 @@ impl StaticHandler {
     fn lookup(&mut self, rel: &str, now: Instant) -> (Entry, Instant) {
         let found = self.cache.lookup_until(&self.root, rel, now);
         if let Entry::Cold = found.0 {
-            self.stopped_short(rel);
+            self.stopped_short(rel, false);
         }
         found
     }
 
-    /// An answer about `rel` would wait for the disk: remember the lookup for the
-    /// disk threads ([`StaticHandler::take_cold`]).
-    fn stopped_short(&mut self, rel: &str) {
+    /// An answer about `rel` would wait for the disk: remember the lookup (or,
+    /// with `listing`, the directory's read) for the disk threads
+    /// ([`StaticHandler::take_cold`]).
+    fn stopped_short(&mut self, rel: &str, listing: bool) {
         let costs = Arc::clone(self.cache.lookup_costs());
-        self.cold = Some(cold::ColdLookup::new(Arc::clone(&self.root), rel, costs));
+        let root = Arc::clone(&self.root);
+        self.cold = Some(if listing {
+            let into = Arc::clone(&self.read_listings);
+            cold::ColdLookup::listing(root, rel, costs, self.cfg.hidden, into)
+        } else {
+            cold::ColdLookup::new(root, rel, costs)
+        });
     }
 
     /// The rules' `-f` (`dir == false`) and `-d` on `raw_path` (as a request sends
@@ -263,7 +270,7 @@ impl StaticHandler {
                 .accept_encoding
                 .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
         // Built (read, sorted, rendered) at most once per cache_validity per form;
-        // read where the file cache would look up a path (`cold::Gate::list`).
+        // read by a disk thread whenever there are disk threads (`cold::Gate::list`).
         let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
         let (gate, ready) = (self.cache.gate(), &self.read_listings);
@@ -283,11 +290,8 @@ impl StaticHandler {
             })
         });
         if stopped {
-            // Reading the directory would wait: a disk thread reads it.
-            let costs = Arc::clone(self.cache.lookup_costs());
-            let into = Arc::clone(&self.read_listings);
-            let root = Arc::clone(&self.root);
-            self.cold = Some(cold::ColdLookup::listing(root, rel, costs, hidden, into));
+            // Reading the directory could wait: a disk thread reads it.
+            self.stopped_short(rel, true);
             return cold_answer();
         }
         let Some((body, built_until)) = built else {
@@ -411,7 +415,7 @@ impl StaticHandler {
                 Ok(_) => found.present |= coding.bit(),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                     self.scratch = name;
-                    self.stopped_short(rel);
+                    self.stopped_short(rel, false);
                     return None;
                 }
                 Err(_) => {}
