@@ -204,7 +204,7 @@ fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
     )
     .unwrap();
     let limit = root.join(".rules-rate.rules");
-    std::fs::write(&limit, "prefix /c/ limit rate=3/60s\n").unwrap();
+    std::fs::write(&limit, "prefix /c/ limit rate=4/60s\n").unwrap();
     std::fs::create_dir(root.join("c")).unwrap();
     let srv = Server::start_with_config(
         dir,
@@ -230,20 +230,33 @@ fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
         5,
         "each cold -f waited for the pool"
     );
-    // Three cold files under a rate of three a minute: all served, though each was
-    // asked of the rules twice; the fourth request is over the rate.
+    // Two cold files under a rate of four a minute, the first with a request
+    // pipelined behind it: all served, though each cold one was asked of the rules
+    // twice, and the pipelined one is counted as the new request it is; the fifth
+    // request is over the rate.
+    std::fs::write(root.join("c/hot.txt"), b"hot").unwrap();
     let mut waited = Vec::new();
-    for i in 0..3 {
+    for i in 0..2 {
         let data = pattern(9_000, i as u8);
         write_evicted(&root.join(format!("c/f{i}.bin")), &data);
         let before = lookups(&srv);
-        let r = get(&srv, &format!("/c/f{i}.bin"));
+        let mut c = srv.client();
+        c.send(format!("GET /c/f{i}.bin HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+        if i == 0 {
+            c.send(b"GET /c/hot.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+        }
+        let r = c.response(false).expect("the cold file's answer");
         assert_eq!(r.status, 200, "cold file {i} was limited");
         assert!(r.body == data);
+        if i == 0 {
+            let r = c.response(false).expect("the pipelined answer");
+            assert_eq!((r.status, r.text()), (200, "hot".into()));
+        }
         waited.push(lookups(&srv) - before);
     }
-    assert_eq!(waited, [1, 1, 1], "each cold file waited for the pool once");
-    assert_eq!(get(&srv, "/c/f0.bin").status, 429, "the fourth request");
+    assert_eq!(waited, [1, 1], "each cold file waited for the pool once");
+    assert_eq!(get(&srv, "/c/hot.txt").status, 200, "the fourth request");
+    assert_eq!(get(&srv, "/c/f0.bin").status, 429, "the fifth request");
 }
 
 /// A listing's directory read is made by a disk thread whenever there are disk

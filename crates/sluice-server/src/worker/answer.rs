@@ -39,6 +39,10 @@ impl Worker {
                 Step::NeedMore
             };
         }
+        // How many times this request has waited for the disk (`disk_ready` sets
+        // it for the parked request it asks again); whatever follows it on the
+        // connection is a new request.
+        let rounds = std::mem::take(&mut self.disk_rounds);
         // The same bytes as a kept answer's request: answered from it. Only a
         // request answered now; one that must wait is parked like any other.
         // Otherwise where its head ends and its hash, for the offer below.
@@ -107,9 +111,7 @@ impl Worker {
                 // Stop short of the disk while the disk pool can wait for it.
                 let pool = self.shared.disk.as_ref();
                 let disk = match pool {
-                    Some(p) if self.disk_rounds < MAX_DISK_ROUNDS => {
-                        DiskWait::Threads { busy: p.busy() }
-                    }
+                    Some(p) if rounds < MAX_DISK_ROUNDS => DiskWait::Threads { busy: p.busy() },
                     _ => DiskWait::May,
                 };
                 self.files[site].set_disk(disk);
@@ -120,7 +122,7 @@ impl Worker {
                     files: &mut self.files[site],
                     peer: c.peer,
                     now: self.now,
-                    again: self.disk_rounds > 0,
+                    again: rounds > 0,
                     rule: None,
                     errant: None,
                 };
@@ -153,7 +155,7 @@ impl Worker {
                         c.rbuf = keep_bytes(&mut self.pool, rbuf);
                         c.phase = Phase::Disk {
                             started,
-                            rounds: self.disk_rounds + 1,
+                            rounds: rounds + 1,
                         };
                         return Step::Wait;
                     }

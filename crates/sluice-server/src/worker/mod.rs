@@ -151,6 +151,7 @@ pub struct Worker {
     admit_one: bool,
     /// Set by `disk_ready` while it drives a request the disk pool has made the
     /// lookups of: how many times that request has waited for it (`Phase::Disk`).
+    /// Taken by the first request `next_request` meets (that one).
     disk_rounds: u32,
     /// Which listeners expect a PROXY protocol header (`server.proxy_protocol`).
     proxy_listeners: Vec<bool>,
