@@ -134,7 +134,8 @@ impl StaticHandler {
         };
         let (entry, until) = self.lookup(&norm.rel, now);
         let is = match entry {
-            Entry::File(_) => !dir,
+            // "/file.txt/" names a directory that is not there, as for an answer.
+            Entry::File(_) => !dir && !norm.trailing_slash,
             Entry::Dir => dir,
             Entry::NotFound | Entry::Forbidden | Entry::Cold => false,
         };

@@ -90,6 +90,11 @@ fn file_tests_see_what_the_server_serves() {
     );
     assert_eq!(get("/sub").status, 301, "a directory: -d");
     assert_eq!(
+        missing("/hello.txt/"),
+        Some("/hello.txt?missing=hello.txt/".into()),
+        "a file named as a directory is neither"
+    );
+    assert_eq!(
         missing("/nothing"),
         Some("/hello.txt?missing=nothing".into())
     );
