@@ -18,8 +18,9 @@
 //!   worker waits for at most one lookup each time the disk turns slow, and only
 //!   while the server is not reading it.
 //! - **a small file's bytes**, read into memory when the file's cache entry is
-//!   made: read with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` (and
-//!   starts the kernel's readahead) instead of waiting.
+//!   made: asked with [`cached`] (`cachestat`, which starts no read), then read
+//!   with `RWF_NOWAIT` ([`read_nowait`]), which fails with `EAGAIN` instead of
+//!   waiting if the pages went in between.
 //! - **a medium file's bytes** (above `small_file_max`, below [`COLD_CHECK_MIN`]),
 //!   sent in one turn: checked at the entry's load with [`cached`]. Larger bodies
 //!   are probed by the send path before every `PREFETCH` it sends (the server's
@@ -35,8 +36,9 @@
 //! Costs: only when an entry is loaded (a miss, or a descriptor's entry after its
 //! `cache_validity`), never on a cache hit: a lookup on the worker one `getrusage`
 //! (two if it took longer than `disk_lookup_max`), `RESOLVE_CACHED` a flag on the
-//! `openat2` the load makes anyway, `RWF_NOWAIT` one on its read, and a medium
-//! file's check one `cachestat` (Linux 6.5; else one-byte `preadv2` probes). A
+//! `openat2` the load makes anyway, a small or medium file's check one `cachestat`
+//! (Linux 6.5; else one-byte `preadv2` probes) and `RWF_NOWAIT` a flag on a small
+//! file's read. A
 //! revalidation's `fstatat` and a sibling's (`Accept-Encoding`) are made from the
 //! kernel's caches only while lookups go to the disk threads
 //! (`FileCache::stamp`: three system calls instead of one). The rules' `-f`/`-d`
