@@ -80,7 +80,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             host: head.host,
             user_agent: ua.as_deref(),
             remote_addr: Some(ctx.peer),
-            root: Some(&ctx.site.conf.root),
+            root: Some(&ctx.site.canon_root),
             files: Some(&tests),
             method: head.method_str,
             headers: head.raw_headers,

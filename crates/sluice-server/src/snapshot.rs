@@ -35,6 +35,9 @@ pub struct Site {
     /// file wins (a status path never shadows content) and the page is not served
     /// on this site.
     pub status_shadowed: bool,
+    /// The root as the rules' `%{REQUEST_FILENAME}` and `%{DOCUMENT_ROOT}` show
+    /// it: canonical, as the file handler opens it.
+    pub canon_root: std::path::PathBuf,
 }
 
 impl Snapshot {
@@ -85,10 +88,13 @@ impl Snapshot {
                     "a file in this site's root has the status page's path: the file is served, not the status page (choose another status.path)"
                 );
             }
+            let canon_root = std::fs::canonicalize(root)
+                .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
             sites.push(Site {
                 conf,
                 rules,
                 status_shadowed,
+                canon_root,
             });
         }
         use sluice_condition::Cidr;
