@@ -329,10 +329,10 @@ impl FileCache {
         self.gate.set(disk);
     }
 
-    /// How this cache looks things up (for a listing's directory read, made under
-    /// the same rules as its lookups).
-    pub(crate) fn gate(&mut self) -> &mut cold::Gate {
-        &mut self.gate
+    /// How this cache looks things up (for a listing's directory read: whether it
+    /// may wait).
+    pub(crate) fn gate(&self) -> &cold::Gate {
+        &self.gate
     }
 
     /// The identity and version of `rel` as it is now, for a revalidation or a

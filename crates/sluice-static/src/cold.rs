@@ -312,7 +312,7 @@ impl Gate {
     /// caches empty, where a lookup is one read. The hand-off costs two wake-ups,
     /// once per page build (`files.cache_validity` per URL and form).
     pub fn list(
-        &mut self,
+        &self,
         root: &Root,
         rel: &str,
         hidden: bool,
