@@ -18,7 +18,8 @@ pub struct Request<'a> {
     /// Document root, for `-f`/`-d` and `%{REQUEST_FILENAME}`.
     pub root: Option<&'a Path>,
     /// How `-f`/`-d` look at the files under `root`: the server's file cache
-    /// ([`FileTests`]); without it (tests, `rules explain`), a `stat` each time.
+    /// ([`FileTests`]; `sluice rules explain` on a config too); without it (a
+    /// rules file alone, tests), a `stat` each time.
     pub files: Option<&'a dyn FileTests>,
     /// The method as sent (`method=`).
     pub method: &'a str,

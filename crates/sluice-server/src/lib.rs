@@ -42,5 +42,5 @@ mod supervisor;
 
 pub use settings::{load_config, raise_nofile_limit, Overrides};
 pub use shared::{Shared, Stats};
-pub use snapshot::{Site, Snapshot};
+pub use snapshot::{static_handler, Site, Snapshot};
 pub use supervisor::serve;

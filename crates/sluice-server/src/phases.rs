@@ -69,11 +69,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         // Rules match text; a User-Agent with obs-text bytes is matched as lossy UTF-8.
         let ua = head.user_agent.map(String::from_utf8_lossy);
         // `-f`/`-d` answered by the file cache, never waiting for the disk.
-        let tests = CacheTests {
-            files: std::cell::RefCell::new(&mut *ctx.files),
-            now: ctx.now,
-            until: std::cell::Cell::new(None),
-        };
+        let tests = CacheTests::new(ctx.files, ctx.now);
         let req = sluice_rules::Request {
             path: head.path,
             query: head.query,
@@ -90,7 +86,7 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         // may be kept for them (as far as the rest of it allows): `reuse_until`.
         let (outcome, rule, kept) = rules.lookup_kept(&req);
         // A decision on `-f`/`-d` holds while the cache entries they read do.
-        let files_until = tests.until.get();
+        let files_until = tests.until();
         // A `-f`/`-d` that would have waited for the disk decided nothing: the
         // worker has the request asked again once the disk threads looked it up.
         if ctx.files.stopped() {
@@ -144,11 +140,27 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
 
 /// The rules' view of the file cache, for the length of one lookup (the rules
 /// ask through a shared reference; the cache needs a mutable one), and the
-/// earliest expiry of the entries they read.
-struct CacheTests<'h> {
+/// earliest expiry of the entries they read. `sluice rules explain` asks through
+/// it too, so it sees the files as the server does.
+pub struct CacheTests<'h> {
     files: std::cell::RefCell<&'h mut StaticHandler>,
     now: Instant,
     until: std::cell::Cell<Option<Instant>>,
+}
+
+impl<'h> CacheTests<'h> {
+    pub fn new(files: &'h mut StaticHandler, now: Instant) -> CacheTests<'h> {
+        CacheTests {
+            files: std::cell::RefCell::new(files),
+            now,
+            until: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Until when what the tests answered holds (`None`: nothing was tested).
+    pub fn until(&self) -> Option<Instant> {
+        self.until.get()
+    }
 }
 
 impl std::fmt::Debug for CacheTests<'_> {

@@ -123,16 +123,7 @@ impl Snapshot {
     pub fn static_handlers(&self) -> std::io::Result<Vec<StaticHandler>> {
         self.sites
             .iter()
-            .map(|s| {
-                let root = Root::new(&s.conf.root, self.config.files.symlinks).map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("root {}: {e}", s.conf.root.display()))
-                })?;
-                Ok(StaticHandler::new(
-                    root,
-                    s.conf.files.clone(),
-                    self.config.http.max_ranges,
-                ))
-            })
+            .map(|s| static_handler(&s.conf, &self.config))
             .collect()
     }
 
@@ -197,4 +188,19 @@ impl Snapshot {
         }
         (lines, warnings)
     }
+}
+
+/// The file handler for one site of `config`, as a worker has it (and as
+/// `sluice rules explain` asks it for `-f`/`-d`).
+pub fn static_handler(
+    site: &sluice_config::sites::Site,
+    config: &sluice_config::Config,
+) -> std::io::Result<StaticHandler> {
+    let root = Root::new(&site.root, config.files.symlinks)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("root {}: {e}", site.root.display())))?;
+    Ok(StaticHandler::new(
+        root,
+        site.files.clone(),
+        config.http.max_ranges,
+    ))
 }

@@ -126,10 +126,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => {
             init_tracing("warn");
-            let (files, root, lenient) =
+            // With a config: the site that --host chooses (as the server would),
+            // that site's rules only, and its file handler for `-f`/`-d`.
+            let (files, mut handler, lenient) =
                 if file.extension().and_then(|e| e.to_str()) == Some("toml") {
-                    // A config: the site that --host chooses (as the server would), with
-                    // that site's rules only.
                     let cfg = sluice_config::Config::load(&file).map_err(anyhow::Error::msg)?;
                     let (sites, hosts) =
                         sluice_config::sites::resolve(&cfg).map_err(anyhow::Error::msg)?;
@@ -138,11 +138,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     if sites.len() > 1 {
                         println!("site: {} (root {})", site.label, site.root.display());
                     }
-                    (
-                        site.rules.clone(),
-                        Some(site.root.clone()),
-                        lenient || site.lenient,
-                    )
+                    let handler = sluice_server::static_handler(site, &cfg)?;
+                    (site.rules.clone(), Some(handler), lenient || site.lenient)
                 } else {
                     (vec![file.clone()], None, lenient)
                 };
@@ -161,6 +158,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some((p, q)) => (p.to_string(), Some(q.to_string())),
                 None => (url.clone(), None),
             };
+            let root = handler.as_ref().map(|h| h.root().path().to_path_buf());
+            let now = std::time::Instant::now();
+            let tests = handler
+                .as_mut()
+                .map(|h| sluice_server::phases::CacheTests::new(h, now));
             let req = sluice_rules::Request {
                 path: &path,
                 query: query.as_deref(),
@@ -168,7 +170,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 user_agent: ua.as_deref(),
                 remote_addr: addr,
                 root: root.as_deref(),
-                files: None,
+                files: tests.as_ref().map(|t| t as &dyn sluice_rules::FileTests),
                 counted: false,
                 method: &method,
                 headers: raw_headers.as_bytes(),

@@ -127,6 +127,49 @@ fn file_tests_see_what_the_server_serves() {
     }
 }
 
+/// `sluice rules explain` on a config asks the site's file handler for `-f`, as
+/// the server does: the decoded path, the root's hidden-file policy.
+#[test]
+fn explain_tests_files_as_the_server_does() {
+    let dir = docroot();
+    let root = dir.path();
+    let rules = root.join(".rules-x.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteCond %{REQUEST_FILENAME} !-f\n\
+         RewriteRule ^/(.*)$ /missing [R=302]\n",
+    )
+    .unwrap();
+    let cfg = root.join(".x.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nroot = \"{}\"\n[rules]\nfiles = [\"{}\"]\n",
+            root.display(),
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let explain = |url: &str| {
+        let o = Command::new(bin())
+            .args(["rules", "explain", cfg.to_str().unwrap(), url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = explain("/list/b%20b.txt");
+    assert!(
+        out.contains("condition #1 fails"),
+        "an existing file: {out}"
+    );
+    let out = explain("/.secret");
+    assert!(out.contains("MATCH"), "a hidden file is not served: {out}");
+    let out = explain("/nothing");
+    assert!(out.contains("MATCH"), "{out}");
+}
+
 #[test]
 fn explain_names_the_rule_and_the_reason() {
     let d = tempfile::tempdir().unwrap();
