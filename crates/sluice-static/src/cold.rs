@@ -276,7 +276,7 @@ impl Gate {
         if self.may_wait {
             return root.open(rel);
         }
-        if !self.trusted() || self.disk_busy {
+        if !self.on_worker() {
             return root.open_cached(rel);
         }
         let (opened, slow) = self.costs.timed(|| root.open(rel));
@@ -294,7 +294,7 @@ impl Gate {
     /// their names are rarely out of the caches, but after the caches were emptied
     /// (memory pressure, a tree walk) each of them stalled the worker once.
     pub fn stamp(&mut self, root: &Root, rel: &str) -> io::Result<Stamp> {
-        if self.may_wait || (self.trusted() && !self.disk_busy) {
+        if self.may_wait || self.on_worker() {
             root.stamp(rel)
         } else {
             root.stamp_cached(rel)
@@ -322,6 +322,12 @@ impl Gate {
             return Some(read);
         }
         self.may_wait.then(|| listing::read(root, rel, hidden))
+    }
+
+    /// Whether a lookup that may read the disk is made on the worker now: lookups
+    /// are trusted there and the disk threads have nothing in hand.
+    fn on_worker(&mut self) -> bool {
+        self.trusted() && !self.disk_busy
     }
 
     /// Whether lookups are made on the worker (not `slow`, or the disk threads
