@@ -67,6 +67,11 @@ pub struct ServerSection {
     pub listen_sockets: usize,
     #[serde(deserialize_with = "crate::de::duration")]
     pub shutdown_grace: Duration,
+    /// How long responses in flight may go on after SIGQUIT, and in the old server
+    /// once a new binary serves (SIGUSR2, `upgrade.rs` in sluice-server): long, so a
+    /// download started before an upgrade ends as it would have.
+    #[serde(deserialize_with = "crate::de::duration")]
+    pub upgrade_grace: Duration,
     /// The serving processes' scheduling priority (nice value, -20 to 19), as
     /// nginx's `worker_priority`; 0 (the default) keeps the one sluice started with.
     /// On a machine that also runs other work, a negative value lets a worker that
@@ -464,6 +469,7 @@ impl Default for ServerSection {
             processes: 0,
             listen_sockets: 4,
             shutdown_grace: Duration::from_secs(10),
+            upgrade_grace: Duration::from_secs(3600),
             priority: 0,
             sched_slice: Duration::ZERO,
             user: None,

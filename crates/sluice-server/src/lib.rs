@@ -39,6 +39,7 @@ mod shm;
 mod snapshot;
 mod start;
 mod supervisor;
+mod upgrade;
 
 pub use settings::{load_config, raise_nofile_limit, Overrides};
 pub use shared::{Shared, Stats};

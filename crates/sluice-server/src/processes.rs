@@ -23,7 +23,9 @@
 //! nothing changes; otherwise the master keeps the new snapshot for processes it
 //! forks later) and passes SIGHUP on, so each process reloads as a single process
 //! does; SIGUSR1 is passed on (each process reopens its logs); SIGTERM/SIGINT are
-//! passed on as SIGTERM, and the master waits for every process to finish. A
+//! passed on as SIGTERM, and the master waits for every process to finish (SIGQUIT:
+//! passed on as SIGQUIT, responses in flight get `upgrade_grace`); SIGUSR2 starts a
+//! new binary on the listeners (`upgrade`), and once it serves this server quits. A
 //! process that exits on its own is forked again (more than five times in a minute
 //! stops the server). A serving process whose master is killed gets SIGTERM
 //! (`PR_SET_PDEATHSIG`) and drains.
@@ -52,6 +54,8 @@ fn handled() -> libc::sigset_t {
             libc::SIGINT,
             libc::SIGTERM,
             libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGQUIT,
             libc::SIGCHLD,
         ] {
             libc::sigaddset(&mut set, s);
@@ -102,8 +106,17 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     let mut deaths = Deaths::default();
     let mut failure: Option<String> = None;
     let set = handled();
+    // A new binary starting on our sockets (SIGUSR2), until it serves or fails; and
+    // how the processes are told to stop (SIGQUIT: with `upgrade_grace`).
+    let mut upgrading: Option<crate::upgrade::Pending> = None;
+    let mut handed_over = false;
+    let mut stop_with = libc::SIGTERM;
     'main: loop {
-        let sig = wait_signal(&set, Duration::from_secs(1));
+        let within = match upgrading {
+            Some(_) => Duration::from_millis(100),
+            None => Duration::from_secs(1),
+        };
+        let sig = wait_signal(&set, within);
         match sig {
             Some(libc::SIGHUP) => {
                 systemd::reloading();
@@ -122,11 +135,35 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 systemd::notify("READY=1");
             }
             Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
+            Some(libc::SIGUSR2) if upgrading.is_some() => {
+                tracing::warn!("upgrade: one is already starting")
+            }
+            Some(libc::SIGUSR2) => upgrading = start.start_upgrade(),
+            Some(libc::SIGQUIT) => {
+                tracing::info!("quitting: finishing in-flight responses (upgrade_grace)");
+                stop_with = libc::SIGQUIT;
+                break 'main;
+            }
             Some(libc::SIGTERM) | Some(libc::SIGINT) => {
                 tracing::info!("stopping: finishing in-flight responses");
                 break 'main;
             }
             _ => {}
+        }
+        if let Some(p) = &mut upgrading {
+            match p.poll() {
+                crate::upgrade::Outcome::Waiting => {}
+                crate::upgrade::Outcome::Serving(pid) => {
+                    crate::upgrade::handed_over(pid);
+                    handed_over = true;
+                    stop_with = libc::SIGQUIT;
+                    break 'main;
+                }
+                crate::upgrade::Outcome::Failed(e) => {
+                    tracing::error!("upgrade: {e}; still serving");
+                    upgrading = None;
+                }
+            }
         }
         // Reap: a serving process that exited while the server runs is replaced.
         while let Some((pid, how)) = reap(libc::WNOHANG) {
@@ -158,8 +195,10 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
             }
         }
     }
-    systemd::notify("STOPPING=1");
-    signal_all(&children, libc::SIGTERM);
+    if !handed_over {
+        systemd::notify("STOPPING=1");
+    }
+    signal_all(&children, stop_with);
     // Close the master's copies of the listeners, so that once the processes close
     // theirs new connections are refused instead of queueing.
     start.per_worker.clear();

@@ -32,6 +32,9 @@ pub struct Shared {
     /// process's.
     pub local_workers: usize,
     pub stop: AtomicBool,
+    /// Set with `stop` by SIGQUIT or an upgrade: responses in flight get
+    /// `server.upgrade_grace` instead of `shutdown_grace`.
+    pub quit: AtomicBool,
     pub generation: AtomicU64,
     snapshot: Mutex<Arc<Snapshot>>,
     /// One per worker of the whole server (every serving process's, in memory they
@@ -102,6 +105,7 @@ impl Shared {
                 region.caps,
             ),
             stop: AtomicBool::new(false),
+            quit: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             snapshot: Mutex::new(snap),
             stats: region.stats,

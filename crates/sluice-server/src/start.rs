@@ -17,6 +17,9 @@ use std::sync::Arc;
 /// privileges are dropped) by `supervisor::serve`. With `server.processes > 1` each forked
 /// process inherits it: the compiled snapshot is shared copy-on-write.
 pub(crate) struct Start {
+    /// The program file and arguments this server started with (what SIGUSR2
+    /// starts: `upgrade`).
+    pub program: Option<crate::upgrade::Program>,
     pub config_path: Option<PathBuf>,
     pub ov: Overrides,
     /// The configuration to serve (replaced by the master on a good reload, so a
@@ -72,6 +75,37 @@ impl Start {
             "READY=1\nSTATUS=serving on {} address(es), {workers} workers{procs}",
             self.addrs.len()
         ));
+        // Started by an upgrade: the old server may stop taking connections now.
+        crate::upgrade::announce_ready();
+    }
+
+    /// Every listening socket's descriptor (what an upgrade hands over).
+    pub fn listener_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.per_worker
+            .iter()
+            .flatten()
+            .map(|l| l.as_raw_fd())
+            .collect()
+    }
+
+    /// SIGUSR2: start the program this server started as on its sockets; `None`
+    /// (logged) when it cannot be started at all.
+    pub fn start_upgrade(&self) -> Option<crate::upgrade::Pending> {
+        let Some(program) = &self.program else {
+            tracing::error!("upgrade: the program file this server started from is unknown");
+            return None;
+        };
+        match crate::upgrade::start(program, &self.listener_fds()) {
+            Ok(p) => {
+                tracing::info!(program = %program.exe.display(), "upgrade: starting the new server on this server's sockets");
+                Some(p)
+            }
+            Err(e) => {
+                tracing::error!("upgrade: {e}; still serving");
+                None
+            }
+        }
     }
 }
 

@@ -1,8 +1,10 @@
-//! The process: [`serve`] binds the listeners (or takes systemd's), opens the logs,
-//! drops root and maps the shared counters ([`Start`]); then [`run_process`] starts
-//! one worker thread per core and waits for signals: SIGHUP reloads (a config with
-//! errors keeps the old snapshot serving), SIGUSR1 reopens the access logs,
-//! SIGTERM/SIGINT drain and stop. A worker that panics is logged and replaced; too
+//! The process: [`serve`] binds the listeners (or takes systemd's, or those of the
+//! server it replaces: `upgrade`), opens the logs, drops root and maps the shared
+//! counters ([`Start`]); then [`run_process`] starts one worker thread per core and
+//! waits for signals: SIGHUP reloads (a config with errors keeps the old snapshot
+//! serving), SIGUSR1 reopens the access logs, SIGTERM/SIGINT drain and stop
+//! (`shutdown_grace`), SIGQUIT drains for `upgrade_grace`, SIGUSR2 starts a new
+//! binary on the listeners and quits once it serves. A worker that panics is logged and replaced; too
 //! many deaths in a minute stop the process for systemd (or the master) to restart.
 //! With `server.processes > 1`, `processes` forks that many serving processes from
 //! the prepared [`Start`], each running [`run_process`] for its share of the workers.
@@ -12,7 +14,7 @@ use crate::shared::Shared;
 use crate::shm::Region;
 use crate::snapshot::Snapshot;
 use crate::start::{Deaths, Part, Start};
-use crate::{accesslog, listener, privileges, systemd, worker};
+use crate::{accesslog, listener, privileges, systemd, upgrade, worker};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -22,8 +24,15 @@ use std::sync::Arc;
 /// Run the server until SIGTERM/SIGINT. SIGHUP reloads `config_path`; SIGUSR1 reopens
 /// the access log (log rotation).
 pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> {
-    // Before anything else (and before any thread): sockets systemd passed us.
+    // Before anything else (and before any thread): sockets systemd passed us, or
+    // the server this one replaces (`upgrade`), and how this process was started
+    // (the program file a later upgrade starts).
     let activated = systemd::listen_fds()?;
+    let handed = upgrade::inherited()?;
+    if !activated.is_empty() && !handed.is_empty() {
+        return Err("sockets passed both by systemd (LISTEN_FDS) and by an upgrade".into());
+    }
+    let program = upgrade::Program::this();
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
     let workers = cfg.worker_count();
@@ -73,15 +82,21 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         .condition
         .defer_accept
         .initial_secs(snap.config.http.header_timeout);
-    // `defer_accept = "auto"` switches deferral on the listeners sluice binds
-    // (systemd's sockets keep what their unit says).
+    // `defer_accept = "auto"` switches deferral on the listeners sluice binds or
+    // an upgrade hands over (systemd's sockets keep what their unit says).
+    let from_upgrade = !handed.is_empty();
     let auto_defer = (activated.is_empty()
         && snap.config.condition.defer_accept == sluice_config::DeferAccept::Auto
         && defer > 0)
         .then_some(defer);
     // Every socket starts at the start bound; `Worker::fit_unsent` raises a fast reader's.
     let unsent_max = sluice_condition::slowread::unsent_start(snap.config.condition.unsent_max);
-    if activated.is_empty() {
+    let inherited = if activated.is_empty() {
+        handed
+    } else {
+        activated
+    };
+    if inherited.is_empty() {
         for a in &addrs {
             listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
         }
@@ -100,32 +115,51 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             per_worker.push(ls);
         }
     } else {
-        // Socket activation: serve on exactly the sockets passed (server.listen is
-        // not used). One socket per address, shared by every worker: each polls its
-        // own duplicate, the kernel hands each connection to one accept.
+        // Sockets passed in (server.listen is not used): by systemd, or by the
+        // server this one replaces. Per address, as many sockets as workers or more
+        // (the `SO_REUSEPORT` sets sluice binds) are dealt out to the workers, a set
+        // each as when bound here; fewer (systemd's one) are shared: every worker
+        // polls its own duplicate and the kernel hands each connection to one accept.
         addrs.clear();
-        let mut shared_ls = Vec::new();
-        for fd in activated {
+        let mut by_addr: Vec<(SocketAddr, Vec<mio::net::TcpListener>)> = Vec::new();
+        for fd in inherited {
             let l = std::net::TcpListener::from(fd);
+            let a = l.local_addr().map_err(|e| format!("passed socket: {e}"))?;
             l.set_nonblocking(true)
-                .map_err(|e| format!("LISTEN_FDS: {e}"))?;
+                .map_err(|e| format!("passed socket {a}: {e}"))?;
             // Inherited by every accepted socket.
             listener::set_inherited(l.as_raw_fd(), unsent_max)
-                .map_err(|e| format!("LISTEN_FDS: {e}"))?;
-            addrs.push(l.local_addr().map_err(|e| format!("LISTEN_FDS: {e}"))?);
-            shared_ls.push(mio::net::TcpListener::from_std(l));
+                .map_err(|e| format!("passed socket {a}: {e}"))?;
+            let l = mio::net::TcpListener::from_std(l);
+            match by_addr.iter_mut().find(|(b, _)| *b == a) {
+                Some((_, v)) => v.push(l),
+                None => by_addr.push((a, vec![l])),
+            }
+        }
+        per_worker = (0..workers).map(|_| Vec::new()).collect();
+        for (a, ls) in by_addr {
+            addrs.push(a);
+            if ls.len() >= workers {
+                for (j, l) in ls.into_iter().enumerate() {
+                    per_worker[j % workers].push(l);
+                }
+            } else {
+                for w in per_worker.iter_mut() {
+                    for l in &ls {
+                        w.push(clone_listener(l).map_err(|e| format!("passed socket {a}: {e}"))?);
+                    }
+                }
+            }
         }
         tracing::info!(
             sockets = addrs.len(),
-            "socket activation: serving on the passed sockets"
+            from = if from_upgrade {
+                "the server this one replaces"
+            } else {
+                "systemd"
+            },
+            "serving on the passed sockets"
         );
-        for _ in 0..workers {
-            let mut ls = Vec::new();
-            for l in &shared_ls {
-                ls.push(clone_listener(l).map_err(|e| format!("LISTEN_FDS: {e}"))?);
-            }
-            per_worker.push(ls);
-        }
     }
     // Every access log any site names (the main log first), each opened once.
     let mut logs: Vec<(String, accesslog::LogFile)> = Vec::new();
@@ -181,6 +215,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
     let start = Start {
+        program,
         auto_defer,
         config_path,
         ov,
@@ -210,9 +245,10 @@ pub(crate) fn run_process(
     part: Part,
     managed: Option<std::os::unix::net::UnixStream>,
 ) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])
-        .map_err(|e| format!("signals: {e}"))?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGQUIT])
+            .map_err(|e| format!("signals: {e}"))?;
     // The master blocked these around the fork; now that they have handlers here,
     // let them in (a signal that came in between is delivered now).
     crate::processes::unblock_signals();
@@ -320,6 +356,9 @@ pub(crate) fn run_process(
     let mut deaths = Deaths::default();
     let mut failure: Option<String> = None;
     let mut next_sample = std::time::Instant::now();
+    // A new binary starting on our sockets (SIGUSR2), until it serves or fails.
+    let mut upgrading: Option<upgrade::Pending> = None;
+    let mut handed_over = false;
     'main: loop {
         // The status page's rates: one sample of the summed counters a second.
         if std::time::Instant::now() >= next_sample {
@@ -344,9 +383,36 @@ pub(crate) fn run_process(
                         w.reopen();
                     }
                 }
+                SIGUSR2 if managed.is_some() => {
+                    tracing::warn!("SIGUSR2 upgrades the whole server: send it to the master")
+                }
+                SIGUSR2 if upgrading.is_some() => {
+                    tracing::warn!("upgrade: one is already starting")
+                }
+                SIGUSR2 => upgrading = start.start_upgrade(),
+                SIGQUIT => {
+                    tracing::info!("quitting: finishing in-flight responses (upgrade_grace)");
+                    shared.quit.store(true, Ordering::Relaxed);
+                    break 'main;
+                }
                 _ => {
                     tracing::info!("stopping: finishing in-flight responses");
                     break 'main;
+                }
+            }
+        }
+        if let Some(p) = &mut upgrading {
+            match p.poll() {
+                upgrade::Outcome::Waiting => {}
+                upgrade::Outcome::Serving(pid) => {
+                    upgrade::handed_over(pid);
+                    handed_over = true;
+                    shared.quit.store(true, Ordering::Relaxed);
+                    break 'main;
+                }
+                upgrade::Outcome::Failed(e) => {
+                    tracing::error!("upgrade: {e}; still serving");
+                    upgrading = None;
                 }
             }
         }
@@ -380,7 +446,7 @@ pub(crate) fn run_process(
             Err(_) => {}
         }
     }
-    if managed.is_none() {
+    if managed.is_none() && !handed_over {
         systemd::notify("STOPPING=1");
     }
     shared.stop.store(true, Ordering::Relaxed);

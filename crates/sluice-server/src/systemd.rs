@@ -31,36 +31,39 @@ pub fn listen_fds() -> Result<Vec<OwnedFd>, String> {
         .trim()
         .parse()
         .map_err(|_| format!("LISTEN_FDS={n:?} is not a number"))?;
-    let mut fds = Vec::new();
-    for fd in LISTEN_FDS_START..LISTEN_FDS_START + n {
-        // The manager passes them without close-on-exec; set it, and check that each
-        // is a listening stream socket before taking ownership.
-        // SAFETY: fcntl/getsockopt on a descriptor number; ownership is taken only
-        // after they succeed, and each number is taken once.
-        unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags < 0 {
-                return Err(format!("LISTEN_FDS: descriptor {fd} is not open"));
-            }
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-            let mut listening: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            let rc = libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_ACCEPTCONN,
-                (&mut listening as *mut libc::c_int).cast(),
-                &mut len,
-            );
-            if rc != 0 || listening == 0 {
-                return Err(format!(
-                    "LISTEN_FDS: descriptor {fd} is not a listening socket (use ListenStream= in the socket unit)"
-                ));
-            }
-            fds.push(OwnedFd::from_raw_fd(fd));
+    (LISTEN_FDS_START..LISTEN_FDS_START + n)
+        .map(|fd| listening(fd, "LISTEN_FDS"))
+        .collect()
+}
+
+/// Take ownership of descriptor `fd`, passed to this process under `var`, after
+/// checking that it is a listening stream socket; it is made close-on-exec (whoever
+/// passed it left it open across exec). Each number must be taken once.
+pub(crate) fn listening(fd: i32, var: &str) -> Result<OwnedFd, String> {
+    // SAFETY: fcntl/getsockopt on a descriptor number; ownership is taken only after
+    // they succeed, and the caller takes each number once.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 {
+            return Err(format!("{var}: descriptor {fd} is not open"));
         }
+        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        let mut listening: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        if rc != 0 || listening == 0 {
+            return Err(format!(
+                "{var}: descriptor {fd} is not a listening socket (use ListenStream= in the socket unit)"
+            ));
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
     }
-    Ok(fds)
 }
 
 /// Send one sd_notify(3) message (`READY=1`, `RELOADING=1`, `STOPPING=1`,

@@ -350,3 +350,44 @@ fn the_open_file_cache_respects_its_cap() {
         after - before
     );
 }
+
+#[test]
+fn a_connection_accepted_just_before_a_stop_is_still_answered() {
+    let dir = docroot();
+    // Accepted before its request arrives (no deferral), so the stop finds it empty.
+    let srv = Server::start_with_config(
+        dir,
+        "[server]\nshutdown_grace = \"5s\"\n[condition]\ndefer_accept = \"0\"\n",
+        &[],
+    );
+    let mut old = srv.connect();
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut fresh = srv.connect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    srv.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    // Silent since its accept over a second ago: closed at the stop.
+    let d = time_to_close(&mut old, Duration::from_secs(2));
+    assert!(
+        d < Duration::from_millis(500),
+        "the silent connection lived {d:?} more"
+    );
+    // Accepted just before the stop: its request is answered, and it is closed after.
+    fresh
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let (got, _) = read_to_end(&mut fresh);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    // A fresh connection that never asks holds the stop for at most a second.
+    let mut srv = srv;
+    while srv.child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(3), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

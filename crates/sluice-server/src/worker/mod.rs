@@ -447,23 +447,51 @@ impl Worker {
     }
 
     fn begin_stop(&mut self) {
-        self.stopping = Some(self.now + self.snap.config.server.shutdown_grace);
+        let server = &self.snap.config.server;
+        let grace = if self.shared.quit.load(Ordering::Relaxed) {
+            server.upgrade_grace
+        } else {
+            server.shutdown_grace
+        };
+        self.stopping = Some(self.now + grace);
         for mut l in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.out.is_none() && c.rbuf.is_empty())
-            .map(|(k, _)| k)
-            .collect();
+        // Nothing asked on them: idle keep-alive connections close now (a client
+        // retries a request it sends on one, as after any keep-alive timeout), and
+        // so do connections silent since they were accepted a second or more ago.
+        // One accepted within the last second has its request on the way (the old
+        // server of an upgrade accepted it while the new one started): it gets until
+        // a second after its accept.
+        let fresh_until = self.now_ms.saturating_sub(JUST_ACCEPTED_MS);
+        let (mut idle, mut fresh) = (Vec::new(), Vec::new());
+        for (k, c) in self.conns.iter() {
+            if c.out.is_some() || !c.rbuf.is_empty() {
+                continue;
+            }
+            match c.phase {
+                Phase::Head {
+                    started,
+                    discard: 0,
+                } if started > fresh_until => fresh.push((k, started + JUST_ACCEPTED_MS)),
+                _ => idle.push(k),
+            }
+        }
         for k in idle {
             self.close(k, CloseReason::Shutdown);
         }
+        for (k, d) in fresh {
+            let d = d.min(self.conns[k].deadline);
+            self.set_deadline(k, d);
+        }
         for (_, c) in self.conns.iter_mut() {
-            // A request already complete and waiting for its turn is still
-            // answered (with `Connection: close`: `stopping` turns keep-alive off).
-            if matches!(c.phase, Phase::Ready { .. }) {
+            // A request already complete and waiting for its turn, or still
+            // arriving with no response before it, is answered (with `Connection:
+            // close`: `stopping` turns keep-alive off), within its head deadline.
+            // The rest close once their response in flight is out.
+            if matches!(c.phase, Phase::Ready { .. })
+                || (matches!(c.phase, Phase::Head { .. }) && c.out.is_none())
+            {
                 continue;
             }
             c.flags.set(Flags::CLOSE_AFTER, true);
@@ -481,6 +509,10 @@ fn active_share(snap: &Snapshot, workers: usize) -> u32 {
         n => n.div_ceil(workers).min(u32::MAX as usize) as u32,
     }
 }
+
+/// How long a connection accepted just before the server stops may take to send
+/// its request (`begin_stop`).
+const JUST_ACCEPTED_MS: Ms = 1000;
 
 fn ms(d: Duration) -> Ms {
     d.as_millis() as Ms

@@ -1,0 +1,208 @@
+//! A new binary without dropping a download: SIGUSR2 starts the program file on the
+//! server's own listening sockets; once it serves, the old server takes no more
+//! connections and finishes its downloads (`upgrade_grace`), then exits 0. A new
+//! server that cannot start leaves the old one serving.
+
+use sluice_testkit::*;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The server an upgrade started (not our child): stopped with SIGTERM, then
+/// SIGKILL, when the test ends, also when it panics.
+struct Replacement(i32);
+
+impl Drop for Replacement {
+    fn drop(&mut self) {
+        // SAFETY: signals to the process the test's server started.
+        unsafe { libc::kill(self.0, libc::SIGTERM) };
+        let t = Instant::now();
+        while alive(self.0) && t.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has no threads left to run: count it as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+        .unwrap_or(false)
+}
+
+/// Wait (at most 10 s) for the old server's line that the new one serves; its pid.
+fn new_server_pid(srv: &Server) -> i32 {
+    let t = Instant::now();
+    loop {
+        let err = srv.stderr();
+        if let Some(l) = err.lines().find(|l| l.contains("the new server serves")) {
+            let pid = l.split("pid=").nth(1).and_then(|p| p.trim().parse().ok());
+            return pid.unwrap_or_else(|| panic!("no pid in {l:?}"));
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no upgrade: {err}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Requests on new connections every few milliseconds until `stop`: how many were
+/// answered 200, and every failure (refused, reset, no answer) as text.
+fn hammer(
+    addr: String,
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let got = std::net::TcpStream::connect(&addr).and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")?;
+                let mut b = Vec::new();
+                s.read_to_end(&mut b)?;
+                Ok(b)
+            });
+            match got {
+                Ok(b) if b.starts_with(b"HTTP/1.1 200") && b.ends_with(b"hello\n") => {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(b) => failures.push(format!("answer {:?}", String::from_utf8_lossy(&b))),
+                Err(e) => failures.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        failures
+    })
+}
+
+fn upgrade_keeps_the_download(processes: &str) {
+    let dir = docroot();
+    // Larger than the kernel's socket buffers on both ends can hold, so the old
+    // server is still sending it when the new one takes over.
+    let body: Vec<u8> = (0..48u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &body).unwrap();
+    std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+    let srv = Server::start_in(dir, &["--processes", processes]);
+    let old_pids = srv.serving_pids();
+
+    let mut dl = srv.connect();
+    dl.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    dl.read_exact(&mut got).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let h = hammer(srv.addr.clone(), stop.clone(), ok.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    srv.signal(libc::SIGUSR2);
+    let new = Replacement(new_server_pid(&srv));
+    assert!(alive(new.0), "the new server is not running");
+    std::thread::sleep(Duration::from_millis(500));
+    let before = ok.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    // The old server still runs: its download is in flight (`upgrade_grace`).
+    assert!(
+        alive(srv.pid() as i32),
+        "the old server quit with a download in flight"
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) > before,
+        "nothing answered new connections after the upgrade: {}",
+        srv.stderr()
+    );
+
+    // The download ends whole, from the old server.
+    let (rest, _) = read_to_end(&mut dl);
+    got.extend_from_slice(&rest);
+    let at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", &got[..40]);
+    assert_eq!(got.len() - at, body.len(), "download cut");
+    assert!(got[at..] == body[..], "download corrupted");
+    drop(dl);
+
+    // Then the old server (every process of it) exits, and exits 0.
+    let t = Instant::now();
+    while old_pids.iter().any(|&p| alive(p as i32)) || alive(srv.pid() as i32) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the old server did not exit after its download"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut srv = srv;
+    let status = srv.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", srv.stderr());
+
+    // Only the new server is left, and it answers.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let failures = h.join().unwrap();
+    assert!(
+        failures.is_empty(),
+        "connections failed across the upgrade: {failures:?}"
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) > 50,
+        "only {} answered",
+        ok.load(Ordering::Relaxed)
+    );
+    let mut c = std::net::TcpStream::connect(&srv.addr).unwrap();
+    c.write_all(b"GET /a.txt HTTP/1.0\r\n\r\n").unwrap();
+    let (b, _) = read_to_end(&mut c);
+    assert!(
+        b.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&b)
+    );
+    assert!(alive(new.0));
+}
+
+#[test]
+fn an_upgrade_keeps_every_download_and_refuses_no_connection() {
+    upgrade_keeps_the_download("2");
+}
+
+#[test]
+fn an_upgrade_from_one_process_keeps_every_download() {
+    upgrade_keeps_the_download("1");
+}
+
+#[test]
+fn a_new_binary_that_cannot_start_leaves_the_old_one_serving() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+    let cfg = dir.path().join(".upgrade.toml");
+    std::fs::write(&cfg, "[server]\nshutdown_grace = \"1s\"\n").unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let pids = srv.serving_pids();
+    std::fs::write(&cfg, "[server]\nshutdown_grace = \"soon\"\n").unwrap();
+    srv.signal(libc::SIGUSR2);
+    wait_for_stderr(&srv, "still serving");
+    let err = srv.stderr();
+    assert!(
+        err.contains(".upgrade.toml:2"),
+        "the new server's reason is not in the log: {err}"
+    );
+    assert!(!err.contains("the new server serves"), "{err}");
+    // The old server is whole and answers.
+    assert_eq!(srv.serving_pids(), pids);
+    assert_eq!(srv.get("GET /a.txt HTTP/1.0\r\n\r\n").status, 200);
+
+    // Fixed, the next SIGUSR2 goes through.
+    std::fs::write(&cfg, "[server]\nshutdown_grace = \"1s\"\n").unwrap();
+    srv.signal(libc::SIGUSR2);
+    let new = Replacement(new_server_pid(&srv));
+    let mut srv = srv;
+    let t = Instant::now();
+    while srv.child.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the idle old server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(srv.get("GET /a.txt HTTP/1.0\r\n\r\n").status, 200);
+    assert!(alive(new.0));
+}
