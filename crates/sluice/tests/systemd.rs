@@ -124,3 +124,50 @@ fn sd_notify_ready_reloading_stopping() {
     let _srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", &format!("@{name}"))], &[]);
     recv_until(&sock, "READY=1");
 }
+
+#[test]
+fn an_upgrade_makes_the_new_server_the_main_process() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", path.to_str().unwrap())], &[]);
+    recv_until(&sock, "READY=1");
+    srv.signal(libc::SIGUSR2);
+    let main = recv_until(&sock, "MAINPID=");
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{main:?}"));
+    // The new server: stopped when the test ends, also when it fails.
+    struct Stop(i32);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            // SAFETY: a signal to the server the test's server started.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _new = Stop(pid);
+    assert_ne!(pid as u32, srv.pid());
+    assert!(
+        srv.stderr().contains(&format!("pid={pid}")),
+        "MAINPID is not the new server: {}",
+        srv.stderr()
+    );
+    // The old server quits without telling systemd the service stops.
+    let mut srv = srv;
+    let t = Instant::now();
+    while srv.child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the old server did not quit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        let msg = String::from_utf8_lossy(&buf[..n]);
+        assert!(!msg.contains("STOPPING=1"), "the old server said STOPPING: {msg:?}");
+    }
+    // The new one answers on the same port.
+    assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
+}
