@@ -169,9 +169,10 @@ impl Pending {
             Ok(1) if b[0] == b'R' => Outcome::Serving(self.child.id()),
             Ok(_) => {
                 // End-of-file: it exited (or closed the pipe) before serving.
+                // (A master may have reaped it already: then only that it ended.)
                 let how = match self.child.wait() {
                     Ok(s) => s.to_string(),
-                    Err(e) => e.to_string(),
+                    Err(_) => "it exited".to_string(),
                 };
                 Outcome::Failed(format!(
                     "the new server (pid {}) did not start: {how}; its log says why",
