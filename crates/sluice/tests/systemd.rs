@@ -160,13 +160,19 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
     let mut srv = srv;
     let t = Instant::now();
     while srv.child.try_wait().unwrap().is_none() {
-        assert!(t.elapsed() < Duration::from_secs(10), "the old server did not quit");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the old server did not quit"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut buf = [0u8; 4096];
     while let Ok(n) = sock.recv(&mut buf) {
         let msg = String::from_utf8_lossy(&buf[..n]);
-        assert!(!msg.contains("STOPPING=1"), "the old server said STOPPING: {msg:?}");
+        assert!(
+            !msg.contains("STOPPING=1"),
+            "the old server said STOPPING: {msg:?}"
+        );
     }
     // The new one answers on the same port.
     assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
