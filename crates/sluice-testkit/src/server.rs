@@ -289,13 +289,24 @@ impl Server {
     /// SIGTERM and wait; returns the exit code.
     pub fn stop(mut self) -> Option<i32> {
         self.signal(libc::SIGTERM);
+        match self.exited_within(Duration::from_secs(20)) {
+            Some(st) => st.code(),
+            None => {
+                let _ = self.child.kill();
+                None
+            }
+        }
+    }
+
+    /// Wait for the server to exit on its own (after a signal already sent): its
+    /// status, or `None` if it still runs after `within`.
+    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let t = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
-                return st.code();
+                return Some(st);
             }
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
+            if t.elapsed() > within {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -363,6 +374,31 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A process the test did not start itself (the new server an upgrade starts):
+/// SIGTERM when the guard drops, also when the test panics, then SIGKILL if it is
+/// still there after 15 s.
+pub struct PidOnDrop(pub i32);
+
+impl Drop for PidOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: signals to a process the test's server started.
+        unsafe { libc::kill(self.0, libc::SIGTERM) };
+        let t = Instant::now();
+        while running(self.0) && t.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie (its threads are gone).
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+        .unwrap_or(false)
 }
 
 /// Descriptors process `pid` has open (0 once it is gone).

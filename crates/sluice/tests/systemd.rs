@@ -98,14 +98,21 @@ fn recv_until(sock: &UnixDatagram, want: &str) -> String {
     }
 }
 
-#[test]
-fn sd_notify_ready_reloading_stopping() {
+/// A server started with `NOTIFY_SOCKET` naming a datagram socket the test reads
+/// (each read waits at most 500 ms); the directory holds the socket.
+fn notified_server() -> (tempfile::TempDir, UnixDatagram, Server) {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("notify.sock");
     let sock = UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", path.to_str().unwrap())], &[]);
+    (d, sock, srv)
+}
+
+#[test]
+fn sd_notify_ready_reloading_stopping() {
+    let (_d, sock, srv) = notified_server();
     let ready = recv_until(&sock, "READY=1");
     assert!(ready.contains("STATUS=serving"), "{ready:?}");
     srv.signal(libc::SIGHUP);
@@ -127,12 +134,7 @@ fn sd_notify_ready_reloading_stopping() {
 
 #[test]
 fn an_upgrade_makes_the_new_server_the_main_process() {
-    let d = tempfile::tempdir().unwrap();
-    let path = d.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", path.to_str().unwrap())], &[]);
+    let (_d, sock, srv) = notified_server();
     recv_until(&sock, "READY=1");
     srv.signal(libc::SIGUSR2);
     let main = recv_until(&sock, "MAINPID=");
@@ -141,15 +143,7 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
         .find_map(|l| l.strip_prefix("MAINPID="))
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| panic!("{main:?}"));
-    // The new server: stopped when the test ends, also when it fails.
-    struct Stop(i32);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            // SAFETY: a signal to the server the test's server started.
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
-    }
-    let _new = Stop(pid);
+    let _new = PidOnDrop(pid);
     assert_ne!(pid as u32, srv.pid());
     assert!(
         srv.stderr().contains(&format!("pid={pid}")),
@@ -158,14 +152,8 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
     );
     // The old server quits without telling systemd the service stops.
     let mut srv = srv;
-    let t = Instant::now();
-    while srv.child.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the old server did not quit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let quit = srv.exited_within(Duration::from_secs(10));
+    assert!(quit.is_some(), "the old server did not quit");
     let mut buf = [0u8; 4096];
     while let Ok(n) = sock.recv(&mut buf) {
         let msg = String::from_utf8_lossy(&buf[..n]);

@@ -9,29 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The server an upgrade started (not our child): stopped with SIGTERM, then
-/// SIGKILL, when the test ends, also when it panics.
-struct Replacement(i32);
-
-impl Drop for Replacement {
-    fn drop(&mut self) {
-        // SAFETY: signals to the process the test's server started.
-        unsafe { libc::kill(self.0, libc::SIGTERM) };
-        let t = Instant::now();
-        while alive(self.0) && t.elapsed() < Duration::from_secs(15) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-    }
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie has no threads left to run: count it as gone.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
-        .unwrap_or(false)
-}
-
 /// Wait (at most 10 s) for the old server's line that the new one serves; its pid.
 fn new_server_pid(srv: &Server) -> i32 {
     let t = Instant::now();
@@ -97,14 +74,14 @@ fn upgrade_keeps_the_download(processes: &str) {
     let h = hammer(srv.addr.clone(), stop.clone(), ok.clone());
     std::thread::sleep(Duration::from_millis(300));
     srv.signal(libc::SIGUSR2);
-    let new = Replacement(new_server_pid(&srv));
-    assert!(alive(new.0), "the new server is not running");
+    let new = PidOnDrop(new_server_pid(&srv));
+    assert!(running(new.0), "the new server is not running");
     std::thread::sleep(Duration::from_millis(500));
     let before = ok.load(Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(500));
     // The old server still runs: its download is in flight (`upgrade_grace`).
     assert!(
-        alive(srv.pid() as i32),
+        running(srv.pid() as i32),
         "the old server quit with a download in flight"
     );
     assert!(
@@ -123,17 +100,17 @@ fn upgrade_keeps_the_download(processes: &str) {
     drop(dl);
 
     // Then the old server (every process of it) exits, and exits 0.
-    let t = Instant::now();
-    while old_pids.iter().any(|&p| alive(p as i32)) || alive(srv.pid() as i32) {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the old server did not exit after its download"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let mut srv = srv;
-    let status = srv.child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{}", srv.stderr());
+    let status = srv.exited_within(Duration::from_secs(10));
+    assert!(
+        status.is_some(),
+        "the old server did not exit after its download"
+    );
+    assert_eq!(status.unwrap().code(), Some(0), "{}", srv.stderr());
+    assert!(
+        !old_pids.iter().any(|&p| running(p as i32)),
+        "an old serving process is left"
+    );
 
     // Only the new server is left, and it answers.
     std::thread::sleep(Duration::from_millis(300));
@@ -156,7 +133,7 @@ fn upgrade_keeps_the_download(processes: &str) {
         "{}",
         String::from_utf8_lossy(&b)
     );
-    assert!(alive(new.0));
+    assert!(running(new.0));
 }
 
 #[test]
@@ -193,16 +170,10 @@ fn a_new_binary_that_cannot_start_leaves_the_old_one_serving() {
     // Fixed, the next SIGUSR2 goes through.
     std::fs::write(&cfg, "[server]\nshutdown_grace = \"1s\"\n").unwrap();
     srv.signal(libc::SIGUSR2);
-    let new = Replacement(new_server_pid(&srv));
+    let new = PidOnDrop(new_server_pid(&srv));
     let mut srv = srv;
-    let t = Instant::now();
-    while srv.child.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the idle old server did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let quit = srv.exited_within(Duration::from_secs(10));
+    assert!(quit.is_some(), "the idle old server did not exit");
     assert_eq!(srv.get("GET /a.txt HTTP/1.0\r\n\r\n").status, 200);
-    assert!(alive(new.0));
+    assert!(running(new.0));
 }
