@@ -4,8 +4,9 @@
 //! waits for signals: SIGHUP reloads (a config with errors keeps the old snapshot
 //! serving), SIGUSR1 reopens the access logs, SIGTERM/SIGINT drain and stop
 //! (`shutdown_grace`), SIGQUIT drains for `upgrade_grace`, SIGUSR2 starts a new
-//! binary on the listeners and quits once it serves. A worker that panics is logged and replaced; too
-//! many deaths in a minute stop the process for systemd (or the master) to restart.
+//! binary on the listeners and quits once it serves. A worker that panics is logged
+//! and replaced; too many deaths in a minute stop the process for systemd (or the
+//! master) to restart.
 //! With `server.processes > 1`, `processes` forks that many serving processes from
 //! the prepared [`Start`], each running [`run_process`] for its share of the workers.
 
@@ -116,43 +117,12 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         }
     } else {
         // Sockets passed in (server.listen is not used): by systemd, or by the
-        // server this one replaces. Per address, as many sockets as workers or more
-        // (the `SO_REUSEPORT` sets sluice binds) are dealt out to the workers, a set
-        // each as when bound here; fewer (systemd's one) are shared: every worker
-        // polls its own duplicate and the kernel hands each connection to one accept.
-        addrs.clear();
-        let mut by_addr: Vec<(SocketAddr, Vec<mio::net::TcpListener>)> = Vec::new();
-        for fd in inherited {
-            let l = std::net::TcpListener::from(fd);
-            let a = l.local_addr().map_err(|e| format!("passed socket: {e}"))?;
-            l.set_nonblocking(true)
-                .map_err(|e| format!("passed socket {a}: {e}"))?;
-            // Inherited by every accepted socket.
-            listener::set_inherited(l.as_raw_fd(), unsent_max)
-                .map_err(|e| format!("passed socket {a}: {e}"))?;
-            let l = mio::net::TcpListener::from_std(l);
-            match by_addr.iter_mut().find(|(b, _)| *b == a) {
-                Some((_, v)) => v.push(l),
-                None => by_addr.push((a, vec![l])),
-            }
-        }
-        per_worker = (0..workers).map(|_| Vec::new()).collect();
-        for (a, ls) in by_addr {
-            addrs.push(a);
-            if ls.len() >= workers {
-                for (j, l) in ls.into_iter().enumerate() {
-                    per_worker[j % workers].push(l);
-                }
-            } else {
-                for w in per_worker.iter_mut() {
-                    for l in &ls {
-                        w.push(clone_listener(l).map_err(|e| format!("passed socket {a}: {e}"))?);
-                    }
-                }
-            }
-        }
+        // server this one replaces.
+        let (ls, passed) = deal_out(inherited, workers, unsent_max)?;
+        per_worker = ls;
+        addrs = passed;
         tracing::info!(
-            sockets = addrs.len(),
+            addresses = addrs.len(),
             from = if from_upgrade {
                 "the server this one replaces"
             } else {
@@ -463,6 +433,52 @@ pub(crate) fn run_process(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Listening sockets passed in, dealt out to `workers`, and their addresses. Per
+/// address, as many sockets as workers or more (the `SO_REUSEPORT` sets sluice binds,
+/// handed over by an upgrade) go a set to each worker, as when bound here; fewer
+/// (systemd's one) are shared: every worker polls its own duplicate and the kernel
+/// hands each connection to one accept.
+type Dealt = (Vec<Vec<mio::net::TcpListener>>, Vec<SocketAddr>);
+fn deal_out(
+    passed: Vec<std::os::fd::OwnedFd>,
+    workers: usize,
+    unsent_max: u32,
+) -> Result<Dealt, String> {
+    let mut by_addr: Vec<(SocketAddr, Vec<mio::net::TcpListener>)> = Vec::new();
+    for fd in passed {
+        let l = std::net::TcpListener::from(fd);
+        let a = l.local_addr().map_err(|e| format!("passed socket: {e}"))?;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("passed socket {a}: {e}"))?;
+        // Inherited by every accepted socket.
+        listener::set_inherited(l.as_raw_fd(), unsent_max)
+            .map_err(|e| format!("passed socket {a}: {e}"))?;
+        let l = mio::net::TcpListener::from_std(l);
+        match by_addr.iter_mut().find(|(b, _)| *b == a) {
+            Some((_, v)) => v.push(l),
+            None => by_addr.push((a, vec![l])),
+        }
+    }
+    let mut per_worker: Vec<Vec<mio::net::TcpListener>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    let mut addrs = Vec::with_capacity(by_addr.len());
+    for (a, ls) in by_addr {
+        addrs.push(a);
+        if ls.len() >= workers {
+            for (j, l) in ls.into_iter().enumerate() {
+                per_worker[j % workers].push(l);
+            }
+        } else {
+            for w in per_worker.iter_mut() {
+                for l in &ls {
+                    w.push(clone_listener(l).map_err(|e| format!("passed socket {a}: {e}"))?);
+                }
+            }
+        }
+    }
+    Ok((per_worker, addrs))
 }
 
 /// What a worker thread reports to the main thread.
