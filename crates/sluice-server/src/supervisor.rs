@@ -573,3 +573,52 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
         Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+
+    fn passed(addr: SocketAddr, n: usize) -> (SocketAddr, Vec<OwnedFd>) {
+        let first = listener::bind(addr, 16, 0, 0).unwrap();
+        let addr = first.local_addr().unwrap();
+        let mut v = vec![OwnedFd::from(std::net::TcpListener::from(first))];
+        for _ in 1..n {
+            let l = listener::bind(addr, 16, 0, 0).unwrap();
+            v.push(OwnedFd::from(std::net::TcpListener::from(l)));
+        }
+        (addr, v)
+    }
+
+    #[test]
+    fn passed_sockets_are_dealt_a_set_per_worker_or_shared() {
+        // An upgrade's: 4 sockets per worker for one address; systemd's: one for another.
+        let (a, mut fds) = passed("127.0.0.1:0".parse().unwrap(), 8);
+        let (b, one) = passed("127.0.0.1:0".parse().unwrap(), 1);
+        fds.extend(one);
+        let (per_worker, addrs) = deal_out(fds, 2, 0).unwrap();
+        assert_eq!(addrs, vec![a, b]);
+        for ls in &per_worker {
+            let mine: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+            assert_eq!(mine.iter().filter(|x| **x == a).count(), 4, "{mine:?}");
+            assert_eq!(mine.iter().filter(|x| **x == b).count(), 1, "{mine:?}");
+        }
+        // Each of the 8 is one worker's; the one socket is both workers'.
+        let ino = |l: &mio::net::TcpListener| {
+            // SAFETY: fstat into a zeroed struct on an open descriptor.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::fstat(l.as_raw_fd(), &mut st) }, 0);
+            st.st_ino
+        };
+        let sockets = |w: usize, addr| -> Vec<u64> {
+            per_worker[w]
+                .iter()
+                .filter(|l| l.local_addr().unwrap() == addr)
+                .map(ino)
+                .collect()
+        };
+        let (a0, a1) = (sockets(0, a), sockets(1, a));
+        assert!(a0.iter().all(|i| !a1.contains(i)), "{a0:?} {a1:?}");
+        assert_eq!(sockets(0, b), sockets(1, b));
+    }
+}
