@@ -23,31 +23,57 @@ fn new_server_pid(srv: &Server) -> i32 {
     }
 }
 
-/// Requests on new connections every few milliseconds until `stop`: how many were
-/// answered 200, and every failure (refused, reset, no answer) as text.
+/// Requests until `stop`, each answered 200 counted in `ok`; every failure
+/// (refused, reset, no answer) comes back as text. `keep_alive`: one connection
+/// after another, each asked until the server answers `Connection: close`;
+/// otherwise a new connection every few milliseconds.
 fn hammer(
     addr: String,
+    keep_alive: bool,
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<Vec<String>> {
     std::thread::spawn(move || {
         let mut failures = Vec::new();
+        let mut conn: Option<std::net::TcpStream> = None;
+        let ask: &[u8] = if keep_alive {
+            b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n"
+        } else {
+            b"GET /a.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        };
         while !stop.load(Ordering::Relaxed) {
-            let got = std::net::TcpStream::connect(&addr).and_then(|mut s| {
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")?;
-                let mut b = Vec::new();
-                s.read_to_end(&mut b)?;
-                Ok(b)
-            });
-            match got {
-                Ok(b) if b.starts_with(b"HTTP/1.1 200") && b.ends_with(b"hello\n") => {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(b) => failures.push(format!("answer {:?}", String::from_utf8_lossy(&b))),
-                Err(e) => failures.push(e.to_string()),
+            let s = match conn.take() {
+                Some(s) => s,
+                None => match std::net::TcpStream::connect(&addr) {
+                    Ok(s) => {
+                        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        s
+                    }
+                    Err(e) => {
+                        failures.push(format!("connect: {e}"));
+                        continue;
+                    }
+                },
+            };
+            let mut s = s;
+            if let Err(e) = s.write_all(ask) {
+                failures.push(format!("send: {e}"));
+                continue;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            match read_response(&mut s, false) {
+                Some(r) if r.status == 200 && r.body == b"hello\n" => {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                    let closes = r.header("connection") == Some("close");
+                    if keep_alive && !closes {
+                        conn = Some(s);
+                    }
+                }
+                Some(r) => failures.push(format!("answer {} {:?}", r.status, r.text())),
+                None => failures.push("no answer".into()),
+            }
+            if !keep_alive {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         failures
     })
@@ -71,7 +97,12 @@ fn upgrade_keeps_the_download(processes: &str) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicUsize::new(0));
-    let h = hammer(srv.addr.clone(), stop.clone(), ok.clone());
+    let h = hammer(srv.addr.clone(), false, stop.clone(), ok.clone());
+    // Keep-alive clients too: a request sent on a kept connection while the old
+    // server quits is answered, never met with a close.
+    let kept: Vec<_> = (0..4)
+        .map(|_| hammer(srv.addr.clone(), true, stop.clone(), ok.clone()))
+        .collect();
     std::thread::sleep(Duration::from_millis(300));
     srv.signal(libc::SIGUSR2);
     let new = PidOnDrop(new_server_pid(&srv));
@@ -115,7 +146,10 @@ fn upgrade_keeps_the_download(processes: &str) {
     // Only the new server is left, and it answers.
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let failures = h.join().unwrap();
+    let mut failures = h.join().unwrap();
+    for k in kept {
+        failures.extend(k.join().unwrap());
+    }
     assert!(
         failures.is_empty(),
         "connections failed across the upgrade: {failures:?}"

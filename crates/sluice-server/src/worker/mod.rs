@@ -47,8 +47,8 @@ mod publish;
 mod timers;
 
 use crate::accesslog::WorkerLog;
-use crate::io::recycle;
 use crate::io::READ_CHUNK;
+use crate::io::{recycle, unread_bytes_waiting};
 use crate::send::Outgoing;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
@@ -457,16 +457,24 @@ impl Worker {
         for mut l in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        // Nothing asked on them: idle keep-alive connections close now (a client
-        // retries a request it sends on one, as after any keep-alive timeout), and
-        // so do connections silent since they were accepted a second or more ago.
-        // One accepted within the last second has its request on the way (the old
-        // server of an upgrade accepted it while the new one started): it gets until
-        // a second after its accept.
+        // Nothing asked on them: on SIGTERM idle keep-alive connections close now
+        // (a client retries a request it sends on one, as after any keep-alive
+        // timeout), and so do connections silent since they were accepted a second
+        // or more ago. Kept, and answered with `Connection: close`: one whose next
+        // request is already in its socket (a busy keep-alive client; one peek each,
+        // once); one accepted within the last second, whose request is on the way
+        // (the old server of an upgrade accepted it while the new one started),
+        // until a second after its accept; and on SIGQUIT (an upgrade) every idle
+        // keep-alive connection, until its next request or its keep-alive timeout,
+        // so that no request a client sends on one is lost to the upgrade.
+        let quit = self.shared.quit.load(Ordering::Relaxed);
         let fresh_until = self.now_ms.saturating_sub(JUST_ACCEPTED_MS);
         let (mut idle, mut fresh) = (Vec::new(), Vec::new());
         for (k, c) in self.conns.iter() {
             if c.out.is_some() || !c.rbuf.is_empty() {
+                continue;
+            }
+            if (quit && matches!(c.phase, Phase::Idle { .. })) || unread_bytes_waiting(&c.sock) {
                 continue;
             }
             match c.phase {
@@ -485,11 +493,12 @@ impl Worker {
             self.set_deadline(k, d);
         }
         for (_, c) in self.conns.iter_mut() {
-            // A request already complete and waiting for its turn, or still
-            // arriving with no response before it, is answered (with `Connection:
-            // close`: `stopping` turns keep-alive off), within its head deadline.
-            // The rest close once their response in flight is out.
-            if matches!(c.phase, Phase::Ready { .. })
+            // A request already complete and waiting for its turn, still arriving
+            // with no response before it, or waiting in the socket of an idle one
+            // kept above, is answered (with `Connection: close`: `stopping` turns
+            // keep-alive off), within its head (or keep-alive) deadline. The rest
+            // close once their response in flight is out.
+            if matches!(c.phase, Phase::Ready { .. } | Phase::Idle { .. })
                 || (matches!(c.phase, Phase::Head { .. }) && c.out.is_none())
             {
                 continue;
