@@ -17,7 +17,6 @@ use crate::snapshot::Snapshot;
 use crate::start::{Deaths, Part, Start};
 use crate::{accesslog, listener, privileges, systemd, upgrade, worker};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -118,7 +117,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     } else {
         // Sockets passed in (server.listen is not used): by systemd, or by the
         // server this one replaces.
-        let (ls, passed) = deal_out(inherited, workers, unsent_max)?;
+        let (ls, passed) = listener::deal_out(inherited, workers, unsent_max)?;
         per_worker = ls;
         addrs = passed;
         tracing::info!(
@@ -277,7 +276,7 @@ pub(crate) fn run_process(
         // connections waiting in its backlog) and its replacement takes them over.
         let mut ls = Vec::with_capacity(start.per_worker[id].len());
         for l in &start.per_worker[id] {
-            ls.push(clone_listener(l).map_err(|e| format!("worker {id}: {e}"))?);
+            ls.push(listener::clone_listener(l).map_err(|e| format!("worker {id}: {e}"))?);
         }
         spawn_worker(WorkerSpawn {
             id,
@@ -435,52 +434,6 @@ pub(crate) fn run_process(
     }
 }
 
-/// Listening sockets passed in, dealt out to `workers`, and their addresses. Per
-/// address, as many sockets as workers or more (the `SO_REUSEPORT` sets sluice binds,
-/// handed over by an upgrade) go a set to each worker, as when bound here; fewer
-/// (systemd's one) are shared: every worker polls its own duplicate and the kernel
-/// hands each connection to one accept.
-type Dealt = (Vec<Vec<mio::net::TcpListener>>, Vec<SocketAddr>);
-fn deal_out(
-    passed: Vec<std::os::fd::OwnedFd>,
-    workers: usize,
-    unsent_max: u32,
-) -> Result<Dealt, String> {
-    let mut by_addr: Vec<(SocketAddr, Vec<mio::net::TcpListener>)> = Vec::new();
-    for fd in passed {
-        let l = std::net::TcpListener::from(fd);
-        let a = l.local_addr().map_err(|e| format!("passed socket: {e}"))?;
-        l.set_nonblocking(true)
-            .map_err(|e| format!("passed socket {a}: {e}"))?;
-        // Inherited by every accepted socket.
-        listener::set_inherited(l.as_raw_fd(), unsent_max)
-            .map_err(|e| format!("passed socket {a}: {e}"))?;
-        let l = mio::net::TcpListener::from_std(l);
-        match by_addr.iter_mut().find(|(b, _)| *b == a) {
-            Some((_, v)) => v.push(l),
-            None => by_addr.push((a, vec![l])),
-        }
-    }
-    let mut per_worker: Vec<Vec<mio::net::TcpListener>> =
-        (0..workers).map(|_| Vec::new()).collect();
-    let mut addrs = Vec::with_capacity(by_addr.len());
-    for (a, ls) in by_addr {
-        addrs.push(a);
-        if ls.len() >= workers {
-            for (j, l) in ls.into_iter().enumerate() {
-                per_worker[j % workers].push(l);
-            }
-        } else {
-            for w in per_worker.iter_mut() {
-                for l in &ls {
-                    w.push(clone_listener(l).map_err(|e| format!("passed socket {a}: {e}"))?);
-                }
-            }
-        }
-    }
-    Ok((per_worker, addrs))
-}
-
 /// What a worker thread reports to the main thread.
 enum WorkerExit {
     /// Built and serving.
@@ -541,14 +494,6 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     format!("panicked: {what}")
 }
 
-fn clone_listener(l: &mio::net::TcpListener) -> std::io::Result<mio::net::TcpListener> {
-    use std::os::fd::AsFd;
-    let fd = l.as_fd().try_clone_to_owned()?;
-    Ok(mio::net::TcpListener::from_std(
-        std::net::TcpListener::from(fd),
-    ))
-}
-
 fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
     let result = load_config(path, ov).and_then(|c| Snapshot::build(c, Some(shared.rates)));
     match result {
@@ -571,54 +516,5 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
             tracing::info!("reloaded configuration");
         }
         Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::OwnedFd;
-
-    fn passed(addr: SocketAddr, n: usize) -> (SocketAddr, Vec<OwnedFd>) {
-        let first = listener::bind(addr, 16, 0, 0).unwrap();
-        let addr = first.local_addr().unwrap();
-        let mut v = vec![OwnedFd::from(std::net::TcpListener::from(first))];
-        for _ in 1..n {
-            let l = listener::bind(addr, 16, 0, 0).unwrap();
-            v.push(OwnedFd::from(std::net::TcpListener::from(l)));
-        }
-        (addr, v)
-    }
-
-    #[test]
-    fn passed_sockets_are_dealt_a_set_per_worker_or_shared() {
-        // An upgrade's: 4 sockets per worker for one address; systemd's: one for another.
-        let (a, mut fds) = passed("127.0.0.1:0".parse().unwrap(), 8);
-        let (b, one) = passed("127.0.0.1:0".parse().unwrap(), 1);
-        fds.extend(one);
-        let (per_worker, addrs) = deal_out(fds, 2, 0).unwrap();
-        assert_eq!(addrs, vec![a, b]);
-        for ls in &per_worker {
-            let mine: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
-            assert_eq!(mine.iter().filter(|x| **x == a).count(), 4, "{mine:?}");
-            assert_eq!(mine.iter().filter(|x| **x == b).count(), 1, "{mine:?}");
-        }
-        // Each of the 8 is one worker's; the one socket is both workers'.
-        let ino = |l: &mio::net::TcpListener| {
-            // SAFETY: fstat into a zeroed struct on an open descriptor.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            assert_eq!(unsafe { libc::fstat(l.as_raw_fd(), &mut st) }, 0);
-            st.st_ino
-        };
-        let sockets = |w: usize, addr| -> Vec<u64> {
-            per_worker[w]
-                .iter()
-                .filter(|l| l.local_addr().unwrap() == addr)
-                .map(ino)
-                .collect()
-        };
-        let (a0, a1) = (sockets(0, a), sockets(1, a));
-        assert!(a0.iter().all(|i| !a1.contains(i)), "{a0:?} {a1:?}");
-        assert_eq!(sockets(0, b), sockets(1, b));
     }
 }
