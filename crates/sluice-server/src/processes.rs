@@ -202,14 +202,30 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // Close the master's copies of the listeners, so that once the processes close
     // theirs new connections are refused instead of queueing.
     start.per_worker.clear();
-    for c in &children {
+    // Wait for every serving process; SIGTERM/SIGINT during a quit pass SIGTERM on,
+    // which shortens their grace to `shutdown_grace`.
+    let mut left: Vec<libc::pid_t> = children.iter().map(|c| c.pid).collect();
+    while !left.is_empty() {
+        if let Some(libc::SIGTERM | libc::SIGINT) = wait_signal(&set, Duration::from_millis(200)) {
+            if stop_with == libc::SIGQUIT {
+                tracing::info!("stopping sooner: responses in flight get shutdown_grace");
+                stop_with = libc::SIGTERM;
+                for &pid in &left {
+                    // SAFETY: our own children, not yet reaped.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                }
+            }
+        }
         let mut status = 0;
-        // SAFETY: waiting for our own child.
-        while unsafe { libc::waitpid(c.pid, &mut status, 0) } < 0
-            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-        {}
-        if failure.is_none() && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-            failure = Some(format!("serving process {} {}", c.pid, describe(status)));
+        for pid in left.clone() {
+            // SAFETY: waiting for our own child, without blocking.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                left.retain(|p| *p != pid);
+                if failure.is_none() && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
+                {
+                    failure = Some(format!("serving process {pid} {}", describe(status)));
+                }
+            }
         }
     }
     match failure {

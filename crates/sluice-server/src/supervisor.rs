@@ -422,6 +422,16 @@ pub(crate) fn run_process(
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
     start.per_worker.clear();
+    // While the workers finish, SIGTERM/SIGINT still shorten a quit's long grace to
+    // `shutdown_grace` (the workers watch `quit`).
+    while threads.iter().flatten().any(|t| !t.is_finished()) {
+        for sig in signals.pending() {
+            if matches!(sig, SIGTERM | SIGINT) && shared.quit.swap(false, Ordering::Relaxed) {
+                tracing::info!("stopping sooner: responses in flight get shutdown_grace");
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     for t in threads.into_iter().flatten() {
         let _ = t.join();
     }

@@ -1,7 +1,8 @@
 //! A new binary without dropping a download: SIGUSR2 starts the program file on the
 //! server's own listening sockets; once it serves, the old server takes no more
-//! connections and finishes its downloads (`upgrade_grace`), then exits 0. A new
-//! server that cannot start leaves the old one serving.
+//! connections and finishes its downloads (`upgrade_grace`), then exits 0; SIGTERM
+//! shortens that grace to `shutdown_grace`. A new server that cannot start leaves
+//! the old one serving.
 
 use sluice_testkit::*;
 use std::io::{Read, Write};
@@ -203,4 +204,53 @@ fn a_new_binary_that_cannot_start_leaves_the_old_one_serving() {
     assert!(quit.is_some(), "the idle old server did not exit");
     assert_eq!(srv.get("GET /a.txt HTTP/1.0\r\n\r\n").status, 200);
     assert!(running(new.0));
+}
+
+#[test]
+fn sigterm_ends_an_old_servers_long_grace() {
+    sigterm_after_upgrade("2");
+}
+
+#[test]
+fn sigterm_ends_an_old_single_process_servers_long_grace() {
+    sigterm_after_upgrade("1");
+}
+
+fn sigterm_after_upgrade(processes: &str) {
+    let dir = docroot();
+    std::fs::write(dir.path().join("big.bin"), vec![7u8; 48 << 20]).unwrap();
+    let srv = Server::start_with_config(
+        dir,
+        "[server]\nshutdown_grace = \"1s\"\n",
+        &["--processes", processes],
+    );
+    // A download whose reader stops: it would hold the old server for upgrade_grace.
+    let mut stalled = srv.connect();
+    stalled
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut b = [0u8; 4096];
+    stalled.read_exact(&mut b).unwrap();
+    srv.signal(libc::SIGUSR2);
+    let new = PidOnDrop(new_server_pid(&srv));
+    let mut srv = srv;
+    assert!(
+        srv.exited_within(Duration::from_millis(1500)).is_none(),
+        "the old server quit with a download in flight"
+    );
+    let t = Instant::now();
+    srv.signal(libc::SIGTERM);
+    let st = srv.exited_within(Duration::from_secs(5));
+    assert!(
+        st.is_some(),
+        "SIGTERM did not shorten the old server's grace"
+    );
+    assert_eq!(st.unwrap().code(), Some(0), "{}", srv.stderr());
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(running(new.0));
+    assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
 }

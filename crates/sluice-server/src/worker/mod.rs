@@ -127,6 +127,8 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     last_pressure_warn: Option<Instant>,
     stopping: Option<Instant>,
+    /// The stop is a quit (`upgrade_grace`), until SIGTERM shortens it.
+    quitting: bool,
     /// Who is incomplete, idle, or waiting for a send turn, by address range
     /// (sluice-condition); the waiting ones are the send queue (see `run_sendq`).
     cond: Conditioner,
@@ -267,6 +269,7 @@ impl Worker {
             accept_paused_until: None,
             last_pressure_warn: None,
             stopping: None,
+            quitting: false,
             disk_done,
             disk_keys: Vec::new(),
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
@@ -404,6 +407,9 @@ impl Worker {
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
                 self.begin_stop();
             }
+            if self.quitting && !self.shared.quit.load(Ordering::Relaxed) {
+                self.hurry_stop();
+            }
             if let Some(deadline) = self.stopping {
                 if self.conns.is_empty() || self.now >= deadline {
                     if !self.conns.is_empty() {
@@ -446,9 +452,29 @@ impl Worker {
         self.snap_gen = g;
     }
 
+    /// SIGTERM during a quit: what is left of the grace is `shutdown_grace` from
+    /// now at most, and the idle keep-alive connections kept for the quit close.
+    fn hurry_stop(&mut self) {
+        self.quitting = false;
+        let by = self.now + self.snap.config.server.shutdown_grace;
+        self.stopping = self.stopping.map(|d| d.min(by));
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(c.phase, Phase::Idle { .. }) && c.out.is_none() && c.rbuf.is_empty()
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in idle {
+            self.close(k, CloseReason::Shutdown);
+        }
+    }
+
     fn begin_stop(&mut self) {
+        self.quitting = self.shared.quit.load(Ordering::Relaxed);
         let server = &self.snap.config.server;
-        let grace = if self.shared.quit.load(Ordering::Relaxed) {
+        let grace = if self.quitting {
             server.upgrade_grace
         } else {
             server.shutdown_grace
