@@ -203,18 +203,24 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // theirs new connections are refused instead of queueing.
     start.per_worker.clear();
     // Wait for every serving process; SIGTERM/SIGINT during a quit pass SIGTERM on,
-    // which shortens their grace to `shutdown_grace`.
+    // which shortens their grace to `shutdown_grace`, and SIGUSR1 is passed on (log
+    // rotation while an old server finishes its downloads).
     let mut left: Vec<libc::pid_t> = children.iter().map(|c| c.pid).collect();
+    let pass_on = |left: &[libc::pid_t], sig| {
+        for &pid in left {
+            // SAFETY: our own children, not yet reaped.
+            unsafe { libc::kill(pid, sig) };
+        }
+    };
     while !left.is_empty() {
-        if let Some(libc::SIGTERM | libc::SIGINT) = wait_signal(&set, Duration::from_millis(200)) {
-            if stop_with == libc::SIGQUIT {
+        match wait_signal(&set, Duration::from_millis(200)) {
+            Some(libc::SIGTERM | libc::SIGINT) if stop_with == libc::SIGQUIT => {
                 tracing::info!("stopping sooner: responses in flight get shutdown_grace");
                 stop_with = libc::SIGTERM;
-                for &pid in &left {
-                    // SAFETY: our own children, not yet reaped.
-                    unsafe { libc::kill(pid, libc::SIGTERM) };
-                }
+                pass_on(&left, libc::SIGTERM);
             }
+            Some(libc::SIGUSR1) => pass_on(&left, libc::SIGUSR1),
+            _ => {}
         }
         let mut status = 0;
         for pid in left.clone() {

@@ -423,11 +423,20 @@ pub(crate) fn run_process(
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
     start.per_worker.clear();
     // While the workers finish, SIGTERM/SIGINT still shorten a quit's long grace to
-    // `shutdown_grace` (the workers watch `quit`).
+    // `shutdown_grace` (the workers watch `quit`), and SIGUSR1 still reopens the
+    // logs (a rotation during an old server's hour of downloads).
     while threads.iter().flatten().any(|t| !t.is_finished()) {
         for sig in signals.pending() {
-            if matches!(sig, SIGTERM | SIGINT) && shared.quit.swap(false, Ordering::Relaxed) {
-                tracing::info!("stopping sooner: responses in flight get shutdown_grace");
+            match sig {
+                SIGTERM | SIGINT if shared.quit.swap(false, Ordering::Relaxed) => {
+                    tracing::info!("stopping sooner: responses in flight get shutdown_grace")
+                }
+                SIGUSR1 => {
+                    for (_, w) in &log_writers {
+                        w.reopen();
+                    }
+                }
+                _ => {}
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -254,3 +254,38 @@ fn sigterm_after_upgrade(processes: &str) {
     assert!(running(new.0));
     assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
 }
+
+#[test]
+fn a_log_rotation_reaches_an_old_server_finishing_its_downloads() {
+    let dir = docroot();
+    let body = vec![5u8; 48 << 20];
+    std::fs::write(dir.path().join("big.bin"), &body).unwrap();
+    let log = log_path("upgrade-rotate");
+    let srv = Server::start_in(dir, &["--access-log", log.to_str().unwrap()]);
+    let mut dl = srv.connect();
+    dl.write_all(b"GET /big.bin?old HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut head = [0u8; 4096];
+    dl.read_exact(&mut head).unwrap();
+    srv.signal(libc::SIGUSR2);
+    let new = PidOnDrop(new_server_pid(&srv));
+    // logrotate: the file moves, then SIGUSR1 (to the old master here; systemd's
+    // `kill` reaches every process of the unit).
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    srv.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(500));
+    let (rest, _) = read_to_end(&mut dl);
+    assert!(rest.len() + head.len() > body.len(), "download cut");
+    let mut srv = srv;
+    assert!(srv.exited_within(Duration::from_secs(10)).is_some());
+    // The old server's line for its last download is in the new file.
+    let text = wait_for_lines(&log, 1, Duration::from_secs(5), |l| {
+        l.contains("/big.bin?old")
+    });
+    assert!(text.contains(" 200 "), "{text}");
+    let old = std::fs::read_to_string(&rotated).unwrap_or_default();
+    assert!(!old.contains("/big.bin?old"), "{old}");
+    let _ = std::fs::remove_file(&rotated);
+    assert!(running(new.0));
+}
