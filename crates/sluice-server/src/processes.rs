@@ -135,10 +135,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 systemd::notify("READY=1");
             }
             Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
-            Some(libc::SIGUSR2) if upgrading.is_some() => {
-                tracing::warn!("upgrade: one is already starting")
-            }
-            Some(libc::SIGUSR2) => upgrading = start.start_upgrade(),
+            Some(libc::SIGUSR2) => start.start_upgrade(&mut upgrading),
             Some(libc::SIGQUIT) => {
                 tracing::info!("quitting: finishing in-flight responses (upgrade_grace)");
                 stop_with = libc::SIGQUIT;
@@ -150,20 +147,10 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
             }
             _ => {}
         }
-        if let Some(p) = &mut upgrading {
-            match p.poll() {
-                crate::upgrade::Outcome::Waiting => {}
-                crate::upgrade::Outcome::Serving(pid) => {
-                    crate::upgrade::handed_over(pid);
-                    handed_over = true;
-                    stop_with = libc::SIGQUIT;
-                    break 'main;
-                }
-                crate::upgrade::Outcome::Failed(e) => {
-                    tracing::error!("upgrade: {e}; still serving");
-                    upgrading = None;
-                }
-            }
+        if crate::upgrade::served(&mut upgrading) {
+            handed_over = true;
+            stop_with = libc::SIGQUIT;
+            break 'main;
         }
         // Reap: a serving process that exited while the server runs is replaced.
         while let Some((pid, how)) = reap(libc::WNOHANG) {
@@ -202,37 +189,31 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // Close the master's copies of the listeners, so that once the processes close
     // theirs new connections are refused instead of queueing.
     start.per_worker.clear();
-    // Wait for every serving process; SIGTERM/SIGINT during a quit pass SIGTERM on,
-    // which shortens their grace to `shutdown_grace`, and SIGUSR1 is passed on (log
-    // rotation while an old server finishes its downloads).
-    let mut left: Vec<libc::pid_t> = children.iter().map(|c| c.pid).collect();
-    let pass_on = |left: &[libc::pid_t], sig| {
-        for &pid in left {
-            // SAFETY: our own children, not yet reaped.
-            unsafe { libc::kill(pid, sig) };
-        }
-    };
-    while !left.is_empty() {
+    // Wait for every serving process (each leaves `children` once reaped);
+    // SIGTERM/SIGINT during a quit pass SIGTERM on, which shortens their grace to
+    // `shutdown_grace`, and SIGUSR1 is passed on (log rotation while an old server
+    // finishes its downloads).
+    while !children.is_empty() {
         match wait_signal(&set, Duration::from_millis(200)) {
             Some(libc::SIGTERM | libc::SIGINT) if stop_with == libc::SIGQUIT => {
                 tracing::info!("stopping sooner: responses in flight get shutdown_grace");
                 stop_with = libc::SIGTERM;
-                pass_on(&left, libc::SIGTERM);
+                signal_all(&children, libc::SIGTERM);
             }
-            Some(libc::SIGUSR1) => pass_on(&left, libc::SIGUSR1),
+            Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
             _ => {}
         }
-        let mut status = 0;
-        for pid in left.clone() {
+        children.retain(|c| {
+            let mut status = 0;
             // SAFETY: waiting for our own child, without blocking.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-                left.retain(|p| *p != pid);
-                if failure.is_none() && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
-                {
-                    failure = Some(format!("serving process {pid} {}", describe(status)));
-                }
+            if unsafe { libc::waitpid(c.pid, &mut status, libc::WNOHANG) } != c.pid {
+                return true;
             }
-        }
+            if failure.is_none() && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                failure = Some(format!("serving process {} {}", c.pid, describe(status)));
+            }
+            false
+        });
     }
     match failure {
         Some(e) => Err(e),

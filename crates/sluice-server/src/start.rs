@@ -89,22 +89,23 @@ impl Start {
             .collect()
     }
 
-    /// SIGUSR2: start the program this server started as on its sockets; `None`
-    /// (logged) when it cannot be started at all.
-    pub fn start_upgrade(&self) -> Option<crate::upgrade::Pending> {
+    /// SIGUSR2: start the program this server started as on its sockets, unless
+    /// one is already starting; a start that fails at once is logged.
+    pub fn start_upgrade(&self, upgrading: &mut Option<crate::upgrade::Pending>) {
+        if upgrading.is_some() {
+            tracing::warn!("upgrade: one is already starting");
+            return;
+        }
         let Some(program) = &self.program else {
             tracing::error!("upgrade: the program file this server started from is unknown");
-            return None;
+            return;
         };
         match crate::upgrade::start(program, &self.listener_fds()) {
             Ok(p) => {
                 tracing::info!(program = %program.exe.display(), "upgrade: starting the new server on this server's sockets");
-                Some(p)
+                *upgrading = Some(p);
             }
-            Err(e) => {
-                tracing::error!("upgrade: {e}; still serving");
-                None
-            }
+            Err(e) => tracing::error!("upgrade: {e}; still serving"),
         }
     }
 }

@@ -328,6 +328,12 @@ pub(crate) fn run_process(
     // A new binary starting on our sockets (SIGUSR2), until it serves or fails.
     let mut upgrading: Option<upgrade::Pending> = None;
     let mut handed_over = false;
+    // SIGUSR1, while serving and while finishing: every access log by its path.
+    let reopen_logs = || {
+        for (_, w) in &log_writers {
+            w.reopen();
+        }
+    };
     'main: loop {
         // The status page's rates: one sample of the summed counters a second.
         if std::time::Instant::now() >= next_sample {
@@ -347,18 +353,11 @@ pub(crate) fn run_process(
                         systemd::notify("READY=1");
                     }
                 }
-                SIGUSR1 => {
-                    for (_, w) in &log_writers {
-                        w.reopen();
-                    }
-                }
+                SIGUSR1 => reopen_logs(),
                 SIGUSR2 if managed.is_some() => {
                     tracing::warn!("SIGUSR2 upgrades the whole server: send it to the master")
                 }
-                SIGUSR2 if upgrading.is_some() => {
-                    tracing::warn!("upgrade: one is already starting")
-                }
-                SIGUSR2 => upgrading = start.start_upgrade(),
+                SIGUSR2 => start.start_upgrade(&mut upgrading),
                 SIGQUIT => {
                     tracing::info!("quitting: finishing in-flight responses (upgrade_grace)");
                     shared.quit.store(true, Ordering::Relaxed);
@@ -370,20 +369,10 @@ pub(crate) fn run_process(
                 }
             }
         }
-        if let Some(p) = &mut upgrading {
-            match p.poll() {
-                upgrade::Outcome::Waiting => {}
-                upgrade::Outcome::Serving(pid) => {
-                    upgrade::handed_over(pid);
-                    handed_over = true;
-                    shared.quit.store(true, Ordering::Relaxed);
-                    break 'main;
-                }
-                upgrade::Outcome::Failed(e) => {
-                    tracing::error!("upgrade: {e}; still serving");
-                    upgrading = None;
-                }
-            }
+        if upgrade::served(&mut upgrading) {
+            handed_over = true;
+            shared.quit.store(true, Ordering::Relaxed);
+            break 'main;
         }
         match exit_rx.recv_timeout(std::time::Duration::from_millis(100)) {
             Ok(WorkerExit::Panicked(id, msg)) | Ok(WorkerExit::Failed(id, msg)) => {
@@ -431,11 +420,7 @@ pub(crate) fn run_process(
                 SIGTERM | SIGINT if shared.quit.swap(false, Ordering::Relaxed) => {
                     tracing::info!("stopping sooner: responses in flight get shutdown_grace")
                 }
-                SIGUSR1 => {
-                    for (_, w) in &log_writers {
-                        w.reopen();
-                    }
-                }
+                SIGUSR1 => reopen_logs(),
                 _ => {}
             }
         }

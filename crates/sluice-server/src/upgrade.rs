@@ -103,7 +103,7 @@ pub(crate) struct Pending {
 }
 
 /// What a pending upgrade has come to.
-pub(crate) enum Outcome {
+enum Outcome {
     Waiting,
     /// The new server (this pid) serves on the sockets.
     Serving(u32),
@@ -163,7 +163,7 @@ pub(crate) fn start(program: &Program, listeners: &[RawFd]) -> Result<Pending, S
 
 impl Pending {
     /// Look (without waiting) whether the new server serves, or has failed.
-    pub fn poll(&mut self) -> Outcome {
+    fn poll(&mut self) -> Outcome {
         let mut b = [0u8; 1];
         match self.ready.read(&mut b) {
             Ok(1) if b[0] == b'R' => Outcome::Serving(self.child.id()),
@@ -186,13 +186,29 @@ impl Pending {
     }
 }
 
-/// The new server (`pid`) serves: say so, and make it the service's main process
-/// for systemd (sent by the current main process, which systemd accepts with its
-/// default `NotifyAccess=main`). The caller then stops taking connections.
-pub(crate) fn handed_over(pid: u32) {
-    tracing::info!(
-        pid,
-        "upgrade: the new server serves; this one takes no more connections and finishes its responses in flight (upgrade_grace)"
-    );
-    crate::systemd::notify(&format!("MAINPID={pid}"));
+/// A supervisor's look at its pending upgrade, once a turn: `true` once the new
+/// server serves (said, and made the service's main process for systemd: sent by
+/// the current main process, which systemd accepts with its default
+/// `NotifyAccess=main`); the caller then quits. A failed one is logged and
+/// forgotten, and the server goes on.
+pub(crate) fn served(upgrading: &mut Option<Pending>) -> bool {
+    let Some(p) = upgrading else {
+        return false;
+    };
+    match p.poll() {
+        Outcome::Waiting => false,
+        Outcome::Serving(pid) => {
+            tracing::info!(
+                pid,
+                "upgrade: the new server serves; this one takes no more connections and finishes its responses in flight (upgrade_grace)"
+            );
+            crate::systemd::notify(&format!("MAINPID={pid}"));
+            true
+        }
+        Outcome::Failed(e) => {
+            tracing::error!("upgrade: {e}; still serving");
+            *upgrading = None;
+            false
+        }
+    }
 }

@@ -493,14 +493,15 @@ impl Worker {
         // until a second after its accept; and on SIGQUIT (an upgrade) every idle
         // keep-alive connection, until its next request or its keep-alive timeout,
         // so that no request a client sends on one is lost to the upgrade.
-        let quit = self.shared.quit.load(Ordering::Relaxed);
         let fresh_until = self.now_ms.saturating_sub(JUST_ACCEPTED_MS);
         let (mut idle, mut fresh) = (Vec::new(), Vec::new());
         for (k, c) in self.conns.iter() {
             if c.out.is_some() || !c.rbuf.is_empty() {
                 continue;
             }
-            if (quit && matches!(c.phase, Phase::Idle { .. })) || unread_bytes_waiting(&c.sock) {
+            if (self.quitting && matches!(c.phase, Phase::Idle { .. }))
+                || unread_bytes_waiting(&c.sock)
+            {
                 continue;
             }
             match c.phase {
