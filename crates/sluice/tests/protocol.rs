@@ -384,6 +384,21 @@ fn half_closed_client_still_gets_its_answer() {
 }
 
 #[test]
+fn a_client_that_ends_its_body_short_is_closed_at_its_eof() {
+    // The head and part of a body, then EOF: the answer goes out, and the body's
+    // remainder can never come, so the connection ends at once rather than at the
+    // head's deadline (20 s) while the server waits to skip it.
+    let srv = Server::start(&[]);
+    let mut s = srv.connect();
+    s.write_all(b"POST /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.status, 405);
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+}
+
+#[test]
 fn aborted_and_stalled_clients_leak_no_descriptors() {
     let dir = docroot();
     std::fs::write(dir.path().join("eight.bin"), vec![3u8; 8 << 20]).unwrap();

@@ -122,16 +122,18 @@ impl Worker {
         } else {
             self.range_cap(peer)
         };
+        let phase = Phase::Head {
+            started: now,
+            discard: 0,
+        };
+        let deadline = self.deadline_of(phase);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         let mut conn = Conn {
             sock,
             peer,
             gen: self.gen,
-            phase: Phase::Head {
-                started: now,
-                discard: 0,
-            },
+            phase,
             rbuf: Vec::new(),
             out: None,
             requests: 0,
@@ -139,7 +141,7 @@ impl Worker {
             cap,
             why: CloseReason::Done,
             via: tls,
-            deadline: now + ms(self.snap.config.http.header_timeout),
+            deadline,
             wheel_at: NEVER,
         };
         // Readable edges only: a new socket is writable at once, and that first

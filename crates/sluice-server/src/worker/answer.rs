@@ -8,16 +8,38 @@ use super::*;
 use crate::accesslog::Pending;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
-use crate::send::{Outgoing, Plain, Wire};
+use crate::send::Outgoing;
 use sluice_condition::slowread::{unsent_bound, RateWindow, UNSENT_MIN};
 use sluice_condition::CloseReason;
 use sluice_http::response::{write_status_line, Chunk, Response};
-use sluice_http::{parse_head, BodyFraming, Method, Parsed};
-use sluice_static::answers::{Answer, Probe};
+use sluice_http::{parse_head, BodyFraming, Method, ParseError, Parsed, RequestHead};
+use sluice_static::answers::Probe;
 use sluice_static::cold::DiskWait;
 use sluice_status::Counters;
 
+/// A request's answer, decided (`respond_to`, `bad_request`) and not yet on the
+/// wire (`start_response`).
+pub(super) struct Answered {
+    pub(super) resp: Response,
+    /// The request's bytes in the buffer: its head.
+    pub(super) consumed: usize,
+    pub(super) keep_alive: bool,
+    /// HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
+    pub(super) announce_keep_alive: bool,
+    /// A HEAD: the body's length is answered, none of its bytes.
+    pub(super) head_only: bool,
+    pub(super) log: Option<Pending>,
+    /// An errant-client rule's answer (`worker/errant.rs`) instead.
+    pub(super) errant: Option<sluice_rules::classify::Errant>,
+    /// A request body to read and throw away once the response is out.
+    pub(super) discard_body: u32,
+    pub(super) head_started: Ms,
+}
+
 impl Worker {
+    /// The request at the start of the connection's buffer, if its head is whole:
+    /// answered from a kept answer, parked to wait for its turn or for the disk,
+    /// or answered (`respond_to`) and its response started (`start_response`).
     pub(super) fn next_request(&mut self, key: usize) -> Step {
         // The fair choice among ready requests (`run_ready`): a complete request
         // waits if this turn has answered its share, if others already wait, or if
@@ -55,35 +77,14 @@ impl Worker {
         };
         let c = &mut self.conns[key];
         let rbuf = std::mem::take(&mut c.rbuf);
-        let mut head_started = self.now_ms;
-        let parsed = parse_head(&rbuf, &self.limits);
-        let mut errant: Option<sluice_rules::classify::Errant> = None;
-        // A request body to read and throw away once the response is out.
-        let mut discard_body = 0u32;
-        let (mut resp, consumed, keep_alive, announce_keep_alive, head_only, log) = match parsed {
+        let answered = match parse_head(&rbuf, &self.limits) {
             Ok(Parsed::Partial) => {
                 // Waits for the rest keeping only its bytes (slowloris and half
                 // heads would each hold a 4 KiB buffer otherwise).
-                self.conns[key].rbuf = keep_bytes(&mut self.pool, rbuf);
+                c.rbuf = keep_bytes(&mut self.pool, rbuf);
                 return Step::NeedMore;
             }
-            Err(e) => {
-                tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
-                let mut r = Response::text(e.status(), Some(e.as_str()));
-                r.close = true;
-                c.why = CloseReason::BadRequest;
-                // The framing can no longer be trusted: whatever else the client
-                // sends is drained after the answer, never parsed.
-                c.flags.set(Flags::LINGER, true);
-                let log = self.log.enabled().then(|| {
-                    Pending::rejected(
-                        &rbuf,
-                        e.status(),
-                        self.site_log[self.snap.hosts.default_site()],
-                    )
-                });
-                (r, rbuf.len(), false, false, false, log)
-            }
+            Err(e) => self.bad_request(key, &rbuf, e),
             // (503s and the status page never wait: an operator can see a server
             // that is at `max_active`.)
             Ok(Parsed::Complete(ref h))
@@ -102,55 +103,13 @@ impl Worker {
                 return Step::Wait;
             }
             Ok(Parsed::Complete(ref head)) => {
-                if self.panic_path.as_deref() == Some(head.path) {
-                    panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
-                }
-                // Virtual hosts: the Host header picks the site (its root, settings,
-                // rules and log); unknown or missing hosts get the default site.
-                let site = self.snap.hosts.find(head.host);
-                // Stop short of the disk while the disk pool can wait for it.
-                let pool = self.shared.disk.as_ref();
-                let disk = match pool {
-                    Some(p) if rounds < MAX_DISK_ROUNDS => DiskWait::Threads { busy: p.busy() },
-                    _ => DiskWait::May,
-                };
-                self.files[site].set_disk(disk);
-                let mut ctx = PhaseCtx {
-                    snap: &self.snap,
-                    shared: &self.shared,
-                    site: &self.snap.sites[site],
-                    files: &mut self.files[site],
-                    peer: c.peer,
-                    now: self.now,
-                    again: rounds > 0,
-                    rule: None,
-                    errant: None,
-                };
-                let mut resp = if c.cap == Cap::Over {
-                    // Slow-read prevention: this address range holds more than its
-                    // share of the server's connections. Say so, and when to retry.
-                    let mut r = Response::text(503, Some("too many connections from your network"));
-                    r.headers.add("Retry-After", "10");
-                    r.close = true;
-                    c.why = CloseReason::RangeCap;
-                    r
-                } else if c.why == CloseReason::Busy {
-                    // It waited behind `condition.max_active` past its deadline.
-                    let mut r = Response::text(503, Some("server busy"));
-                    r.headers.add("Retry-After", "5");
-                    r.close = true;
-                    r
-                } else {
-                    phases::respond(&mut ctx, head)
-                };
-                // The answer needs the disk (a path or a small file not in the
-                // kernel's caches): a disk thread makes the lookup while the request
-                // waits with its bytes, to be asked again (`disk_ready`). When the
-                // pool cannot take it, the worker makes it, waiting.
-                if let Some(cold) = ctx.files.take_cold() {
-                    let who = (key as u32, c.gen);
-                    if pool.is_some_and(|p| p.submit_lookup(cold, who, &self.disk_done)) {
-                        Counters::add(&self.shared.stats[self.id].disk_lookups, 1);
+                match self.respond_to(key, head, &rbuf, probe, rounds) {
+                    Some(a) => a,
+                    None => {
+                        // The answer needs the disk (a path or a small file not in the
+                        // kernel's caches): a disk thread makes the lookup while the
+                        // request waits with its bytes, to be asked again (`disk_ready`).
+                        let c = &mut self.conns[key];
                         let started = c.phase.head_started_or(self.now_ms);
                         c.rbuf = keep_bytes(&mut self.pool, rbuf);
                         c.phase = Phase::Disk {
@@ -159,118 +118,200 @@ impl Worker {
                         };
                         return Step::Wait;
                     }
-                    ctx.files.set_disk(DiskWait::May);
-                    ctx.again = true;
-                    resp = phases::respond(&mut ctx, head);
                 }
-                let rule = ctx.rule;
-                errant = ctx.errant.take();
-                match head.framing() {
-                    BodyFraming::None => {}
-                    BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
-                        discard_body = n as u32 // bounded by max_body_discard ≤ 2^30
-                    }
-                    // Too big to skip, or chunked: answer, then close (lingering, so
-                    // the unread body does not turn the close into a RST), and never
-                    // parse the body as a request.
-                    _ => {
-                        resp.close = true;
-                        c.flags.set(Flags::LINGER, true);
-                    }
-                }
-                c.requests += 1;
-                // Status page: top URLs (by requests, and by bytes answered) and the
-                // request rate per address range.
-                // (A HEAD answers the body's length, but none of its bytes.)
-                let is_head = head.method() == Method::Head;
-                let body_len = if is_head { 0 } else { resp.body_len() };
-                self.talkers.answered(c.peer, head.path, body_len);
-                if let Some((rule, action)) = rule {
-                    Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
-                    self.talkers.rule(
-                        site as u16,
-                        rule,
-                        sluice_status::counters::ACTIONS[action],
-                        body_len,
-                    );
-                }
-                if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
-                    resp.close = true;
-                }
-                let log = self
-                    .log
-                    .enabled()
-                    .then(|| Pending::new(head, resp.status, self.site_log[site]))
-                    .map(|p| match rule {
-                        // Errant-client answers say which in the log line.
-                        Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
-                        _ => p,
-                    });
-                // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
-                let keep = head.keep_alive && self.stopping.is_none();
-                let announce = keep && head.minor == 0;
-                // An answer its handler (a whole small file, a 304, a whole file's
-                // HEAD) or the rules (a redirect) promised is the same for the same
-                // bytes (`reuse_until`; `phases` withdraws the promise when the rules
-                // read more), closed after it only if the client asked, with no body
-                // to skip: offered for reuse (`reuse_answer` does per request what is
-                // left here, the rule's counters included).
-                if let (Some(p), Some(until)) = (probe, resp.reuse_until) {
-                    let plain = p.end == head.head_len
-                        && errant.is_none()
-                        && resp.date.is_none()
-                        && self.stopping.is_none()
-                        && !resp.close
-                        && matches!(head.method(), Method::Get | Method::Head)
-                        && matches!(head.framing(), BodyFraming::None)
-                        && (is_head
-                            || matches!(
-                                resp.body.as_slice(),
-                                [] | [Chunk::Shared(..)] | [Chunk::Owned(_)]
-                            ));
-                    if plain {
-                        let date = self.date.text();
-                        self.answers.offer(&rbuf, p, until, self.now, || {
-                            let mut whole = Vec::new();
-                            let date = write_head_start(&mut whole, resp.status, date);
-                            whole.extend_from_slice(resp.headers.as_bytes());
-                            if !keep {
-                                whole.extend_from_slice(b"Connection: close\r\n");
-                            } else if announce {
-                                whole.extend_from_slice(b"Connection: keep-alive\r\n");
-                            }
-                            whole.extend_from_slice(b"\r\n");
-                            let body = match resp.body.as_slice() {
-                                _ if is_head => None,
-                                [Chunk::Shared(d, a, b)] => Some((d.clone(), *a, *b)),
-                                [Chunk::Owned(v)] => Some((v[..].into(), 0, v.len())),
-                                _ => None,
-                            };
-                            let kept = Kept {
-                                // Its log line's fields escaped once, here.
-                                log: log.clone().map(|p| p.rendered_for(body_len)),
-                                rule: rule.map(|(r, a)| (site as u16, r, a)),
-                                close: !keep,
-                            };
-                            Answer::new(resp.status, whole, date, body, head.path.into(), kept)
-                        });
-                    }
-                }
-                head_started = c.phase.head_started_or(self.now_ms);
-                (resp, head.head_len, keep, announce, is_head, log)
             }
         };
-        self.shared.stats[self.id].response(resp.status);
-        if let Some(e) = errant {
+        self.shared.stats[self.id].response(answered.resp.status);
+        if let Some(e) = answered.errant {
             recycle(&mut self.pool, rbuf);
-            return self.errant_answer(key, e, log);
+            return self.errant_answer(key, e, answered.log);
         }
+        self.start_response(key, rbuf, answered)
+    }
+
+    /// A head that cannot be parsed: its error's status, then the connection is
+    /// closed (lingering: whatever else the client sends is drained, never
+    /// parsed, because the framing can no longer be trusted).
+    fn bad_request(&mut self, key: usize, rbuf: &[u8], e: ParseError) -> Answered {
+        let c = &mut self.conns[key];
+        tracing::debug!(peer = %c.peer, error = e.as_str(), "bad request");
+        let mut resp = Response::text(e.status(), Some(e.as_str()));
+        resp.close = true;
+        c.why = CloseReason::BadRequest;
+        c.flags.set(Flags::LINGER, true);
+        let default_log = self.site_log[self.snap.hosts.default_site()];
+        let log = self
+            .log
+            .enabled()
+            .then(|| Pending::rejected(rbuf, e.status(), default_log));
+        Answered {
+            resp,
+            consumed: rbuf.len(),
+            keep_alive: false,
+            announce_keep_alive: false,
+            head_only: false,
+            log,
+            errant: None,
+            discard_body: 0,
+            head_started: self.now_ms,
+        }
+    }
+
+    /// The answer to a whole head: the request phases (`phases::respond`) for its
+    /// site, or a 503 for a range over its cap or a request that waited past its
+    /// deadline; counted, logged, and offered for reuse. `None`: the answer needs
+    /// the disk and a pool thread now makes its lookup (the caller parks it).
+    fn respond_to(
+        &mut self,
+        key: usize,
+        head: &RequestHead<'_>,
+        rbuf: &[u8],
+        probe: Option<Probe>,
+        rounds: u32,
+    ) -> Option<Answered> {
+        if self.panic_path.as_deref() == Some(head.path) {
+            panic!("test hook: SLUICE_TEST_PANIC_PATH requested");
+        }
+        let c = &mut self.conns[key];
+        // Virtual hosts: the Host header picks the site (its root, settings,
+        // rules and log); unknown or missing hosts get the default site.
+        let site = self.snap.hosts.find(head.host);
+        // Stop short of the disk while the disk pool can wait for it.
+        let pool = self.shared.disk.as_ref();
+        let disk = match pool {
+            Some(p) if rounds < MAX_DISK_ROUNDS => DiskWait::Threads { busy: p.busy() },
+            _ => DiskWait::May,
+        };
+        self.files[site].set_disk(disk);
+        let mut ctx = PhaseCtx {
+            snap: &self.snap,
+            shared: &self.shared,
+            site: &self.snap.sites[site],
+            files: &mut self.files[site],
+            peer: c.peer,
+            now: self.now,
+            again: rounds > 0,
+            rule: None,
+            errant: None,
+        };
+        let mut resp = if c.cap == Cap::Over {
+            // Slow-read prevention: this address range holds more than its
+            // share of the server's connections. Say so, and when to retry.
+            let mut r = Response::text(503, Some("too many connections from your network"));
+            r.headers.add("Retry-After", "10");
+            r.close = true;
+            c.why = CloseReason::RangeCap;
+            r
+        } else if c.why == CloseReason::Busy {
+            // It waited behind `condition.max_active` past its deadline.
+            let mut r = Response::text(503, Some("server busy"));
+            r.headers.add("Retry-After", "5");
+            r.close = true;
+            r
+        } else {
+            phases::respond(&mut ctx, head)
+        };
+        // A lookup that needs the disk goes to a pool thread; when the pool
+        // cannot take it, the worker makes it, waiting.
+        if let Some(cold) = ctx.files.take_cold() {
+            let who = (key as u32, c.gen);
+            if pool.is_some_and(|p| p.submit_lookup(cold, who, &self.disk_done)) {
+                Counters::add(&self.shared.stats[self.id].disk_lookups, 1);
+                return None;
+            }
+            ctx.files.set_disk(DiskWait::May);
+            ctx.again = true;
+            resp = phases::respond(&mut ctx, head);
+        }
+        let rule = ctx.rule;
+        let errant = ctx.errant.take();
+        let mut discard_body = 0u32;
+        match head.framing() {
+            BodyFraming::None => {}
+            BodyFraming::Length(n) if n <= self.snap.config.http.max_body_discard => {
+                discard_body = n as u32 // bounded by max_body_discard ≤ 2^30
+            }
+            // Too big to skip, or chunked: answer, then close (lingering, so
+            // the unread body does not turn the close into a RST), and never
+            // parse the body as a request.
+            _ => {
+                resp.close = true;
+                c.flags.set(Flags::LINGER, true);
+            }
+        }
+        c.requests += 1;
+        // Status page: top URLs (by requests, and by bytes answered) and the
+        // request rate per address range.
+        // (A HEAD answers the body's length, but none of its bytes.)
+        let is_head = head.method() == Method::Head;
+        let body_len = if is_head { 0 } else { resp.body_len() };
+        self.talkers.answered(c.peer, head.path, body_len);
+        if let Some((rule, action)) = rule {
+            Counters::add(&self.shared.stats[self.id].rule_actions[action], 1);
+            self.talkers.rule(
+                site as u16,
+                rule,
+                sluice_status::counters::ACTIONS[action],
+                body_len,
+            );
+        }
+        if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
+            resp.close = true;
+        }
+        let log = self
+            .log
+            .enabled()
+            .then(|| Pending::new(head, resp.status, self.site_log[site]))
+            .map(|p| match rule {
+                // Errant-client answers say which in the log line.
+                Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
+                _ => p,
+            });
+        // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
+        let keep = head.keep_alive && self.stopping.is_none();
+        let answered = Answered {
+            resp,
+            consumed: head.head_len,
+            keep_alive: keep,
+            announce_keep_alive: keep && head.minor == 0,
+            head_only: is_head,
+            log,
+            errant,
+            discard_body,
+            head_started: c.phase.head_started_or(self.now_ms),
+        };
+        if let Some(p) = probe {
+            self.offer_kept(
+                rbuf,
+                p,
+                head,
+                &answered,
+                rule.map(|(r, a)| (site as u16, r, a)),
+            );
+        }
+        Some(answered)
+    }
+
+    /// Put an answer on the wire: its head written into a pooled `Outgoing`
+    /// (with the body behind it when small and in memory, else queued), the
+    /// request's bytes consumed, and the connection in `Send`.
+    fn start_response(&mut self, key: usize, mut rbuf: Vec<u8>, a: Answered) -> Step {
+        let Answered {
+            mut resp,
+            consumed,
+            keep_alive,
+            announce_keep_alive,
+            head_only,
+            log,
+            discard_body,
+            head_started,
+            ..
+        } = a;
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
         if !bodyless && resp.body_len() > u64::from(UNSENT_MIN) {
             self.fit_unsent(key, false);
         }
         let c = &mut self.conns[key];
-        let mut rbuf = rbuf;
         rbuf.drain(..consumed.min(rbuf.len()));
         c.rbuf = rbuf;
         let close = resp.close || !keep_alive;
@@ -317,106 +358,6 @@ impl Worker {
         }
         c.phase = Phase::Send { last: self.now_ms };
         Step::Responded
-    }
-
-    /// Answer the request at the start of the connection's buffer from the
-    /// worker's kept answers (`sluice_static::answers`), when one is kept for
-    /// exactly its bytes and the connection is where the full path would answer
-    /// it the same way: not over a range cap, not out of time behind
-    /// `max_active`, not its last request, the server not stopping. Does per
-    /// request what `next_request` does for every answer: the keep-alive count,
-    /// the status counters and top lists, the deciding rule's counters, the
-    /// access log's record. `Err`: nothing done, the full path answers; with the
-    /// head's end and hash when its answer could be offered.
-    fn reuse_answer(&mut self, key: usize) -> Result<(), Option<Probe>> {
-        let c = &mut self.conns[key];
-        if c.cap == Cap::Over
-            || c.why == CloseReason::Busy
-            || self.stopping.is_some()
-            || u64::from(c.requests) + 1 >= self.snap.config.http.keepalive_requests
-        {
-            // The full path closes or refuses: nothing it answers is offered.
-            return Err(None);
-        }
-        let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
-        c.requests += 1;
-        let body_len = a.body_len() as u64;
-        self.talkers.answered(c.peer, &a.path, body_len);
-        let st = &self.shared.stats[self.id];
-        if let Some((site, rule, action)) = a.extra.rule {
-            Counters::add(&st.rule_actions[action], 1);
-            self.talkers.rule(
-                site,
-                rule,
-                sluice_status::counters::ACTIONS[action],
-                body_len,
-            );
-        }
-        st.response(a.status);
-        Counters::add(&st.answers_reused, 1);
-        let head_started = c.phase.head_started_or(self.now_ms);
-        c.rbuf.drain(..p.end);
-        // The client asked to close after this answer: as on the full path.
-        let close = a.extra.close;
-        let fin_follows = c.close_after(close);
-        self.answered += 1;
-        self.admit_one = false;
-        // The answer goes out from where it is kept (its `Date` brought up to the
-        // clock's), at once on a plain connection: most in this one `send`, with
-        // no copy and no `Outgoing` taken from the pool and given back. What the
-        // socket does not take (or all of it, through TLS or for a front
-        // process's connection) waits in an `Outgoing` like any response's
-        // remainder.
-        a.set_date(self.date.secs(), self.date.text().as_bytes());
-        let log = a.extra.log.clone();
-        let head_len = a.head_len();
-        let (kept, rest) = a.wire();
-        let total = kept.len() + rest.len();
-        let took = match c.via {
-            None => {
-                let iov = [std::io::IoSlice::new(kept), std::io::IoSlice::new(rest)];
-                let n = if rest.is_empty() { 1 } else { 2 };
-                // An error shows again in the remainder's flush.
-                Plain(c.sock.as_raw_fd())
-                    .send(&iov[..n], false)
-                    .unwrap_or(0)
-            }
-            Some(_) => 0,
-        };
-        let now_ms = self.now_ms;
-        if took < total {
-            self.active += 1;
-            let out = start_outgoing(&mut self.out_pool, &mut self.pool, c, now_ms, head_started);
-            out.fin_follows = fin_follows;
-            if took < kept.len() {
-                out.wbuf.extend_from_slice(&kept[took..]);
-                out.wbuf.extend_from_slice(rest);
-            } else {
-                out.wbuf.extend_from_slice(&rest[took - kept.len()..]);
-            }
-            // Counted as `drive` counts any response: body bytes past the head.
-            out.head_len = head_len.saturating_sub(took) as u64;
-            out.sent = took.saturating_sub(head_len) as u64;
-            out.log = log;
-            c.phase = Phase::Send { last: now_ms };
-        } else {
-            // Done: a kept-alive connection waits for its next request.
-            c.phase = if c.rbuf.is_empty() {
-                Phase::Idle { since: now_ms }
-            } else {
-                Phase::Head {
-                    started: now_ms,
-                    discard: 0,
-                }
-            };
-            let peer = c.peer;
-            self.response_done(peer, log, body_len, head_started, now_ms);
-            if close {
-                // Gone, or lingering: `drive` finds which when it looks again.
-                self.finish_closing(key);
-            }
-        }
-        Ok(())
     }
 
     /// A response is written: its log line (with the body bytes sent), the bytes
@@ -470,7 +411,7 @@ impl Worker {
 /// socket did not take at once). (The pool holds boxes on purpose: see
 /// `Worker::out_pool`.)
 #[allow(clippy::vec_box)]
-fn start_outgoing<'a>(
+pub(super) fn start_outgoing<'a>(
     out_pool: &mut Vec<Box<Outgoing>>,
     pool: &mut Vec<Vec<u8>>,
     c: &'a mut Conn,
@@ -487,10 +428,26 @@ fn start_outgoing<'a>(
     out
 }
 
+/// Return a finished response's send state (and its write buffer) to the pools.
+#[allow(clippy::vec_box)] // the pool of boxes the worker keeps (see `Worker::out_pool`)
+pub(super) fn release(
+    mut out: Box<Outgoing>,
+    pool: &mut Vec<Vec<u8>>,
+    out_pool: &mut Vec<Box<Outgoing>>,
+) {
+    recycle(pool, std::mem::take(&mut out.wbuf));
+    out.reset();
+    out_pool.push(out);
+}
+
 /// The head's first lines, the same for every answer: the status line, `Server`
 /// and `Date`. Returns where the `Date` value lies in `buf` (a kept answer's is
 /// brought up to the clock's there).
-fn write_head_start(buf: &mut Vec<u8>, status: u16, date: &str) -> std::ops::Range<usize> {
+pub(super) fn write_head_start(
+    buf: &mut Vec<u8>,
+    status: u16,
+    date: &str,
+) -> std::ops::Range<usize> {
     write_status_line(buf, status);
     buf.extend_from_slice(b"Server: sluice\r\nDate: ");
     let at = buf.len();

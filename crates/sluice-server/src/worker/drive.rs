@@ -2,6 +2,7 @@
 //! head, answer, send, linger, and the class change conditioning is told about at
 //! the end of every `drive` (incomplete, idle or busy).
 
+use super::answer::release;
 use super::conn::*;
 use super::*;
 use crate::io::{drain_input, read_into, recycle, unread_bytes_waiting, ReadOutcome};
@@ -12,6 +13,17 @@ use sluice_condition::{Class, CloseReason};
 use sluice_status::Counters;
 use std::io;
 use std::os::fd::AsRawFd;
+
+/// What one step of [`Worker::drive_inner`] leaves the connection to.
+enum Go {
+    /// The next step of this pass.
+    On,
+    /// The pass again from its first step: more became possible (a response
+    /// ended, or the socket may hold more bytes).
+    Again,
+    /// Nothing more for now: an event or a timer moves it next, or it is gone.
+    Stop,
+}
 
 impl Worker {
     /// Advance one connection as far as it can go, then tell conditioning where it
@@ -54,330 +66,368 @@ impl Worker {
         }
     }
 
-    /// Advance one connection as far as it can go without blocking.
+    /// Advance one connection as far as it can go without blocking: the
+    /// connection's steps, in order, each taken as far as it goes. A step either
+    /// hands on to the next (`Go::On`), starts the pass again because more became
+    /// possible (`Go::Again`: a response finished, bytes may still be readable),
+    /// or leaves the connection waiting for an event or a timer (`Go::Stop`).
     pub(super) fn drive_inner(&mut self, key: usize) {
-        let cfg_io = self.snap.config.files.io;
-        let buffer_size = self.snap.config.files.buffer_size;
+        macro_rules! step {
+            ($e:expr) => {
+                match $e {
+                    Go::On => {}
+                    Go::Again => continue,
+                    Go::Stop => return,
+                }
+            };
+        }
         loop {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
-            if let Phase::Linger { .. } = c.phase {
-                self.drain_lingering(key);
-                return;
-            }
-            if let Phase::Drip { .. } = c.phase {
-                // Whatever the client sends is read and thrown away; its EOF ends it.
-                if !drain_input(&c.sock) {
-                    self.close(key, CloseReason::ClientGone);
+            match c.phase {
+                // Closing: what the client still sends is read and thrown away.
+                Phase::Linger { .. } => return self.drain_lingering(key),
+                // An errant client answered slowly: the same, and its EOF ends it.
+                Phase::Drip { .. } => {
+                    if !drain_input(&c.sock) {
+                        self.close(key, CloseReason::ClientGone);
+                    }
+                    return;
                 }
-                return;
+                _ => {}
             }
+            // (Most connections are plain, and most passes have no response in
+            // flight: those steps are skipped here.)
+            let (tls, sending) = (c.via.is_some(), c.out.is_some());
             // 0. TLS records rustls queued outside a response (handshake flights,
             //    session tickets) go first; until they are out, nothing else moves.
-            if let Some(t) = tls_of(&mut c.via) {
-                if t.wants_write() {
-                    if c.flags.has(Flags::WRITE_BLOCKED) {
-                        return;
-                    }
-                    match tls::push(&c.sock, t) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            c.flags.set(Flags::WRITE_BLOCKED, true);
-                            return;
-                        }
-                        Err(_) => {
-                            self.close(key, CloseReason::ClientGone);
-                            return;
-                        }
-                    }
-                }
+            if tls {
+                step!(self.push_tls_records(key));
             }
             // 1. Finish the response in flight (in turns: see `run_sendq`).
-            if let Some(out) = c.out.as_mut() {
-                if c.flags.has(Flags::WRITE_BLOCKED) || c.flags.has(Flags::QUEUED) {
-                    return;
-                }
-                let check_cold = self.shared.disk.is_some();
-                let flushed = match tls_of(&mut c.via) {
-                    Some(t) => out.flush(
-                        &mut tls::TlsWire {
-                            sock: &c.sock,
-                            tls: t,
-                        },
-                        cfg_io,
-                        buffer_size,
-                        SEND_TURN,
-                        check_cold,
-                    ),
-                    None => out.flush(
-                        &mut Plain(c.sock.as_raw_fd()),
-                        cfg_io,
-                        buffer_size,
-                        SEND_TURN,
-                        check_cold,
-                    ),
-                };
-                // A response that goes on gives its head's buffer back once the head
-                // is out, unless body bytes are copied through it (`read`, TLS).
-                if !matches!(flushed, Ok(Flush::Done) | Err(_)) {
-                    let copies_body =
-                        cfg_io == sluice_config::IoMode::Read || tls_of(&mut c.via).is_some();
-                    if let Some(b) = out.spare_buffer(copies_body) {
-                        recycle(&mut self.pool, b);
-                    }
-                }
-                // A reader that has taken 2 MiB may keep more queued (`fit_unsent`).
-                let proven = matches!(flushed, Ok(Flush::Yield | Flush::Blocked))
-                    && !out.proven
-                    && out.sent >= UNSENT_PROVEN;
-                out.proven |= proven;
-                match flushed {
-                    Ok(Flush::Cold { off, len, rest }) => {
-                        // Not in the page cache: a pool thread reads it and the
-                        // response waits, parked, for its next turn (`disk_ready`).
-                        // A reader that has taken its bytes fast has the range after
-                        // this one read too, while it sends this one (`disk::AHEAD`).
-                        let who = (key as u32, c.gen);
-                        let took_ms = self.now_ms.saturating_sub(out.ready_at);
-                        let ahead = crate::disk::ahead_for(out.sent, took_ms, rest - len);
-                        let parked = match (&self.shared.disk, out.front_file()) {
-                            (Some(pool), Some(f)) => {
-                                pool.submit(f, off, len, ahead, who, &self.disk_done)
-                            }
-                            _ => false,
-                        };
-                        if !parked {
-                            out.assume_warm(off + len);
-                            continue;
-                        }
-                        Counters::add(&self.shared.stats[self.id].disk_waits, 1);
-                        // Not a send turn's wait: `disk_ready` queues it when read.
-                        self.pause_send(key, Class::Active);
-                        return;
-                    }
-                    Ok(Flush::Yield) => {
-                        if proven {
-                            self.fit_unsent(key, true);
-                        }
-                        self.pause_send(key, Class::Waiting);
-                        return;
-                    }
-                    Ok(Flush::Blocked) => {
-                        c.flags.set(Flags::WRITE_BLOCKED, true);
-                        c.phase = Phase::Send { last: self.now_ms };
-                        if !std::mem::replace(&mut out.armed, true) {
-                            self.arm_writable(key);
-                        }
-                        if proven {
-                            self.fit_unsent(key, true);
-                        }
-                        match self.check_rate(key) {
-                            Some(d) => self.set_deadline(key, d),
-                            None => self.close(key, CloseReason::SlowRead),
-                        }
-                        return;
-                    }
-                    Ok(Flush::Done) => {
-                        let (sent, log) = (out.sent, out.log.take());
-                        let (head_started, ready_at) = (out.head_started, out.ready_at);
-                        let discard = out.discard_after;
-                        if let Some(out) = c.out.take() {
-                            release(out, &mut self.pool, &mut self.out_pool);
-                            self.active -= 1;
-                        }
-                        let peer = c.peer;
-                        self.response_done(peer, log, sent, head_started, ready_at);
-                        let c = &mut self.conns[key];
-                        if c.front_id() != 0
-                            && !c.flags.has(Flags::CLOSE_AFTER)
-                            && c.rbuf.is_empty()
-                            && discard == 0
-                        {
-                            self.hand_back(key);
-                            return;
-                        }
-                        if c.flags.has(Flags::CLOSE_AFTER) {
-                            self.finish_closing(key);
-                            return;
-                        }
-                        c.phase = if discard > 0 {
-                            // A request body is still to be skipped: it keeps the
-                            // head's total deadline (header_timeout from the head's
-                            // start), so trickling it cannot hold the connection.
-                            Phase::Head {
-                                started: head_started,
-                                discard,
-                            }
-                        } else if c.rbuf.is_empty() {
-                            Phase::Idle { since: self.now_ms }
-                        } else {
-                            Phase::Head {
-                                started: self.now_ms,
-                                discard: 0,
-                            }
-                        };
-                    }
-                    Err(e) => {
-                        tracing::debug!(peer = %c.peer, error = %e, "send failed");
-                        self.close(key, CloseReason::ClientGone);
-                        return;
-                    }
-                }
+            if sending {
+                step!(self.send_response(key));
             }
             // 2. Read what the client sent.
-            let c = &mut self.conns[key];
-            if !c.flags.has(Flags::READ_BLOCKED) && c.rbuf.len() < self.limits.max_head + READ_CHUNK
-            {
-                let limit = self.limits.max_head + READ_CHUNK;
-                let got = match tls_of(&mut c.via) {
-                    Some(t) => {
-                        tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK)
-                    }
-                    None => read_into(
-                        &mut c.sock,
-                        &mut c.rbuf,
-                        &mut self.pool,
-                        limit,
-                        c.flags.has(Flags::RDHUP),
-                    ),
-                };
-                match got {
-                    Ok(ReadOutcome::Blocked) => c.flags.set(Flags::READ_BLOCKED, true),
-                    Ok(ReadOutcome::Full) => {}
-                    Ok(ReadOutcome::Eof) if !c.rbuf.is_empty() => {
-                        // Half-close after a request (`printf ... | nc`): answer what
-                        // is buffered, then close.
-                        c.flags.set(Flags::READ_BLOCKED, true);
-                        c.flags.set(Flags::PEER_CLOSED, true);
-                    }
-                    Ok(ReadOutcome::Eof) => {
-                        self.close(key, CloseReason::ClientGone);
-                        return;
-                    }
-                    Err(e) => {
-                        // For TLS, a failed handshake or a bad record: its own reason.
-                        let why = if e.kind() == io::ErrorKind::InvalidData {
-                            CloseReason::BadRequest
-                        } else {
-                            CloseReason::ClientGone
-                        };
-                        tracing::debug!(peer = %c.peer, error = %e, "read failed");
-                        self.close(key, why);
-                        return;
-                    }
-                }
-                if matches!(c.phase, Phase::Idle { .. }) && !c.rbuf.is_empty() {
-                    c.phase = Phase::Head {
-                        started: self.now_ms,
-                        discard: 0,
-                    };
-                }
-            }
+            step!(self.read_request_bytes(key));
             // 3. Throw away a request body we are skipping.
-            if let Phase::Head { started, discard } = c.phase {
-                if discard > 0 {
-                    let n = (discard as usize).min(c.rbuf.len());
-                    c.rbuf.drain(..n);
-                    let left = discard - n as u32;
-                    c.phase = Phase::Head {
-                        started,
-                        discard: left,
-                    };
-                    if left > 0 {
-                        if c.flags.has(Flags::READ_BLOCKED) {
-                            // Total, not per read: from the start of the request's head.
-                            let d = started + ms(self.snap.config.http.header_timeout);
-                            if c.rbuf.is_empty() {
-                                recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-                            }
-                            self.set_deadline(key, d);
-                            return;
-                        }
-                        continue;
-                    }
-                }
-            }
+            step!(self.skip_body(key));
             // 3½. Behind a load balancer: its PROXY header comes first, within the
             //     same total head deadline; then the connection is the real client's.
-            if c.flags.has(Flags::PROXY_PENDING) {
-                match self.proxy_header(key) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        let c = &mut self.conns[key];
-                        if c.flags.has(Flags::PEER_CLOSED) {
-                            self.close(key, CloseReason::ClientGone);
-                            return;
-                        }
-                        if !c.flags.has(Flags::READ_BLOCKED) {
-                            continue;
-                        }
-                        let d = c.phase.head_started_or(self.now_ms)
-                            + ms(self.snap.config.http.header_timeout);
-                        self.set_deadline(key, d);
-                        return;
-                    }
-                    Err(why) => {
-                        tracing::debug!(peer = %self.conns[key].peer, why, "bad PROXY header");
-                        self.close(key, CloseReason::BadRequest);
-                        return;
-                    }
-                }
-            }
+            step!(self.read_proxy_header(key));
             // 4. Parse and answer the next request, if a whole head is here.
-            match self.next_request(key) {
-                Step::Responded => continue,
-                Step::Parked => return,
-                Step::Wait => {
-                    // Answered by `run_ready` in its turn, or 503 at the head's
-                    // total deadline (`on_timer`); one waiting for the disk pool,
-                    // once it is done (`disk_ready`), or 503 if it takes longer
-                    // than a send may stall.
-                    let d = match self.conns[key].phase {
-                        Phase::Ready { started } => {
-                            started + ms(self.snap.config.http.header_timeout)
-                        }
-                        Phase::Disk { .. } => self.now_ms + ms(self.snap.config.http.send_timeout),
-                        _ => return,
-                    };
-                    self.set_deadline(key, d);
-                    return;
-                }
-                Step::Close => {
-                    let why = self.conns[key].why;
-                    self.close(key, why);
-                    return;
-                }
-                Step::NeedMore => {
-                    let c = &mut self.conns[key];
-                    if c.flags.has(Flags::PEER_CLOSED) {
-                        self.close(key, CloseReason::ClientGone);
-                        return;
-                    }
-                    if !c.flags.has(Flags::READ_BLOCKED) {
-                        continue; // buffer had room and more may be readable
-                    }
-                    let d = match c.phase {
-                        Phase::Head { started, .. }
-                        | Phase::Ready { started }
-                        | Phase::Disk { started, .. } => {
-                            started + ms(self.snap.config.http.header_timeout)
-                        }
-                        Phase::Idle { since } => {
-                            since + ms(self.snap.config.http.keepalive_timeout)
-                        }
-                        Phase::Send { last } => last + ms(self.snap.config.http.send_timeout),
-                        Phase::Linger { since, .. } => since + LINGER_MS,
-                        Phase::Drip { until } => until,
-                    };
-                    if c.rbuf.is_empty() {
-                        recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
-                    }
-                    self.set_deadline(key, d);
-                    return;
-                }
+            step!(self.answer_next(key));
+        }
+    }
+
+    /// Step 0: TLS records waiting outside a response.
+    fn push_tls_records(&mut self, key: usize) -> Go {
+        let c = &mut self.conns[key];
+        let Some(t) = tls_of(&mut c.via) else {
+            return Go::On;
+        };
+        if !t.wants_write() {
+            return Go::On;
+        }
+        if c.flags.has(Flags::WRITE_BLOCKED) {
+            return Go::Stop;
+        }
+        match tls::push(&c.sock, t) {
+            Ok(true) => Go::On,
+            Ok(false) => {
+                c.flags.set(Flags::WRITE_BLOCKED, true);
+                Go::Stop
+            }
+            Err(_) => {
+                self.close(key, CloseReason::ClientGone);
+                Go::Stop
             }
         }
+    }
+
+    /// Step 1: one send turn of the response in flight, if there is one and its
+    /// socket can take bytes. It yields (queued for its next turn), blocks (waits
+    /// for a writable edge, its rate checked), waits for the disk pool, or ends:
+    /// then the connection goes on with whatever the client sent next.
+    fn send_response(&mut self, key: usize) -> Go {
+        let cfg_io = self.snap.config.files.io;
+        let buffer_size = self.snap.config.files.buffer_size;
+        let c = &mut self.conns[key];
+        let Some(out) = c.out.as_mut() else {
+            return Go::On;
+        };
+        if c.flags.has(Flags::WRITE_BLOCKED) || c.flags.has(Flags::QUEUED) {
+            return Go::Stop;
+        }
+        let check_cold = self.shared.disk.is_some();
+        let flushed = match tls_of(&mut c.via) {
+            Some(t) => out.flush(
+                &mut tls::TlsWire {
+                    sock: &c.sock,
+                    tls: t,
+                },
+                cfg_io,
+                buffer_size,
+                SEND_TURN,
+                check_cold,
+            ),
+            None => out.flush(
+                &mut Plain(c.sock.as_raw_fd()),
+                cfg_io,
+                buffer_size,
+                SEND_TURN,
+                check_cold,
+            ),
+        };
+        // A response that goes on gives its head's buffer back once the head
+        // is out, unless body bytes are copied through it (`read`, TLS).
+        if !matches!(flushed, Ok(Flush::Done) | Err(_)) {
+            let copies_body = cfg_io == sluice_config::IoMode::Read || tls_of(&mut c.via).is_some();
+            if let Some(b) = out.spare_buffer(copies_body) {
+                recycle(&mut self.pool, b);
+            }
+        }
+        // A reader that has taken 2 MiB may keep more queued (`fit_unsent`).
+        let proven = matches!(flushed, Ok(Flush::Yield | Flush::Blocked))
+            && !out.proven
+            && out.sent >= UNSENT_PROVEN;
+        out.proven |= proven;
+        match flushed {
+            Ok(Flush::Cold { off, len, rest }) => {
+                // Not in the page cache: a pool thread reads it and the
+                // response waits, parked, for its next turn (`disk_ready`).
+                // A reader that has taken its bytes fast has the range after
+                // this one read too, while it sends this one (`disk::AHEAD`).
+                let who = (key as u32, c.gen);
+                let took_ms = self.now_ms.saturating_sub(out.ready_at);
+                let ahead = crate::disk::ahead_for(out.sent, took_ms, rest - len);
+                let parked = match (&self.shared.disk, out.front_file()) {
+                    (Some(pool), Some(f)) => pool.submit(f, off, len, ahead, who, &self.disk_done),
+                    _ => false,
+                };
+                if !parked {
+                    out.assume_warm(off + len);
+                    return Go::Again;
+                }
+                Counters::add(&self.shared.stats[self.id].disk_waits, 1);
+                // Not a send turn's wait: `disk_ready` queues it when read.
+                self.pause_send(key, Class::Active);
+                Go::Stop
+            }
+            Ok(Flush::Yield) => {
+                if proven {
+                    self.fit_unsent(key, true);
+                }
+                self.pause_send(key, Class::Waiting);
+                Go::Stop
+            }
+            Ok(Flush::Blocked) => {
+                c.flags.set(Flags::WRITE_BLOCKED, true);
+                c.phase = Phase::Send { last: self.now_ms };
+                if !std::mem::replace(&mut out.armed, true) {
+                    self.arm_writable(key);
+                }
+                if proven {
+                    self.fit_unsent(key, true);
+                }
+                match self.check_rate(key) {
+                    Some(d) => self.set_deadline(key, d),
+                    None => self.close(key, CloseReason::SlowRead),
+                }
+                Go::Stop
+            }
+            Ok(Flush::Done) => self.response_sent(key),
+            Err(e) => {
+                tracing::debug!(peer = %c.peer, error = %e, "send failed");
+                self.close(key, CloseReason::ClientGone);
+                Go::Stop
+            }
+        }
+    }
+
+    /// The last byte of a response went out: counted and logged; the connection
+    /// then goes back to its front process, closes, skips the request's body, or
+    /// waits for (or already has) its next request.
+    fn response_sent(&mut self, key: usize) -> Go {
+        let c = &mut self.conns[key];
+        let Some(mut out) = c.out.take() else {
+            return Go::On;
+        };
+        let (sent, log) = (out.sent, out.log.take());
+        let (head_started, ready_at) = (out.head_started, out.ready_at);
+        let discard = out.discard_after;
+        release(out, &mut self.pool, &mut self.out_pool);
+        self.active -= 1;
+        let peer = c.peer;
+        self.response_done(peer, log, sent, head_started, ready_at);
+        let c = &mut self.conns[key];
+        if c.front_id() != 0
+            && !c.flags.has(Flags::CLOSE_AFTER)
+            && c.rbuf.is_empty()
+            && discard == 0
+        {
+            self.hand_back(key);
+            return Go::Stop;
+        }
+        if c.flags.has(Flags::CLOSE_AFTER) {
+            self.finish_closing(key);
+            return Go::Stop;
+        }
+        c.phase = if discard > 0 {
+            // A request body is still to be skipped: it keeps the head's total
+            // deadline (header_timeout from the head's start), so trickling it
+            // cannot hold the connection.
+            Phase::Head {
+                started: head_started,
+                discard,
+            }
+        } else if c.rbuf.is_empty() {
+            Phase::Idle { since: self.now_ms }
+        } else {
+            Phase::Head {
+                started: self.now_ms,
+                discard: 0,
+            }
+        };
+        Go::On
+    }
+
+    /// Step 2: read what the socket has, up to what a head may need. EOF after a
+    /// request (`printf ... | nc`) answers what is buffered, then closes.
+    fn read_request_bytes(&mut self, key: usize) -> Go {
+        let c = &mut self.conns[key];
+        let limit = self.limits.max_head + READ_CHUNK;
+        if c.flags.has(Flags::READ_BLOCKED) || c.rbuf.len() >= limit {
+            return Go::On;
+        }
+        let got = match tls_of(&mut c.via) {
+            Some(t) => tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK),
+            None => read_into(
+                &mut c.sock,
+                &mut c.rbuf,
+                &mut self.pool,
+                limit,
+                c.flags.has(Flags::RDHUP),
+            ),
+        };
+        match got {
+            Ok(ReadOutcome::Blocked) => c.flags.set(Flags::READ_BLOCKED, true),
+            Ok(ReadOutcome::Full) => {}
+            Ok(ReadOutcome::Eof) if !c.rbuf.is_empty() => {
+                c.flags.set(Flags::READ_BLOCKED, true);
+                c.flags.set(Flags::PEER_CLOSED, true);
+            }
+            Ok(ReadOutcome::Eof) => {
+                self.close(key, CloseReason::ClientGone);
+                return Go::Stop;
+            }
+            Err(e) => {
+                // For TLS, a failed handshake or a bad record: its own reason.
+                let why = if e.kind() == io::ErrorKind::InvalidData {
+                    CloseReason::BadRequest
+                } else {
+                    CloseReason::ClientGone
+                };
+                tracing::debug!(peer = %c.peer, error = %e, "read failed");
+                self.close(key, why);
+                return Go::Stop;
+            }
+        }
+        if matches!(c.phase, Phase::Idle { .. }) && !c.rbuf.is_empty() {
+            c.phase = Phase::Head {
+                started: self.now_ms,
+                discard: 0,
+            };
+        }
+        Go::On
+    }
+
+    /// Step 3: drop the bytes of a request body being skipped (after its
+    /// response); what is still to come keeps the head's total deadline.
+    fn skip_body(&mut self, key: usize) -> Go {
+        let c = &mut self.conns[key];
+        let Phase::Head { started, discard } = c.phase else {
+            return Go::On;
+        };
+        if discard == 0 {
+            return Go::On;
+        }
+        let n = (discard as usize).min(c.rbuf.len());
+        c.rbuf.drain(..n);
+        let left = discard - n as u32;
+        c.phase = Phase::Head {
+            started,
+            discard: left,
+        };
+        if left > 0 {
+            return self.wait_for_bytes(key);
+        }
+        Go::On
+    }
+
+    /// Step 3½: a listener behind a load balancer reads its PROXY header first.
+    fn read_proxy_header(&mut self, key: usize) -> Go {
+        if !self.conns[key].flags.has(Flags::PROXY_PENDING) {
+            return Go::On;
+        }
+        match self.proxy_header(key) {
+            Ok(true) => Go::On,
+            Ok(false) => self.wait_for_bytes(key),
+            Err(why) => {
+                tracing::debug!(peer = %self.conns[key].peer, why, "bad PROXY header");
+                self.close(key, CloseReason::BadRequest);
+                Go::Stop
+            }
+        }
+    }
+
+    /// Step 4: answer the request at the start of the buffer (`next_request`), or
+    /// leave it waiting for its turn, for the disk, or for the rest of its head.
+    fn answer_next(&mut self, key: usize) -> Go {
+        match self.next_request(key) {
+            Step::Responded => Go::Again,
+            Step::Parked => Go::Stop,
+            Step::Wait => {
+                // Answered by `run_ready` in its turn, or 503 at the head's
+                // total deadline (`on_timer`); one waiting for the disk pool,
+                // once it is done (`disk_ready`), or 503 if it takes longer
+                // than a send may stall.
+                let c = &self.conns[key];
+                if matches!(c.phase, Phase::Ready { .. } | Phase::Disk { .. }) {
+                    let d = self.deadline_of(c.phase);
+                    self.set_deadline(key, d);
+                }
+                Go::Stop
+            }
+            Step::Close => {
+                let why = self.conns[key].why;
+                self.close(key, why);
+                Go::Stop
+            }
+            Step::NeedMore => self.wait_for_bytes(key),
+        }
+    }
+
+    /// The connection needs more bytes from the client: read on if the socket may
+    /// have them; close if the client has sent EOF; otherwise wait, holding no
+    /// empty buffer, until the deadline of the phase it is in.
+    fn wait_for_bytes(&mut self, key: usize) -> Go {
+        let c = &mut self.conns[key];
+        if c.flags.has(Flags::PEER_CLOSED) {
+            self.close(key, CloseReason::ClientGone);
+            return Go::Stop;
+        }
+        if !c.flags.has(Flags::READ_BLOCKED) {
+            return Go::Again; // the buffer had room and more may be readable
+        }
+        if c.rbuf.is_empty() {
+            recycle(&mut self.pool, std::mem::take(&mut c.rbuf));
+        }
+        let phase = c.phase;
+        let d = self.deadline_of(phase);
+        self.set_deadline(key, d);
+        Go::Stop
     }
 
     /// Ask for the connection's writable edges (it was registered for readable ones
@@ -427,7 +477,8 @@ impl Worker {
             left: LINGER_BYTES,
         };
         c.flags.set(Flags::READ_BLOCKED, false);
-        let d = self.now_ms + LINGER_MS;
+        let phase = c.phase;
+        let d = self.deadline_of(phase);
         self.set_deadline(key, d);
         self.drain_lingering(key);
     }

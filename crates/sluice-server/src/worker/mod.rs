@@ -24,9 +24,10 @@
 //! `make_room` (which connection gives way at the limit) and `check_rate` (slow
 //! readers). Every close goes through `close` with a [`CloseReason`].
 //!
-//! Sockets are registered once, edge-triggered, for both directions;
-//! `read_blocked`/`write_blocked` remember which side last saw `EAGAIN`, so a
-//! keep-alive request costs read + sendmsg and no epoll_ctl.
+//! Sockets are registered edge-triggered for reading when adopted, and for writing
+//! too once a response first finds its socket full (`arm_writable`); the flags
+//! `READ_BLOCKED`/`WRITE_BLOCKED` remember which side last saw `EAGAIN`, so a
+//! keep-alive request costs one `recv` and one `send` and no `epoll_ctl`.
 //!
 //! Memory: an idle keep-alive connection holds no buffer (its read buffer goes back
 //! to the worker's pool), just its `Conn` record in the slab, one wheel entry and
@@ -34,21 +35,23 @@
 //!
 //! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
 //! the range caps, making room at the limit: conditioning's entry points), `drive`
-//! (one connection's state machine), `answer` (a complete request → a response, and
-//! the errant-client answers), `timers` (deadlines, the send queue, closing).
-//! Everything else here: the worker itself, its event loop and its snapshot.
+//! (one connection's state machine, its steps assembled in `drive_inner`), `answer`
+//! (a complete request → a response), `kept` (the kept answers), `errant` (the
+//! errant-client answers), `timers` (deadlines, the send queue, closing). The rest
+//! is here: the worker itself, its event loop and its snapshot.
 
 mod admit;
 mod answer;
 mod conn;
 mod drive;
 mod errant;
+mod kept;
 mod publish;
 mod timers;
 
 use crate::accesslog::WorkerLog;
+use crate::io::unread_bytes_waiting;
 use crate::io::READ_CHUNK;
-use crate::io::{recycle, unread_bytes_waiting};
 use crate::send::Outgoing;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
@@ -552,14 +555,6 @@ const JUST_ACCEPTED_MS: Ms = 1000;
 
 fn ms(d: Duration) -> Ms {
     d.as_millis() as Ms
-}
-
-/// Return a finished response's send state (and its write buffer) to the pools.
-#[allow(clippy::vec_box)] // the pool of boxes the worker keeps (see `Worker::out_pool`)
-fn release(mut out: Box<Outgoing>, pool: &mut Vec<Vec<u8>>, out_pool: &mut Vec<Box<Outgoing>>) {
-    recycle(pool, std::mem::take(&mut out.wbuf));
-    out.reset();
-    out_pool.push(out);
 }
 
 impl Drop for Worker {

@@ -3,6 +3,7 @@
 //! their 125 µs passes, disk-pool wake-ups, the minimum send rate, deadlines, and
 //! [`Worker::close`], where every connection ends with a reason.
 
+use super::answer::release;
 use super::conn::*;
 use super::*;
 use crate::accesslog::Pending;
@@ -30,7 +31,7 @@ impl Worker {
                 Phase::Send { last } => {
                     // Two limits share this deadline: no progress for send_timeout,
                     // and the minimum rate over a window (slow-read prevention).
-                    if now >= last + ms(self.snap.config.http.send_timeout) {
+                    if now >= self.deadline_of(Phase::Send { last }) {
                         CloseReason::SendTimeout
                     } else {
                         match self.check_rate(key) {
@@ -202,13 +203,12 @@ impl Worker {
     pub(super) fn check_rate(&mut self, key: usize) -> Option<Ms> {
         let cond = &self.snap.config.condition;
         let (min_rate, window) = (cond.min_send_rate, ms(cond.send_rate_window));
-        let send_timeout = ms(self.snap.config.http.send_timeout);
         let now = self.now_ms;
-        let c = &mut self.conns[key];
-        let Phase::Send { last } = c.phase else {
-            return Some(c.deadline);
+        let Phase::Send { last } = self.conns[key].phase else {
+            return Some(self.conns[key].deadline);
         };
-        let stall = last + send_timeout;
+        let stall = self.deadline_of(Phase::Send { last });
+        let c = &mut self.conns[key];
         let Some(out) = c.out.as_mut() else {
             return Some(stall);
         };
@@ -283,6 +283,28 @@ impl Worker {
             let st = &self.shared.stats[self.id];
             Counters::add(&st.closed, 1);
             Counters::add(&st.closes[why.index()], 1);
+        }
+    }
+
+    /// The deadline of a connection in `phase`, the one place it is computed: a
+    /// request head, and a complete one waiting for its turn, `header_timeout`
+    /// from the head's first byte (from accept for a connection's first); an idle
+    /// keep-alive connection `keepalive_timeout` from its last response; a
+    /// response `send_timeout` from its last progress (the minimum rate may cut
+    /// it sooner: `check_rate`); a request waiting for the disk pool as long as a
+    /// send may stall, from now (asked as it starts waiting); lingering
+    /// [`LINGER_MS`]; an errant client's drip until its end.
+    pub(super) fn deadline_of(&self, phase: Phase) -> Ms {
+        let http = &self.snap.config.http;
+        match phase {
+            Phase::Head { started, .. } | Phase::Ready { started } => {
+                started + ms(http.header_timeout)
+            }
+            Phase::Disk { .. } => self.now_ms + ms(http.send_timeout),
+            Phase::Idle { since } => since + ms(http.keepalive_timeout),
+            Phase::Send { last } => last + ms(http.send_timeout),
+            Phase::Linger { since, .. } => since + LINGER_MS,
+            Phase::Drip { until } => until,
         }
     }
 
