@@ -233,26 +233,21 @@ pub(crate) fn run_process(
         })
         .collect::<Result<Vec<(String, accesslog::Writer)>, String>>()?;
     let ov = &start.ov;
-    // Keep 64 descriptors for files and logs, 64 per worker, and the listeners
-    // themselves (each process has its own descriptor limit, and holds every
-    // worker's listeners as originals, and its own workers' as their copies).
+    // Each process holds every worker's listeners as originals, and its own
+    // workers' as their copies.
     let listener_fds: usize = start.per_worker.iter().map(|l| l.len()).sum::<usize>()
         + start.per_worker[part.first..part.first + part.count]
             .iter()
             .map(|l| l.len())
             .sum::<usize>();
-    let fd_room = start
-        .nofile
-        .saturating_sub(64 + 64 * start.workers as u64 + listener_fds as u64)
-        as usize;
-    let wanted = match start.snap.config.condition.max_connections {
-        0 => fd_room,
-        n => n.div_ceil(start.processes).min(fd_room),
-    };
-    // The limit is the whole process's (a shared count): SO_REUSEPORT does not spread
-    // connections exactly evenly, and a per-worker share would make one worker evict
-    // while the process still has descriptors to spare.
-    let max_conns = wanted.max(16 * workers);
+    let max_conns = connection_limit(
+        start.nofile,
+        start.workers,
+        listener_fds,
+        start.snap.config.condition.max_connections,
+        start.processes,
+        workers,
+    );
     let mut shared = Shared::new(
         start.snap.clone(),
         &start.region,
@@ -295,18 +290,9 @@ pub(crate) fn run_process(
     for i in 0..workers {
         threads.push(Some(spawn(i)?));
     }
-    // Start-up: every worker must build (its file handler opens the root), or the
-    // server does not start at all.
-    let mut ready = 0;
-    while ready < workers {
-        match exit_rx.recv() {
-            Ok(WorkerExit::Ready(_)) => ready += 1,
-            Ok(WorkerExit::Failed(id, e)) | Ok(WorkerExit::Panicked(id, e)) => {
-                shared.stop.store(true, Ordering::Relaxed);
-                return Err(format!("worker {id}: {e}"));
-            }
-            Err(_) => return Err("a worker exited during start-up".into()),
-        }
+    if let Err(e) = all_ready(&exit_rx, workers) {
+        shared.stop.store(true, Ordering::Relaxed);
+        return Err(e);
     }
     match &managed {
         None => start.announce(),
@@ -411,9 +397,68 @@ pub(crate) fn run_process(
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
     start.per_worker.clear();
-    // While the workers finish, SIGTERM/SIGINT still shorten a quit's long grace to
-    // `shutdown_grace` (the workers watch `quit`), and SIGUSR1 still reopens the
-    // logs (a rotation during an old server's hour of downloads).
+    finish_workers(threads, &mut signals, &shared, reopen_logs);
+    for (_, w) in log_writers {
+        w.finish();
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// How many connections one serving process holds at most (`max_conns`: one count
+/// for all its workers). Its descriptors are `nofile`, less 64 for files and logs, 64
+/// per worker of the server (`all_workers`), and its `listener_fds`; a configured
+/// `max_connections` (0: none) is the server's, shared over its `processes`. Never
+/// under 16 per worker of this process (`workers`). The count is the process's, not
+/// a share per worker: `SO_REUSEPORT` does not spread connections exactly evenly, and
+/// a per-worker share would make one worker evict while the process still has
+/// descriptors to spare.
+fn connection_limit(
+    nofile: u64,
+    all_workers: usize,
+    listener_fds: usize,
+    configured: usize,
+    processes: usize,
+    workers: usize,
+) -> usize {
+    let fd_room = nofile.saturating_sub(64 + 64 * all_workers as u64 + listener_fds as u64);
+    let fd_room = usize::try_from(fd_room).unwrap_or(usize::MAX);
+    let wanted = match configured {
+        0 => fd_room,
+        n => n.div_ceil(processes.max(1)).min(fd_room),
+    };
+    wanted.max(16 * workers)
+}
+
+/// Start-up: every worker must build (its file handler opens the root), or the
+/// server does not start at all.
+fn all_ready(exits: &std::sync::mpsc::Receiver<WorkerExit>, workers: usize) -> Result<(), String> {
+    let mut ready = 0;
+    while ready < workers {
+        match exits.recv() {
+            Ok(WorkerExit::Ready(_)) => ready += 1,
+            Ok(WorkerExit::Failed(id, e)) | Ok(WorkerExit::Panicked(id, e)) => {
+                return Err(format!("worker {id}: {e}"))
+            }
+            Err(_) => return Err("a worker exited during start-up".into()),
+        }
+    }
+    Ok(())
+}
+
+/// Wait for the workers to finish their responses and join them. Meanwhile SIGTERM
+/// and SIGINT still shorten a quit's long grace to `shutdown_grace` (the workers
+/// watch `quit`), and SIGUSR1 still reopens the logs (a rotation during an old
+/// server's hour of downloads).
+fn finish_workers(
+    threads: Vec<Option<std::thread::JoinHandle<()>>>,
+    signals: &mut signal_hook::iterator::Signals,
+    shared: &Shared,
+    reopen_logs: impl Fn(),
+) {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
     while threads.iter().flatten().any(|t| !t.is_finished()) {
         for sig in signals.pending() {
             match sig {
@@ -428,13 +473,6 @@ pub(crate) fn run_process(
     }
     for t in threads.into_iter().flatten() {
         let _ = t.join();
-    }
-    for (_, w) in log_writers {
-        w.finish();
-    }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }
 
@@ -520,5 +558,24 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
             tracing::info!("reloaded configuration");
         }
         Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_limit;
+
+    #[test]
+    fn a_process_holds_what_its_descriptors_leave_room_for() {
+        // 20,000 descriptors, two workers in two processes, 4 listening sockets per
+        // worker: this process holds 8 originals and its worker's 4 copies.
+        let room = 20_000 - (64 + 2 * 64 + 12);
+        assert_eq!(connection_limit(20_000, 2, 12, 0, 2, 1), room);
+        // A configured limit is the server's, split over its processes...
+        assert_eq!(connection_limit(20_000, 2, 12, 30_000, 2, 1), 15_000);
+        // ...and never more than the descriptors allow.
+        assert_eq!(connection_limit(20_000, 2, 12, 100_000, 2, 1), room);
+        // A tiny descriptor limit still leaves each worker of the process 16.
+        assert_eq!(connection_limit(100, 2, 12, 0, 1, 2), 32);
     }
 }
