@@ -1,7 +1,9 @@
 //! A complete request head → a response on the connection ([`Worker::next_request`]:
-//! limits, body framing, the request phases, the access log; or, for the same bytes
-//! as a kept answer's request, that answer: `reuse_answer`). The answers for errant
-//! clients that drip bytes on a timer are in `errant.rs`.
+//! limits, body framing, the request phases, the access log), in three parts: the
+//! answer decided (`respond_to`, or `bad_request`), then put on the wire
+//! (`start_response`). The same bytes as a kept answer's request get that answer
+//! instead (`kept.rs`); the answers for errant clients that drip bytes on a timer are
+//! in `errant.rs`.
 
 use super::conn::*;
 use super::*;

@@ -204,7 +204,7 @@ pub(super) struct Drip {
 }
 
 /// What a kept answer's request still counts and does each time
-/// (`answer::reuse_answer`): its access-log record, the rule that decided it (site,
+/// (`kept::reuse_answer`): its access-log record, the rule that decided it (site,
 /// rule, action) for the status page's per-rule counters, and whether the
 /// connection closes after it (the client asked: `Connection: close`, HTTP/1.0).
 pub(super) struct Kept {

@@ -106,7 +106,7 @@ pub struct Worker {
     /// One file handler per site (`snap.sites` order).
     files: Vec<StaticHandler>,
     /// Answers kept for the same request bytes, with what each request still
-    /// counts (`answer::reuse_answer`).
+    /// counts (`kept::reuse_answer`).
     answers: AnswerCache<Kept>,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
