@@ -1,8 +1,9 @@
 //! What serving starts from ([`Start`]): everything `supervisor::serve` prepares
 //! once (listeners, logs, the compiled snapshot, the shared region) before any worker
 //! or serving process exists, which workers one process runs ([`Part`]), and the
-//! restart budget both supervisors keep ([`Deaths`]). Data only: `supervisor` runs a
-//! process from it, `processes` forks several.
+//! restart budget both supervisors keep ([`Deaths`]), and how many connections a
+//! process may hold ([`connection_limit`]). Data only: `supervisor` runs a process
+//! from it, `processes` forks several.
 
 use crate::accesslog;
 use crate::settings::Overrides;
@@ -154,5 +155,49 @@ impl Deaths {
         self.0.retain(|t| now.duration_since(*t).as_secs() < 60);
         self.0.push_back(now);
         (self.0.len() > Self::MAX).then_some(self.0.len())
+    }
+}
+
+/// How many connections one serving process holds at most (`max_conns`: one count
+/// for all its workers). Its descriptors are `nofile`, less 64 for files and logs, 64
+/// per worker of the server (`all_workers`), and its `listener_fds`; a configured
+/// `max_connections` (0: none) is the server's, shared over its `processes`. Never
+/// under 16 per worker of this process (`workers`). The count is the process's, not
+/// a share per worker: `SO_REUSEPORT` does not spread connections exactly evenly, and
+/// a per-worker share would make one worker evict while the process still has
+/// descriptors to spare.
+pub(crate) fn connection_limit(
+    nofile: u64,
+    all_workers: usize,
+    listener_fds: usize,
+    configured: usize,
+    processes: usize,
+    workers: usize,
+) -> usize {
+    let fd_room = nofile.saturating_sub(64 + 64 * all_workers as u64 + listener_fds as u64);
+    let fd_room = usize::try_from(fd_room).unwrap_or(usize::MAX);
+    let wanted = match configured {
+        0 => fd_room,
+        n => n.div_ceil(processes.max(1)).min(fd_room),
+    };
+    wanted.max(16 * workers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_limit;
+
+    #[test]
+    fn a_process_holds_what_its_descriptors_leave_room_for() {
+        // 20,000 descriptors, two workers in two processes, 4 listening sockets per
+        // worker: this process holds 8 originals and its worker's 4 copies.
+        let room = 20_000 - (64 + 2 * 64 + 12);
+        assert_eq!(connection_limit(20_000, 2, 12, 0, 2, 1), room);
+        // A configured limit is the server's, split over its processes...
+        assert_eq!(connection_limit(20_000, 2, 12, 30_000, 2, 1), 15_000);
+        // ...and never more than the descriptors allow.
+        assert_eq!(connection_limit(20_000, 2, 12, 100_000, 2, 1), room);
+        // A tiny descriptor limit still leaves each worker of the process 16.
+        assert_eq!(connection_limit(100, 2, 12, 0, 1, 2), 32);
     }
 }

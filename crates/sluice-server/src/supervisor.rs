@@ -14,7 +14,7 @@ use crate::settings::{load_config, raise_nofile_limit, Overrides};
 use crate::shared::Shared;
 use crate::shm::Region;
 use crate::snapshot::Snapshot;
-use crate::start::{Deaths, Part, Start};
+use crate::start::{connection_limit, Deaths, Part, Start};
 use crate::{accesslog, listener, privileges, systemd, upgrade, worker};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -75,7 +75,6 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     }
 
     // Bind everything before spawning, so a taken port is one clear error.
-    let mut per_worker = Vec::with_capacity(workers);
     // Never longer than the head deadline it stands in front of.
     let defer = snap
         .config
@@ -96,32 +95,14 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     } else {
         activated
     };
-    if inherited.is_empty() {
-        for a in &addrs {
-            listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
-        }
-        for _ in 0..workers {
-            let mut ls = Vec::new();
-            for a in &addrs {
-                // Several sockets per address: each has its own SYN and accept
-                // queues, each capped by net.core.somaxconn (`listen_sockets`).
-                for _ in 0..snap.config.server.listen_sockets {
-                    ls.push(
-                        listener::bind(*a, 4096, defer, unsent_max)
-                            .map_err(|e| format!("cannot listen on {a}: {e}"))?,
-                    );
-                }
-            }
-            per_worker.push(ls);
-        }
+    let (per_worker, addrs) = if inherited.is_empty() {
+        (bind_all(&addrs, workers, &snap, defer, unsent_max)?, addrs)
     } else {
         // Sockets passed in (server.listen is not used): by systemd, or by the
         // server this one replaces.
-        let (ls, passed) = listener::deal_out(inherited, workers, unsent_max)?;
-        per_worker = ls;
-        addrs = passed;
+        let passed = listener::deal_out(inherited, workers, unsent_max)?;
         tracing::info!(
-            addresses = addrs.len(),
+            addresses = passed.1.len(),
             from = if from_upgrade {
                 "the server this one replaces"
             } else {
@@ -129,58 +110,13 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
             },
             "serving on the passed sockets"
         );
-    }
-    // Every access log any site names (the main log first), each opened once.
-    let mut logs: Vec<(String, accesslog::LogFile)> = Vec::new();
-    for site in &snap.sites {
-        if let Some(p) = &site.conf.access_log {
-            if !logs.iter().any(|(q, _)| q == p) {
-                let f = accesslog::LogFile::open(PathBuf::from(p))
-                    .map_err(|e| format!("access log {p}: {e}"))?;
-                logs.push((p.clone(), f));
-            }
-        }
-    }
-    // A raised priority needs root too; every worker and process inherits it.
-    if snap.config.server.priority != 0 {
-        privileges::set_priority(snap.config.server.priority)?;
-        tracing::info!(
-            priority = snap.config.server.priority,
-            "serving at this scheduling priority"
-        );
-    }
-    // A custom scheduler slice needs no privilege; inherited the same way.
-    let slice = snap.config.server.sched_slice;
-    if !slice.is_zero() {
-        if privileges::set_sched_slice(slice)? {
-            tracing::info!(
-                ?slice,
-                "serving threads ask the scheduler for this time slice"
-            );
-        } else {
-            tracing::warn!(
-                ?slice,
-                "server.sched_slice has no effect on this kernel (custom slices came with Linux 6.12's EEVDF scheduler)"
-            );
-        }
-    }
+        passed
+    };
+    let logs = open_logs(&snap)?;
+    set_scheduling(&snap)?;
     // Everything that needs root (ports below 1024, log files in /var/log) is open:
     // become the serving user before any worker exists.
-    if let Some(acct) = privileges::plan(
-        snap.config.server.user.as_deref(),
-        snap.config.server.allow_root,
-    )? {
-        privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
-        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "serving as an unprivileged user");
-        // A tree the user cannot read would answer 403 to everything: say so now.
-        if let Err(e) = std::fs::read_dir(&snap.config.server.root) {
-            return Err(format!(
-                "root {}: {e} (as user {}; make the tree readable to it, name another with server.user, or set allow_root = true)",
-                snap.config.server.root.display(),
-                acct.name
-            ));
-        }
-    }
+    drop_root(&snap)?;
     let root_display = std::fs::canonicalize(&snap.config.server.root)
         .unwrap_or_else(|_| snap.config.server.root.clone());
     let start = Start {
@@ -204,6 +140,100 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
         return run_process(&mut start, Part::whole(workers), None);
     }
     crate::processes::run(start, run_process)
+}
+
+/// Become `server.user` (or stay root only with `allow_root`), then check that the
+/// tree is readable as that user: one that is not would answer 403 to everything.
+fn drop_root(snap: &Snapshot) -> Result<(), String> {
+    if let Some(acct) = privileges::plan(
+        snap.config.server.user.as_deref(),
+        snap.config.server.allow_root,
+    )? {
+        privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "serving as an unprivileged user");
+        // A tree the user cannot read would answer 403 to everything: say so now.
+        if let Err(e) = std::fs::read_dir(&snap.config.server.root) {
+            return Err(format!(
+                "root {}: {e} (as user {}; make the tree readable to it, name another with server.user, or set allow_root = true)",
+                snap.config.server.root.display(),
+                acct.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bind every worker's listening sockets: `listen_sockets` per address per worker,
+/// each with its own SYN and accept queues (each capped by net.core.somaxconn).
+/// Every address is checked free first, so a taken port is one clear error.
+fn bind_all(
+    addrs: &[SocketAddr],
+    workers: usize,
+    snap: &Snapshot,
+    defer: u64,
+    unsent_max: u32,
+) -> Result<Vec<Vec<mio::net::TcpListener>>, String> {
+    for a in addrs {
+        listener::ensure_free(*a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
+    }
+    let mut per_worker = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let mut ls = Vec::new();
+        for a in addrs {
+            for _ in 0..snap.config.server.listen_sockets {
+                ls.push(
+                    listener::bind(*a, 4096, defer, unsent_max)
+                        .map_err(|e| format!("cannot listen on {a}: {e}"))?,
+                );
+            }
+        }
+        per_worker.push(ls);
+    }
+    Ok(per_worker)
+}
+
+/// Every access log any site names (the main log first), each opened once, while
+/// the server may still be root (log files in /var/log).
+fn open_logs(snap: &Snapshot) -> Result<Vec<(String, accesslog::LogFile)>, String> {
+    let mut logs: Vec<(String, accesslog::LogFile)> = Vec::new();
+    for site in &snap.sites {
+        if let Some(p) = &site.conf.access_log {
+            if !logs.iter().any(|(q, _)| q == p) {
+                let f = accesslog::LogFile::open(PathBuf::from(p))
+                    .map_err(|e| format!("access log {p}: {e}"))?;
+                logs.push((p.clone(), f));
+            }
+        }
+    }
+    Ok(logs)
+}
+
+/// `server.priority` and `server.sched_slice`, set once before any worker exists:
+/// every worker and process inherits them. A raised priority needs root; a custom
+/// slice needs no privilege, and a kernel before 6.12 has none (a warning).
+fn set_scheduling(snap: &Snapshot) -> Result<(), String> {
+    if snap.config.server.priority != 0 {
+        privileges::set_priority(snap.config.server.priority)?;
+        tracing::info!(
+            priority = snap.config.server.priority,
+            "serving at this scheduling priority"
+        );
+    }
+    let slice = snap.config.server.sched_slice;
+    if !slice.is_zero() {
+        if privileges::set_sched_slice(slice)? {
+            tracing::info!(
+                ?slice,
+                "serving threads ask the scheduler for this time slice"
+            );
+        } else {
+            tracing::warn!(
+                ?slice,
+                "server.sched_slice has no effect on this kernel (custom slices came with Linux 6.12's EEVDF scheduler)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Serve with the workers of `part` until SIGTERM/SIGINT. `managed`: this is one
@@ -407,31 +437,6 @@ pub(crate) fn run_process(
     }
 }
 
-/// How many connections one serving process holds at most (`max_conns`: one count
-/// for all its workers). Its descriptors are `nofile`, less 64 for files and logs, 64
-/// per worker of the server (`all_workers`), and its `listener_fds`; a configured
-/// `max_connections` (0: none) is the server's, shared over its `processes`. Never
-/// under 16 per worker of this process (`workers`). The count is the process's, not
-/// a share per worker: `SO_REUSEPORT` does not spread connections exactly evenly, and
-/// a per-worker share would make one worker evict while the process still has
-/// descriptors to spare.
-fn connection_limit(
-    nofile: u64,
-    all_workers: usize,
-    listener_fds: usize,
-    configured: usize,
-    processes: usize,
-    workers: usize,
-) -> usize {
-    let fd_room = nofile.saturating_sub(64 + 64 * all_workers as u64 + listener_fds as u64);
-    let fd_room = usize::try_from(fd_room).unwrap_or(usize::MAX);
-    let wanted = match configured {
-        0 => fd_room,
-        n => n.div_ceil(processes.max(1)).min(fd_room),
-    };
-    wanted.max(16 * workers)
-}
-
 /// Start-up: every worker must build (its file handler opens the root), or the
 /// server does not start at all.
 fn all_ready(exits: &std::sync::mpsc::Receiver<WorkerExit>, workers: usize) -> Result<(), String> {
@@ -558,24 +563,5 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
             tracing::info!("reloaded configuration");
         }
         Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::connection_limit;
-
-    #[test]
-    fn a_process_holds_what_its_descriptors_leave_room_for() {
-        // 20,000 descriptors, two workers in two processes, 4 listening sockets per
-        // worker: this process holds 8 originals and its worker's 4 copies.
-        let room = 20_000 - (64 + 2 * 64 + 12);
-        assert_eq!(connection_limit(20_000, 2, 12, 0, 2, 1), room);
-        // A configured limit is the server's, split over its processes...
-        assert_eq!(connection_limit(20_000, 2, 12, 30_000, 2, 1), 15_000);
-        // ...and never more than the descriptors allow.
-        assert_eq!(connection_limit(20_000, 2, 12, 100_000, 2, 1), room);
-        // A tiny descriptor limit still leaves each worker of the process 16.
-        assert_eq!(connection_limit(100, 2, 12, 0, 1, 2), 32);
     }
 }
