@@ -2,7 +2,10 @@
 # User-space instructions per request, counted exactly (valgrind's callgrind), for a keep-alive small-file
 # request: the part of the floor ratio that is sluice's own code, measured without this machine's noise.
 #
-#   bash bench/user_instr.sh [BIN] [SECONDS]        env: BODY=1024 (file size), HDR='Name: value' (extra
+#   bash bench/user_instr.sh [BIN] [SECONDS]        env: N=20000 (measure N requests of one sequential
+#                                                   keep-alive client, `ab -k -c1`, instead of wrk for SECONDS:
+#                                                   the same batching in every run, for comparing two builds),
+#                                                   BODY=1024 (file size), HDR='Name: value' (extra
 #                                                   request header, repeatable with a newline), TOP=30, KEEP=FILE (keep the callgrind dump),
 #                                                   RULES=FILE (a rules file for the site), ASK=/f.bin (the path asked, e.g. a redirect's), CONF=FILE (a config file), LOG=FILE (the access log; off by default)
 #
@@ -27,9 +30,14 @@ for i in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && br
 WH=(); while IFS= read -r h; do [ -n "$h" ] && WH+=(-H "$h"); done <<<"${HDR:-}"
 ab -q -k -n 2000 -c 10 "http://127.0.0.1:$PORT$ASK" >/dev/null
 callgrind_control -i on "$VG" >/dev/null
-out=$(wrk -t1 -c10 -d"${DUR}s" "${WH[@]}" "http://127.0.0.1:$PORT$ASK")
+if [ -n "${N:-}" ]; then
+  AH=(); for h in "${WH[@]}"; do [ "$h" = -H ] || AH+=(-H "$h"); done
+  ab -q -k -n "$N" -c 1 "${AH[@]}" "http://127.0.0.1:$PORT$ASK" >/dev/null
+else
+  out=$(wrk -t1 -c10 -d"${DUR}s" "${WH[@]}" "http://127.0.0.1:$PORT$ASK")
+fi
 callgrind_control -i off "$VG" >/dev/null; callgrind_control -d "$VG" >/dev/null
-n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out")
+if [ -n "${N:-}" ]; then n=$N; else n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out"); fi
 f=$(ls -S "$W"/cg.* | head -1); [ -n "${KEEP:-}" ] && cp "$f" "$KEEP"
 total=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')
 echo "requests: $n   user-space instructions per request: $((total / n))"
