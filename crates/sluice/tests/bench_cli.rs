@@ -647,10 +647,16 @@ fn attack_experiments_hold_connections_and_report() {
     let o = run("incomplete-sweep", "100");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
-    assert_eq!(
-        text.lines().filter(|l| l.starts_with("sluice")).count(),
-        2,
-        "steps 0 and 100: {text}"
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("sluice")).collect();
+    assert_eq!(rows.len(), 3, "steps 0, 100 and 0 again: {text}");
+    // Each ratio is to the mean of the two runs without an attack, so theirs
+    // straddle 1 (or are both 1).
+    let ratio = |row: &str| -> f64 { row.split_whitespace().last().unwrap().parse().unwrap() };
+    let (first, last) = (ratio(rows[0]), ratio(rows[2]));
+    assert!(rows[2].contains("0-after"), "{text}");
+    assert!(
+        (first - 1.0) * (last - 1.0) <= 0.0 && (first + last - 2.0).abs() < 0.02,
+        "{text}"
     );
     assert!(out.path().join("incomplete-sweep.svg").exists(), "{text}");
 }
