@@ -636,8 +636,14 @@ fn attack_experiments_hold_connections_and_report() {
         .unwrap_or_else(|| panic!("{text}"));
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!((cols[1], cols[2]), ("hold", "300"), "{text}");
-    let ratio: f64 = cols[5].parse().unwrap();
+    // The ratio is to the mean of the runs before and after the attack.
+    let num = |i: usize| -> f64 { cols[i].parse().unwrap() };
+    let (before, under, after, ratio) = (num(3), num(4), num(5), num(6));
     assert!(ratio > 0.0, "{text}");
+    assert!(
+        (ratio - under / ((before + after) / 2.0)).abs() < 0.02,
+        "{text}"
+    );
     let most = watcher.join().unwrap();
     assert!(
         most >= 290,
