@@ -1,6 +1,13 @@
 //! One connection's state machine, run on each readiness event: read, parse the
 //! head, answer, send, linger, and the class change conditioning is told about at
-//! the end of every `drive` (incomplete, idle or busy).
+//! the end of every `drive` (incomplete, idle or busy). `drive_inner` assembles its
+//! steps in order; each is a function of its own below it.
+//!
+//! Must not: decide an answer (`answer.rs`, `kept.rs`) or whose turn is next
+//! (`timers.rs`, `sluice-condition`); it moves one connection as far as it can.
+//! Costs: per keep-alive request one `recv`, one `send`, and no `epoll_ctl`; the
+//! steps that do not apply to a plain connection with no response in flight are
+//! skipped from the record in hand (BENCHMARKS.md, eighth session).
 
 use super::answer::release;
 use super::conn::*;
