@@ -155,8 +155,8 @@ impl Worker {
             return;
         }
         let date = self.date.text();
-        let body_len = if a.head_only { 0 } else { resp.body_len() };
         self.answers.offer(rbuf, p, until, self.now, || {
+            let body_len = if a.head_only { 0 } else { resp.body_len() };
             let mut whole = Vec::new();
             let date = write_head_start(&mut whole, resp.status, date);
             whole.extend_from_slice(resp.headers.as_bytes());
