@@ -6,7 +6,7 @@
 //! connection is this record and little else (see the test at the end).
 
 use crate::accesslog::Pending;
-use crate::io::send_some;
+use crate::io::{send_some, unread_bytes_waiting};
 use crate::send::Outgoing;
 use crate::tls;
 use mio::net::TcpStream;
@@ -166,6 +166,15 @@ impl Conn {
         }
         close && self.front_id() == 0
     }
+
+    /// Nothing asked on it: no response in flight, no request bytes read, and
+    /// none waiting in its socket (one `recv(MSG_PEEK)`: a busy keep-alive
+    /// client's next request may have arrived since the worker last read). The
+    /// one rule by which a stop (SIGTERM, or SIGTERM during an upgrade's quit)
+    /// closes a connection at once rather than answering what it asked.
+    pub(super) fn asks_nothing(&self) -> bool {
+        self.out.is_none() && self.rbuf.is_empty() && !unread_bytes_waiting(&self.sock)
+    }
 }
 
 /// A connection and the per-range caps.
@@ -236,5 +245,44 @@ mod tests {
         let size = std::mem::size_of::<super::Conn>();
         assert!(size <= 120, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<crate::wheel::Key>(), 8);
+    }
+
+    /// A stop closes an idle connection only if nothing was asked on it, and a
+    /// request waiting unread in its socket counts as asked.
+    #[test]
+    fn a_request_waiting_in_the_socket_is_asked() {
+        use super::*;
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, peer) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut c = Conn {
+            sock: TcpStream::from_std(s),
+            peer: peer.ip(),
+            gen: 0,
+            phase: Phase::Idle { since: 0 },
+            rbuf: Vec::new(),
+            out: None,
+            requests: 1,
+            flags: Flags(Flags::READ_BLOCKED),
+            cap: Cap::Counted,
+            why: CloseReason::Done,
+            via: None,
+            deadline: NEVER,
+            wheel_at: NEVER,
+        };
+        assert!(c.asks_nothing());
+        c.rbuf.extend_from_slice(b"GET / HT");
+        assert!(!c.asks_nothing(), "bytes read and not yet answered");
+        c.rbuf.clear();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let t = std::time::Instant::now();
+        while c.asks_nothing() {
+            assert!(t.elapsed().as_secs() < 5, "the request never showed");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Peeked, not taken: the request is still there to be answered.
+        assert!(!c.asks_nothing());
     }
 }

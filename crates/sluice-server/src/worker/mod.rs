@@ -50,7 +50,6 @@ mod publish;
 mod timers;
 
 use crate::accesslog::WorkerLog;
-use crate::io::unread_bytes_waiting;
 use crate::io::READ_CHUNK;
 use crate::send::Outgoing;
 use crate::shared::Shared;
@@ -456,7 +455,9 @@ impl Worker {
     }
 
     /// SIGTERM during a quit: what is left of the grace is `shutdown_grace` from
-    /// now at most, and the idle keep-alive connections kept for the quit close.
+    /// now at most, and the idle keep-alive connections kept for the quit close,
+    /// by `begin_stop`'s rule: one whose next request already waits in its socket
+    /// is answered (with `Connection: close`), not dropped.
     fn hurry_stop(&mut self) {
         self.quitting = false;
         let by = self.now + self.snap.config.server.shutdown_grace;
@@ -464,9 +465,7 @@ impl Worker {
         let idle: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| {
-                matches!(c.phase, Phase::Idle { .. }) && c.out.is_none() && c.rbuf.is_empty()
-            })
+            .filter(|(_, c)| matches!(c.phase, Phase::Idle { .. }) && c.asks_nothing())
             .map(|(k, _)| k)
             .collect();
         for k in idle {
@@ -499,12 +498,8 @@ impl Worker {
         let fresh_until = self.now_ms.saturating_sub(JUST_ACCEPTED_MS);
         let (mut idle, mut fresh) = (Vec::new(), Vec::new());
         for (k, c) in self.conns.iter() {
-            if c.out.is_some() || !c.rbuf.is_empty() {
-                continue;
-            }
-            if (self.quitting && matches!(c.phase, Phase::Idle { .. }))
-                || unread_bytes_waiting(&c.sock)
-            {
+            // On a quit, idle ones stay (no peek needed).
+            if (self.quitting && matches!(c.phase, Phase::Idle { .. })) || !c.asks_nothing() {
                 continue;
             }
             match c.phase {
