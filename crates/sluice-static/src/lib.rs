@@ -183,7 +183,10 @@ impl StaticHandler {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
             Entry::File(info) => return self.file_or_sibling(head, &norm.rel, info, now),
-            Entry::Dir if !norm.trailing_slash => {
+            // A directory asked for without the slash the request itself ends in
+            // (`/sub`, `/sub/.`, `/sub/x/..`, `/sub%2f`): the canonical URL, so that
+            // a listing's relative links resolve against the directory.
+            Entry::Dir if !raw_path.ends_with('/') => {
                 // Built from the normalized path, never the raw one: `//evil.com/..%2fsub`
                 // must not come back as a network-path reference to evil.com.
                 let mut loc = String::with_capacity(raw_path.len() + 2);
@@ -203,7 +206,7 @@ impl StaticHandler {
             }
             Entry::Dir => {
                 // Bounded by what it read (index names, the listing's build).
-                let r = self.directory(head, raw_path, &norm.rel, query, now);
+                let r = self.directory(head, &norm.rel, query, now);
                 return keep_until(r, until);
             }
             Entry::NotFound => Response::text(404, None),
@@ -218,7 +221,6 @@ impl StaticHandler {
     fn directory(
         &mut self,
         head: &RequestHead,
-        raw_path: &str,
         rel: &str,
         query: Option<&str>,
         now: Instant,
@@ -272,11 +274,14 @@ impl StaticHandler {
                 .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
         // Built (read, sorted, rendered) at most once per cache_validity per form;
         // read by a disk thread whenever there are disk threads (`cold::Gate::list`).
+        // Keyed and titled by the directory's normalized path, never the request's
+        // spelling of it: `/pub/a/../`, `/pub/b/../`, `//pub/` are one page, not a
+        // new build (and a cache flush) each.
         let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
         let (gate, ready) = (self.cache.gate(), &self.read_listings);
         let mut stopped = false;
-        let built = self.listings.get(raw_path, form, gzip, now, || {
+        let built = self.listings.get(rel, form, gzip, now, || {
             let Some(read) = gate.list(root, rel, hidden, ready) else {
                 stopped = true;
                 return None;
@@ -286,8 +291,12 @@ impl StaticHandler {
             Some(if json {
                 listing::json(&items)
             } else {
-                let decoded = path::percent_decode(raw_path.as_bytes()).unwrap_or_default();
-                listing::html(&decoded, &items, key, desc)
+                let title = if rel.is_empty() {
+                    "/".to_string()
+                } else {
+                    format!("/{rel}/")
+                };
+                listing::html(title.as_bytes(), &items, key, desc)
             })
         });
         if stopped {

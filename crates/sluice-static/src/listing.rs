@@ -183,7 +183,7 @@ pub fn json(items: &[Item]) -> Vec<u8> {
     out
 }
 
-/// The HTML page. `url_path` is the decoded request path (shown as the title).
+/// The HTML page. `url_path` is the directory's normalized path (shown as the title).
 pub fn html(url_path: &[u8], items: &[Item], key: SortKey, desc: bool) -> Vec<u8> {
     let mut s = String::with_capacity(512 + items.len() * 160);
     let mut title = String::new();
@@ -504,9 +504,10 @@ impl PageCache {
         }
     }
 
-    /// The page for `url` in `form` (built by `build` unless a build younger than
-    /// the validity is kept), gzipped if `gzip`, and until when it stays the page
-    /// (`now` if it is not kept); `None` if `build` fails.
+    /// The page for the directory `url` (its normalized path) in `form` (built by
+    /// `build` unless a build younger than the validity is kept), gzipped if
+    /// `gzip`, and until when it stays the page (`now` if it is not kept); `None`
+    /// if `build` fails.
     pub fn get(
         &mut self,
         url: &str,

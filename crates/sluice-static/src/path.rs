@@ -54,7 +54,10 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
         return Err(PathError::Bad);
     }
     let decoded = String::from_utf8(decoded).map_err(|_| PathError::Bad)?;
-    let trailing_slash = decoded.ends_with('/');
+    // As RFC 3986's remove_dot_segments: a last segment `.` or `..` leaves the
+    // path in directory form (`/a.txt/.` is `/a.txt/`, not `/a.txt`).
+    let last = decoded.rsplit('/').next().unwrap_or("");
+    let trailing_slash = matches!(last, "" | "." | "..");
     let mut segs: Vec<&str> = Vec::new();
     for seg in decoded.split('/') {
         match seg {
@@ -134,6 +137,24 @@ mod tests {
         assert_eq!(ok("/a%20b"), "a b");
         assert_eq!(ok("/a%2fb"), "a/b");
         assert!(normalize("/dir/", false).unwrap().trailing_slash);
+    }
+
+    #[test]
+    fn a_last_dot_segment_leaves_directory_form() {
+        for (raw, rel) in [
+            ("/a.txt/.", "a.txt"),
+            ("/a/b/..", "a"),
+            ("/a/%2e", "a"),
+            ("/a/.", "a"),
+            ("/.", ""),
+        ] {
+            let n = normalize(raw, false).unwrap();
+            assert_eq!((n.rel.as_ref(), n.trailing_slash), (rel, true), "{raw}");
+        }
+        for raw in ["/a/b", "/a/./b", "/a/b/../c", "/a/.b"] {
+            let n = normalize(raw, true).unwrap();
+            assert!(!n.trailing_slash, "{raw}");
+        }
     }
 
     #[test]

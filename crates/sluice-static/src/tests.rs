@@ -36,3 +36,39 @@ fn absent_siblings_take_no_room_in_the_file_cache() {
     }
     assert_eq!(h.cached_entries(), 41);
 }
+
+#[test]
+fn one_listing_page_for_every_spelling_of_its_directory() {
+    // `/d/x/../` and `//d/` name `/d/`: one page, built once per validity, not one
+    // build (and a slot in the page cache) for every spelling a client invents.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::fs::write(dir.path().join("d/first.txt"), b"x").unwrap();
+    let root = Root::new(dir.path(), sluice_config::SymlinkPolicy::InsideRoot).unwrap();
+    let cfg = FilesSection {
+        listing: true,
+        ..FilesSection::default()
+    };
+    let mut h = StaticHandler::new(root, cfg, 4);
+    let now = Instant::now();
+    let mut page = |path: &str| {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+        let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
+            panic!("not a request: {raw}");
+        };
+        let r = h.serve(&head, head.path, head.query, now);
+        match r.body.first() {
+            Some(Chunk::Shared(b, ..)) if r.status == 200 => {
+                String::from_utf8_lossy(b).into_owned()
+            }
+            _ => panic!("{path}: not a listing: {}", r.status),
+        }
+    };
+    let first = page("/d/");
+    assert!(first.contains("<title>Index of /d/</title>"), "{first}");
+    // Within the validity a new file does not show: the page is the one built.
+    std::fs::write(dir.path().join("d/second.txt"), b"y").unwrap();
+    for p in ["/d/x/../", "//d/", "/d/./", "/%64/"] {
+        assert_eq!(page(p), first, "{p}");
+    }
+}

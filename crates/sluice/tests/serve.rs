@@ -191,6 +191,19 @@ fn directories() {
     let by_size = get(&srv, "/list/?format=json&sort=size&order=desc", "").text();
     assert!(by_size.find("b b.txt").unwrap() < by_size.find("a.txt").unwrap());
     assert_eq!(get(&srv, "/hello.txt/", "").status, 404);
+    // A last dot segment leaves the directory form (RFC 3986 §5.2.4): a file
+    // under it is not there, as under its trailing slash; a directory is sent to
+    // its canonical URL, where the listing's relative links resolve.
+    assert_eq!(get(&srv, "/hello.txt/.", "").status, 404);
+    for p in ["/list/x/..", "/list/.", "/list%2f"] {
+        let r = get(&srv, p, "");
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some("/list/")),
+            "{p}"
+        );
+    }
+    assert_eq!(get(&srv, "/list/x/../", "").text(), html);
 }
 
 #[test]
