@@ -244,6 +244,12 @@ impl Slot {
         }
     }
 
+    /// A remembered 404: cheap to forget, and what a scan for absent names fills
+    /// the table with.
+    fn is_miss(&self) -> bool {
+        matches!(self, Slot::Other(o) if matches!(o.entry, Entry::NotFound))
+    }
+
     /// What it holds: (descriptors, bytes of content).
     fn cost(&self) -> (usize, usize) {
         match self {
@@ -480,9 +486,18 @@ impl FileCache {
     /// [`MAX_CACHED_FDS`]).
     fn insert(&mut self, hash: u64, rel: &str, entry: Entry, now: Instant) -> bool {
         if self.table.len() >= self.max_entries {
+            // Full: drop what has expired; if that frees less than an eighth of
+            // the table, the misses too (a scan for absent names, a flood of
+            // random paths, must not push out the files that are asked for); if
+            // even that frees too little, everything. Each pass frees an eighth or
+            // empties the table, so its O(n) scan is paid once per n/8 inserts.
+            let room = (self.max_entries / 8).max(1);
             self.table.retain(|s| s.until() > now);
-            if self.table.len() >= self.max_entries {
-                self.table.clear();
+            if self.table.len() + room > self.max_entries {
+                self.table.retain(|s| !s.is_miss());
+                if self.table.len() + room > self.max_entries {
+                    self.table.clear();
+                }
             }
             self.recount();
         }

@@ -238,3 +238,52 @@ fn a_sleep_is_seen_and_work_is_not() {
     // (A preemption during the loop is involuntary: not a sleep.)
     assert_eq!(busy.1, before.1, "work read from a device");
 }
+
+#[test]
+fn a_flood_of_misses_does_not_push_out_the_files_asked_for() {
+    // 40 files cached, then 1,000 absent names asked for within the validity: the
+    // misses make room for each other, the files stay. Proof: the files, gone
+    // from the disk meanwhile, are still answered from the cache.
+    let d = std::env::temp_dir().join(format!("sluice-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for i in 0..40 {
+        std::fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let mut c = FileCache::new(Duration::from_secs(10), 64, 1024);
+    let now = Instant::now();
+    for i in 0..40 {
+        assert!(matches!(
+            c.lookup(&root, &format!("f{i}"), now),
+            Entry::File(_)
+        ));
+        std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..1000 {
+        assert!(matches!(
+            c.lookup(&root, &format!("nope{i}"), now),
+            Entry::NotFound
+        ));
+        assert!(c.len() <= 64);
+    }
+    for i in 0..40 {
+        let e = c.lookup(&root, &format!("f{i}"), now);
+        assert!(
+            matches!(e, Entry::File(_)),
+            "f{i} was pushed out by the misses"
+        );
+    }
+    // With no misses to drop, a full table still makes room (here: empties).
+    let mut c = FileCache::new(Duration::from_secs(10), 8, 1024);
+    std::fs::write(d.join("g"), b"y").unwrap();
+    for i in 0..8 {
+        std::fs::create_dir_all(d.join(format!("dir{i}"))).unwrap();
+        assert!(matches!(
+            c.lookup(&root, &format!("dir{i}"), now),
+            Entry::Dir
+        ));
+    }
+    assert!(matches!(c.lookup(&root, "g", now), Entry::File(_)));
+    assert!(c.len() <= 8);
+    std::fs::remove_dir_all(&d).unwrap();
+}
