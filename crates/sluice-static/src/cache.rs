@@ -6,7 +6,9 @@
 //! is seen within that time. Small files (≤ `small_file_max`) are kept as bytes and
 //! their fd closed; larger ones keep their fd open for `sendfile`, bounded by
 //! `MAX_CACHED_FDS` so the cache cannot eat the process's descriptor limit.
-//! Misses (404) are cached too, so a scan for absent files costs one hash lookup.
+//! Misses (404) are cached too, so a scan for absent files costs one hash lookup;
+//! a full table drops them first (after what expired), so such a scan cannot push
+//! out the files asked for (`bench/miss_flood.sh`: 8% less CPU per request).
 //!
 //! An entry past its validity is not thrown away: its path is `fstatat`ed, and if
 //! the same inode is there with the same size and modification and change times
