@@ -6,8 +6,12 @@
 # 1 KiB files at random (the random10k client) and, at the same time, `wrk -t1
 # -c10` asking for a new absent name every request. Prints the files client's
 # req/s and the server's CPU per request (both clients' requests) from /proc.
+#   HOT=N    the files client asks for the first N files only (default 10000;
+#            200: heads that all fit in the kept-answer table, `answer_cache`)
+#   TWICE=1  the scan asks for each absent name twice (the second sighting is
+#            what admits an answer to the kept-answer table)
 set -uo pipefail
-OLD=$1; NEW=$2; ROUNDS=${3:-5}; DUR=${4:-5}
+OLD=$1; NEW=$2; ROUNDS=${3:-5}; DUR=${4:-5}; HOT=${HOT:-10000}; TWICE=${TWICE:-0}
 W=/tmp/miss-flood; mkdir -p "$W"
 if [ ! -e "$W/www/r/99/09999.bin" ]; then
   for d in $(seq -w 0 99); do mkdir -p "$W/www/r/$d"; done
@@ -18,18 +22,21 @@ for i in range(10000):
         f.write(os.urandom(1024))
 PY
 fi
-cat > "$W/random.lua" <<'LUA'
+cat > "$W/random.lua" <<LUA
 math.randomseed(os.time())
 request = function()
-  local i = math.random(0, 9999)
+  local i = math.random(0, $((HOT - 1)))
   return wrk.format("GET", string.format("/r/%02d/%05d.bin", i % 100, i))
 end
 LUA
-cat > "$W/miss.lua" <<'LUA'
+cat > "$W/miss.lua" <<LUA
 local n = 0
+local seed = math.random(1, 1e9)
 request = function()
   n = n + 1
-  return wrk.format("GET", string.format("/r/%02d/nope-%d-%d.bin", n % 100, n, math.random(1, 1e9)))
+  local k = n
+  if $TWICE == 1 then k = math.floor((n + 1) / 2) end
+  return wrk.format("GET", string.format("/r/%02d/nope-%d-%d.bin", k % 100, k, seed))
 end
 LUA
 ticks() { local t=0 p; for p in $1 $(pgrep -P "$1"); do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
