@@ -25,4 +25,4 @@ if [ -n "$COUNTERS" ]; then
   nstat 2>/dev/null | grep -E "ListenOverflows|ListenDrops|ReqQFull|DeferAcceptDrop|TCPTimeouts" | awk '{printf "%s=%s ", $1, $2} END {print ""}'
 fi
 kill $SP; wait $SP 2>/dev/null
-grep -c "DEFER" /tmp/sluice-bench/cc-$NAME.out
+grep -c "DEFER" /tmp/sluice-bench/cc-$NAME.out || true  # 0 lines is no failure
