@@ -3,12 +3,17 @@
 use super::*;
 use sluice_http::{parse_head, Limits, Parsed};
 
-fn get(h: &mut StaticHandler, path: &str, now: Instant) -> Response {
-    let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip, br\r\n\r\n");
+/// The handler's answer to a GET for `path` with the header lines `extra`.
+fn ask(h: &mut StaticHandler, path: &str, extra: &str, now: Instant) -> Response {
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n");
     let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
         panic!("not a request: {raw}");
     };
     h.serve(&head, head.path, head.query, now)
+}
+
+fn get(h: &mut StaticHandler, path: &str, now: Instant) -> Response {
+    ask(h, path, "Accept-Encoding: gzip, br\r\n", now)
 }
 
 #[test]
@@ -52,11 +57,7 @@ fn one_listing_page_for_every_spelling_of_its_directory() {
     let mut h = StaticHandler::new(root, cfg, 4);
     let now = Instant::now();
     let mut page = |path: &str| {
-        let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
-        let Ok(Parsed::Complete(head)) = parse_head(raw.as_bytes(), &Limits::default()) else {
-            panic!("not a request: {raw}");
-        };
-        let r = h.serve(&head, head.path, head.query, now);
+        let r = ask(&mut h, path, "", now);
         match r.body.first() {
             Some(Chunk::Shared(b, ..)) if r.status == 200 => {
                 String::from_utf8_lossy(b).into_owned()
