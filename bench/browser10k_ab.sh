@@ -4,6 +4,7 @@
 # head, for several sluice builds or configurations side by side, rounds alternated.
 #   bash bench/browser10k_ab.sh ROUNDS NAME=BIN:TOML_LINES [NAME=BIN:TOML_LINES ...]
 # TOML_LINES may be empty; '\n' separates lines, e.g. 'off=target/release/sluice:[files]\nprecompressed = false'.
+# PLAIN=1 sends wrk's own short head (compare.py's random10k) instead of the browser's.
 # Needs the tree and the script that `python3 bench/compare.py --tests random10k` writes into
 # /tmp/sluice-bench. Printed: per NAME the median µs per request and every round.
 R=$1; shift
@@ -12,6 +13,7 @@ H=(-H "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, li
    -H "Accept-Encoding: gzip, deflate, br, zstd" -H "Accept-Language: en-US,en;q=0.9"
    -H "Referer: http://mirror.example/r/" -H "Sec-Fetch-Mode: navigate" -H "Sec-Fetch-Site: same-origin"
    -H "Upgrade-Insecure-Requests: 1")
+[ -n "${PLAIN:-}" ] && H=()
 [ -f /tmp/sluice-bench/random.lua ] || { echo "run python3 bench/compare.py --tests random10k --rounds 1 first"; exit 1; }
 declare -A PID PORT
 trap 'for n in "${!PID[@]}"; do kill "${PID[$n]}" 2>/dev/null; done' EXIT

@@ -175,6 +175,37 @@ fn access_log_is_flushed_within_a_second_or_two() {
 }
 
 #[test]
+fn a_full_disk_under_the_access_log_is_reported_once_not_per_buffer() {
+    // Every write to /dev/full fails with ENOSPC, as on a full disk. Each worker
+    // hands its lines over at every 32 KiB and at least once a second, so 3 s of
+    // requests fail dozens of buffers: a warning for each would flood the error log.
+    let srv = Server::start_in(docroot(), &["--access-log", "/dev/full"]);
+    let writers = srv.serving_pids().len();
+    let t = Instant::now();
+    let mut answered = 0;
+    while t.elapsed() < Duration::from_secs(3) {
+        // A connection per 50 (a connection's requests are capped).
+        let mut c = srv.client();
+        for _ in 0..50 {
+            c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+        }
+        for _ in 0..50 {
+            assert_eq!(c.response(false).map(|r| r.status), Some(200));
+            answered += 1;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500)); // the last second's buffers
+    let err = srv.stderr();
+    let reports = err.matches("access log write failed").count();
+    assert!(
+        (1..=writers).contains(&reports),
+        "{reports} reports from {writers} writers after {answered} requests:\n{err}"
+    );
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(srv.stop(), Some(0));
+}
+
+#[test]
 fn serve_without_arguments_serves_the_current_directory() {
     let dir = docroot();
     // Exactly as an operator would type it, also as root: then the server drops to

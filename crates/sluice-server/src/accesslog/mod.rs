@@ -3,7 +3,8 @@
 //! Each worker appends lines to its own buffer and hands the buffer to the writer
 //! thread when it passes 32 KiB or at least once a second. The hand-off is a
 //! bounded channel with `try_send`: if the disk cannot keep up, whole buffers are
-//! dropped and counted (reported by the writer), and the worker never waits.
+//! dropped and counted (reported by the writer, `writer.rs`, which also reports a
+//! full disk), and the worker never waits.
 //!
 //! Cost per line: the client's address (IPv4 without `core::fmt`), the time stamp
 //! (rendered once a second), and the rest of the line, whose client-sent fields are
@@ -12,116 +13,18 @@
 //! `LOG=FILE bash bench/user_instr.sh` counts it (docs/BENCHMARKS.md: ~480
 //! user-space instructions for a reused answer's line with a User-Agent).
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::TrySendError;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod writer;
+pub use writer::{Handle, LogFile, Writer};
 
 const FLUSH_BYTES: usize = 32 * 1024;
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
-
-pub struct Writer {
-    tx: SyncSender<Vec<u8>>,
-    dropped: Arc<AtomicU64>,
-    /// Set by [`Writer::reopen`] (SIGUSR1); the writer thread reopens the path
-    /// before its next write.
-    reopen: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// An access log file opened (as root, before privileges are dropped) whose writer
-/// thread has not started yet: the serving process starts it ([`LogFile::start`]),
-/// so with `server.processes` each process writes through its own thread to the
-/// same file (appends of whole buffers, so lines do not interleave).
-pub struct LogFile {
-    path: PathBuf,
-    file: std::fs::File,
-}
-
-impl LogFile {
-    pub fn open(path: PathBuf) -> std::io::Result<LogFile> {
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(LogFile { path, file })
-    }
-
-    /// Start the writer thread on a duplicate of the descriptor.
-    pub fn start(&self) -> std::io::Result<Writer> {
-        Writer::start(self.path.clone(), self.file.try_clone()?)
-    }
-}
-
-impl Writer {
-    fn start(path: PathBuf, mut f: std::fs::File) -> std::io::Result<Writer> {
-        let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(256);
-        let dropped = Arc::new(AtomicU64::new(0));
-        let d2 = dropped.clone();
-        let reopen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let r2 = reopen.clone();
-        let thread = std::thread::Builder::new().name("sluice-log".into()).spawn(move || {
-            let mut reported = 0;
-            while let Ok(buf) = rx.recv() {
-                // Log rotation: `mv access.log access.log.1; kill -USR1`. Buffers hold
-                // whole lines, so no line is split across the two files; a failed
-                // reopen keeps writing to the old file.
-                if r2.swap(false, Ordering::AcqRel) {
-                    match OpenOptions::new().create(true).append(true).open(&path) {
-                        Ok(nf) => {
-                            f = nf;
-                            tracing::info!(path = %path.display(), "access log reopened");
-                        }
-                        Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot reopen the access log; still writing to the old file"),
-                    }
-                }
-                if buf.is_empty() {
-                    continue; // a wake-up from `reopen`
-                }
-                if let Err(e) = f.write_all(&buf) {
-                    tracing::warn!(path = %path.display(), error = %e, "access log write failed");
-                }
-                let d = d2.load(Ordering::Relaxed);
-                if d != reported {
-                    tracing::warn!(dropped_buffers = d - reported, "access log could not keep up; lines dropped");
-                    reported = d;
-                }
-            }
-        })?;
-        Ok(Writer {
-            tx,
-            dropped,
-            reopen,
-            thread: Some(thread),
-        })
-    }
-
-    /// Reopen the log file by its path (after logrotate moved it), before the next
-    /// buffer is written.
-    pub fn reopen(&self) {
-        self.reopen.store(true, Ordering::Release);
-        let _ = self.tx.try_send(Vec::new()); // wake the writer; a full queue wakes it anyway
-    }
-
-    pub fn handle(&self) -> Handle {
-        Handle {
-            tx: self.tx.clone(),
-            dropped: self.dropped.clone(),
-        }
-    }
-
-    /// Close the channel and wait for everything queued to be written.
-    pub fn finish(mut self) {
-        let (tx, _) = sync_channel(1);
-        drop(std::mem::replace(&mut self.tx, tx));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// What a log line needs from the request, kept until the response is done
 /// (the line records the bytes actually sent).
@@ -285,12 +188,6 @@ impl Pending {
 
 /// How much of a refused request's first line the log keeps.
 pub const REJECTED_LINE_MAX: usize = 256;
-
-#[derive(Clone)]
-pub struct Handle {
-    tx: SyncSender<Vec<u8>>,
-    dropped: Arc<AtomicU64>,
-}
 
 /// A worker's side of the logs: one buffer per log file (the main access log and
 /// any per-site logs), in the order the server opened them.
@@ -484,6 +381,9 @@ pub fn clf_time(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::mpsc::sync_channel;
+    use std::sync::Arc;
     #[test]
     fn time_format() {
         assert_eq!(clf_time(784111777), "06/Nov/1994:08:49:37 +0000");
