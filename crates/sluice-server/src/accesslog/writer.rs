@@ -194,6 +194,7 @@ impl<W: Write> Sink<W> {
         let mut r = Ok(());
         if self.torn {
             r = self.f.write_all(b"\n");
+            self.torn = r.is_err();
         }
         while r.is_ok() && done < buf.len() {
             match self.f.write(&buf[done..]) {
@@ -205,7 +206,6 @@ impl<W: Write> Sink<W> {
         }
         match r {
             Ok(()) => {
-                self.torn = false;
                 if !std::mem::take(&mut self.failing) {
                     return None;
                 }
@@ -301,10 +301,16 @@ mod tests {
             s.write(b"0123456789abc\n", t0),
             Some(Trouble::Failed(_, (1, 4)))
         ));
+        // Room for the line break only: the cut line is ended, the buffer lost.
+        s.f.room = Some(1);
+        assert!(
+            s.write(b"lost\n", t0).is_none(),
+            "reported within the minute"
+        );
         s.f.room = None;
         assert!(matches!(
             s.write(b"next\n", t0),
-            Some(Trouble::Over((1, 4)))
+            Some(Trouble::Over((2, 9)))
         ));
         assert_eq!(s.f.data, b"0123456789\nnext\n");
     }
