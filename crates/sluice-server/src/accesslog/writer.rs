@@ -245,6 +245,14 @@ mod tests {
         room: Option<usize>,
     }
 
+    /// A writer's file on an empty disk with `room` bytes left.
+    fn sink(room: usize) -> Sink<Disk> {
+        Sink::new(Disk {
+            data: Vec::new(),
+            room: Some(room),
+        })
+    }
+
     impl Write for Disk {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             let n = self.room.map_or(b.len(), |r| r.min(b.len()));
@@ -265,10 +273,7 @@ mod tests {
     #[test]
     fn a_full_disk_is_reported_once_a_minute_with_what_it_lost() {
         let t0 = Instant::now();
-        let mut s = Sink::new(Disk {
-            data: Vec::new(),
-            room: Some(0),
-        });
+        let mut s = sink(0);
         let mut reports = Vec::new();
         // A buffer every 100 ms for 100 s.
         for i in 0..1000 {
@@ -293,10 +298,7 @@ mod tests {
     #[test]
     fn a_line_cut_by_a_full_disk_does_not_swallow_the_next() {
         let t0 = Instant::now();
-        let mut s = Sink::new(Disk {
-            data: Vec::new(),
-            room: Some(10),
-        });
+        let mut s = sink(10);
         assert!(matches!(
             s.write(b"0123456789abc\n", t0),
             Some(Trouble::Failed(_, (1, 4)))
