@@ -258,7 +258,8 @@ pub(crate) fn run_process(
         .map(|(p, f)| {
             Ok((
                 p.clone(),
-                f.start().map_err(|e| format!("access log {p}: {e}"))?,
+                f.start(&start.region.stats[part.first].log_lost)
+                    .map_err(|e| format!("access log {p}: {e}"))?,
             ))
         })
         .collect::<Result<Vec<(String, accesslog::Writer)>, String>>()?;

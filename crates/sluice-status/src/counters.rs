@@ -76,6 +76,12 @@ pub struct Counters {
     /// Times this worker switched TCP_DEFER_ACCEPT off (`defer_accept = "auto"`,
     /// on SYN-queue overflows).
     pub defer_offs: AtomicU64,
+    /// Access-log lines lost: in buffers the log's writer thread could not write
+    /// (a full disk) or that a worker dropped because the writer fell behind.
+    /// Kept in each serving process's first worker's slot, and written by that
+    /// process's writer threads and workers alike, so with `fetch_add` (only
+    /// when lines are lost), not [`Counters::add`].
+    pub log_lost: AtomicU64,
     /// Closed connections by reason (`CloseReason::index`).
     pub closes: [AtomicU64; CloseReason::COUNT],
     /// Requests a rule decided, by action ([`ACTIONS`]).
@@ -113,6 +119,7 @@ impl Default for Counters {
             disk_lookups: AtomicU64::new(0),
             answers_reused: AtomicU64::new(0),
             defer_offs: AtomicU64::new(0),
+            log_lost: AtomicU64::new(0),
             closes: Default::default(),
             rule_actions: Default::default(),
             responses: [const { AtomicU64::new(0) }; CODES],
@@ -195,6 +202,7 @@ pub struct Totals {
     pub disk_lookups: u64,
     pub answers_reused: u64,
     pub defer_offs: u64,
+    pub log_lost: u64,
     pub closes: [u64; CloseReason::COUNT],
     pub rule_actions: [u64; ACTIONS.len()],
     /// (status, count), non-zero only, ascending.
@@ -234,6 +242,7 @@ impl Totals {
             t.disk_lookups += ld(&w.disk_lookups);
             t.answers_reused += ld(&w.answers_reused);
             t.defer_offs += ld(&w.defer_offs);
+            t.log_lost += ld(&w.log_lost);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {
                 *a += ld(b);
             }

@@ -95,6 +95,7 @@ pub fn json(v: &View) -> String {
         "disk_lookups_total": t.disk_lookups,
         "answers_reused_total": t.answers_reused,
         "defer_accept_offs_total": t.defer_offs,
+        "access_log_lost_lines_total": t.log_lost,
         "rule_regex_failures_total": v.process.rule_regex_failures,
         "open_connections": v.process.open_connections,
         "max_connections": v.process.max_connections,
@@ -250,6 +251,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "Times a worker switched TCP_DEFER_ACCEPT off because the kernel reported SYN-queue overflows (defer_accept = \"auto\").",
     );
     let _ = writeln!(o, "sluice_defer_accept_offs_total {}", t.defer_offs);
+    counter(
+        &mut o,
+        "sluice_access_log_lost_lines_total",
+        "Access-log lines lost: not written (a full disk) or dropped (the disk fell behind).",
+    );
+    let _ = writeln!(o, "sluice_access_log_lost_lines_total {}", t.log_lost);
     counter(
         &mut o,
         "sluice_rule_regex_failures_total",

@@ -175,11 +175,15 @@ fn access_log_is_flushed_within_a_second_or_two() {
 }
 
 #[test]
-fn a_full_disk_under_the_access_log_is_reported_once_not_per_buffer() {
+fn a_full_disk_under_the_access_log_is_reported_once_and_its_lines_counted() {
     // Every write to /dev/full fails with ENOSPC, as on a full disk. Each worker
     // hands its lines over at every 32 KiB and at least once a second, so 3 s of
     // requests fail dozens of buffers: a warning for each would flood the error log.
-    let srv = Server::start_in(docroot(), &["--access-log", "/dev/full"]);
+    let srv = Server::start_with_config(
+        docroot(),
+        "[status]\nenabled = true\n",
+        &["--access-log", "/dev/full"],
+    );
     let writers = srv.serving_pids().len();
     let t = Instant::now();
     let mut answered = 0;
@@ -202,6 +206,26 @@ fn a_full_disk_under_the_access_log_is_reported_once_not_per_buffer() {
         "{reports} reports from {writers} writers after {answered} requests:\n{err}"
     );
     assert!(err.contains("No space left on device"), "{err}");
+    // Every line was lost, and the status page counts them (its own requests'
+    // lines too, once they are handed over).
+    let lost = |s: &Server| s.status_json()["access_log_lost_lines_total"].as_u64();
+    let (t, mut asked) = (Instant::now(), 0);
+    loop {
+        asked += 1;
+        let n = lost(&srv).expect("access_log_lost_lines_total on the status page");
+        if n >= answered {
+            assert!(
+                n <= answered + asked,
+                "{n} lost of {answered} + {asked} lines"
+            );
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{n} lost of {answered}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(srv.stop(), Some(0));
 }
 

@@ -283,8 +283,9 @@ impl Output {
             return;
         }
         let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_BYTES + 1024));
-        if let Err(TrySendError::Full(_)) = self.handle.tx.try_send(buf) {
+        if let Err(TrySendError::Full(b)) = self.handle.tx.try_send(buf) {
             self.handle.dropped.fetch_add(1, Ordering::Relaxed);
+            (self.handle.lost).fetch_add(writer::lines_from(&b, 0), Ordering::Relaxed);
         }
     }
 }
@@ -396,11 +397,34 @@ mod tests {
         escape_into(&mut v, b"GET /\"x\n\\ caf\xe9 HTTP/1.1");
         assert_eq!(v, b"GET /\\\"x\\x0a\\\\ caf\\xe9 HTTP/1.1");
     }
+    /// A worker's end of a writer's queue, counting into a counter of its own.
+    fn handle(tx: std::sync::mpsc::SyncSender<Vec<u8>>) -> Handle {
+        Handle {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            lost: Box::leak(Box::new(AtomicU64::new(0))),
+        }
+    }
+
+    #[test]
+    fn a_buffer_dropped_for_a_writer_behind_counts_its_lines() {
+        // No room in the queue: the writer thread is behind.
+        let (tx, _rx) = sync_channel(0);
+        let h = handle(tx);
+        let mut log = WorkerLog::new(vec![("a.log".into(), h.clone())]);
+        let p = Pending::rejected(b"GET / HTTP/1.1", 400, Some(0));
+        for _ in 0..3 {
+            log.line(UNIX_EPOCH, "192.0.2.10".parse().unwrap(), &p, 0);
+        }
+        log.flush();
+        assert_eq!(h.dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(h.lost.load(Ordering::Relaxed), 3);
+    }
+
     #[test]
     fn a_whole_line() {
         let (tx, rx) = sync_channel(4);
-        let dropped = Arc::new(AtomicU64::new(0));
-        let mut log = WorkerLog::new(vec![("a.log".into(), Handle { tx, dropped })]);
+        let mut log = WorkerLog::new(vec![("a.log".into(), handle(tx))]);
         let raw = b"GET /caf%C3%A9?q=1 HTTP/1.1\r\nHost: a\r\nReferer: http://r/\r\nUser-Agent: W\\get \"caf\xc3\xa9\"\r\n\r\n";
         let limits = sluice_http::Limits::default();
         let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {

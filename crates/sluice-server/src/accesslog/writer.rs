@@ -3,7 +3,9 @@
 //! reporting what it could not write.
 //!
 //! Owns: the file descriptor, its reopening, and the reports of its trouble (a
-//! write that fails, buffers the workers dropped because the thread fell behind).
+//! write that fails, buffers the workers dropped because the thread fell behind):
+//! in the error log, and as lines lost on the status page (`Counters::log_lost`,
+//! which the workers add their dropped buffers' lines to).
 //! Must not: split a line between two files, or report the same trouble more than
 //! once a minute ([`REPORT_EVERY`]): a full disk at 100,000 requests a second fails
 //! every buffer (626 warnings in 3 s from two writers before the bound;
@@ -26,11 +28,14 @@ use std::time::{Duration, Instant};
 pub struct Handle {
     pub(super) tx: SyncSender<Vec<u8>>,
     pub(super) dropped: Arc<AtomicU64>,
+    /// The status page's count of lost lines (`Counters::log_lost`).
+    pub(super) lost: &'static AtomicU64,
 }
 
 pub struct Writer {
     tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
+    lost: &'static AtomicU64,
     /// Set by [`Writer::reopen`] (SIGUSR1); the writer thread reopens the path
     /// before its next write.
     reopen: Arc<std::sync::atomic::AtomicBool>,
@@ -52,14 +57,15 @@ impl LogFile {
         Ok(LogFile { path, file })
     }
 
-    /// Start the writer thread on a duplicate of the descriptor.
-    pub fn start(&self) -> std::io::Result<Writer> {
-        Writer::start(self.path.clone(), self.file.try_clone()?)
+    /// Start the writer thread on a duplicate of the descriptor; lines lost are
+    /// counted in `lost` (the status page's, `Counters::log_lost`).
+    pub fn start(&self, lost: &'static AtomicU64) -> std::io::Result<Writer> {
+        Writer::start(self.path.clone(), self.file.try_clone()?, lost)
     }
 }
 
 impl Writer {
-    fn start(path: PathBuf, f: std::fs::File) -> std::io::Result<Writer> {
+    fn start(path: PathBuf, f: std::fs::File, lost: &'static AtomicU64) -> std::io::Result<Writer> {
         let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(256);
         let dropped = Arc::new(AtomicU64::new(0));
         let d2 = dropped.clone();
@@ -76,7 +82,7 @@ impl Writer {
                 if r2.swap(false, Ordering::AcqRel) {
                     match OpenOptions::new().create(true).append(true).open(&path) {
                         Ok(nf) => {
-                            out = Sink::new(nf);
+                            out.reopened(nf);
                             tracing::info!(path = %path.display(), "access log reopened");
                         }
                         Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot reopen the access log; still writing to the old file"),
@@ -90,6 +96,10 @@ impl Writer {
                     Some(Trouble::Failed(e, (buffers, bytes))) => tracing::warn!(path = %path.display(), error = %e, lost_buffers = buffers, lost_bytes = bytes, "access log write failed (reported at most once a minute)"),
                     Some(Trouble::Over((buffers, bytes))) => tracing::warn!(path = %path.display(), lost_buffers = buffers, lost_bytes = bytes, "access log writes work again"),
                 }
+                let lines = std::mem::take(&mut out.lost_lines);
+                if lines > 0 {
+                    lost.fetch_add(lines, Ordering::Relaxed);
+                }
                 let d = d2.load(Ordering::Relaxed);
                 if d != reported && drops.due(Instant::now()) {
                     tracing::warn!(dropped_buffers = d - reported, "access log could not keep up; lines dropped");
@@ -100,6 +110,7 @@ impl Writer {
         Ok(Writer {
             tx,
             dropped,
+            lost,
             reopen,
             thread: Some(thread),
         })
@@ -116,6 +127,7 @@ impl Writer {
         Handle {
             tx: self.tx.clone(),
             dropped: self.dropped.clone(),
+            lost: self.lost,
         }
     }
 
@@ -172,6 +184,9 @@ struct Sink<W: Write> {
     unreported: (u64, u64),
     failing: bool,
     reports: Every,
+    /// Lines lost since the writer thread last took the count (a line the
+    /// failure cut counts as lost).
+    lost_lines: u64,
 }
 
 impl<W: Write> Sink<W> {
@@ -183,7 +198,14 @@ impl<W: Write> Sink<W> {
             unreported: (0, 0),
             failing: false,
             reports: Every::new(REPORT_EVERY),
+            lost_lines: 0,
         }
+    }
+
+    /// The same log on a new file (`SIGUSR1`): nothing of the old one is cut.
+    fn reopened(&mut self, f: W) {
+        self.f = f;
+        self.torn = false;
     }
 
     /// Write one buffer of whole lines. A failure is counted, and returned when a
@@ -216,6 +238,7 @@ impl<W: Write> Sink<W> {
                 self.torn |= done > 0;
                 self.failing = true;
                 let lost = (buf.len() - done) as u64;
+                self.lost_lines += lines_from(buf, done);
                 self.lost = (self.lost.0 + 1, self.lost.1 + lost);
                 self.unreported = (self.unreported.0 + 1, self.unreported.1 + lost);
                 self.reports
@@ -224,6 +247,16 @@ impl<W: Write> Sink<W> {
             }
         }
     }
+}
+
+/// Lines lost when a buffer of whole lines could only be written up to `done`: the
+/// line that the failure cut, and every one after it.
+pub(super) fn lines_from(buf: &[u8], done: usize) -> u64 {
+    let whole = buf[..done]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    buf[whole..].iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// What the writer thread has to say about its file: (buffers, bytes) lost.
@@ -285,6 +318,7 @@ mod tests {
         }
         // The first failure at once, then one a minute with what was lost since.
         assert_eq!(reports, vec![(0, (1, 7)), (600, (600, 4200))]);
+        assert_eq!(s.lost_lines, 1000);
         s.f.room = None;
         let over = s.write(b"back\n", t0 + Duration::from_secs(101));
         assert!(
@@ -315,5 +349,16 @@ mod tests {
             Some(Trouble::Over((2, 9)))
         ));
         assert_eq!(s.f.data, b"0123456789\nnext\n");
+        assert_eq!(s.lost_lines, 2, "the cut line and the one lost whole");
+    }
+
+    #[test]
+    fn lines_lost_are_the_cut_one_and_those_after() {
+        let buf = b"a\nbb\ncc\n";
+        assert_eq!(lines_from(buf, 0), 3);
+        assert_eq!(lines_from(buf, 2), 2);
+        assert_eq!(lines_from(buf, 3), 2);
+        assert_eq!(lines_from(buf, 7), 1);
+        assert_eq!(lines_from(buf, 8), 0);
     }
 }
