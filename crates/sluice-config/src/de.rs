@@ -119,3 +119,36 @@ bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
 bounded!(answer_cache, usize, bounds::ANSWER_CACHE);
 bounded!(unsent_max, u32, bounds::UNSENT_MAX);
 bounded!(unsent_total, u64, bounds::UNSENT_TOTAL);
+
+/// `[files] types`: extensions (a leading dot allowed, any case; kept lowercase) to
+/// media types. Each type must be one header value a client can read: visible
+/// ASCII with a `/`, no line breaks (they would end the response's head).
+pub(crate) fn types<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    use serde::de::Error;
+    let raw = std::collections::BTreeMap::<String, String>::deserialize(d)?;
+    let mut out = std::collections::BTreeMap::new();
+    for (ext, ty) in raw {
+        let e = ext.strip_prefix('.').unwrap_or(&ext);
+        let ext_ok = (1..=32).contains(&e.len())
+            && e.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+'));
+        if !ext_ok {
+            return Err(D::Error::custom(format!(
+                "{ext:?}: an extension is 1 to 32 letters, digits, '-', '_' or '+'"
+            )));
+        }
+        let ty_ok = (3..=200).contains(&ty.len())
+            && ty.contains('/')
+            && ty.trim() == ty
+            && ty.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if !ty_ok {
+            return Err(D::Error::custom(format!(
+                "{ext:?} = {ty:?}: not a media type such as \"text/plain; charset=utf-8\""
+            )));
+        }
+        out.insert(e.to_ascii_lowercase(), ty);
+    }
+    Ok(out)
+}

@@ -186,6 +186,12 @@ pub struct FilesSection {
     /// been fast a while (`sluice_static::cold`). 0: always the disk threads.
     #[serde(deserialize_with = "crate::de::duration")]
     pub disk_lookup_max: Duration,
+    /// Content types by extension (without the dot, any case) over the built-in
+    /// table, e.g. `{ webmanifest = "application/manifest+json" }` (Apache's
+    /// `AddType`, nginx's `types`). Read when a file enters the cache: no cost per
+    /// request.
+    #[serde(deserialize_with = "crate::de::types")]
+    pub types: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -515,6 +521,7 @@ impl Default for FilesSection {
             compress_listings: true,
             disk_threads: 8,
             disk_lookup_max: Duration::from_millis(1),
+            types: Default::default(),
         }
     }
 }

@@ -301,6 +301,8 @@ pub struct FileCache {
     /// Whether a load may wait for the disk, and how it looks up without
     /// waiting when not ([`cold::Gate`]).
     gate: cold::Gate,
+    /// Content types: the built-in table and the operator's (`[files] types`).
+    types: mime::Types,
 }
 
 impl FileCache {
@@ -314,7 +316,13 @@ impl FileCache {
             fds: 0,
             bytes: 0,
             gate: cold::Gate::new(Duration::from_millis(1)),
+            types: mime::Types::default(),
         }
+    }
+
+    /// The content types files get when they enter the cache.
+    pub fn set_types(&mut self, types: mime::Types) {
+        self.types = types;
     }
 
     /// The longest a lookup outside the kernel's caches made on the worker may
@@ -434,7 +442,7 @@ impl FileCache {
         // mtime (with nanoseconds) and size, like nginx: no inode numbers leak, and
         // mirrors holding the same file at the same time give the same tag.
         let etag = format!("\"{:x}.{:x}-{:x}\"", mtime, meta.mtime_nsec().max(0), len);
-        let mime = mime::for_path(rel);
+        let mime = self.types.for_path(rel);
         // The ETag is at most 2 + 16 + 1 + 8 + 1 + 16 bytes, an HTTP date 29.
         let (lines, etag_end, full_end) = head_lines(&date::format(mtime), &etag, mime, len);
         let mut info = FileInfo {

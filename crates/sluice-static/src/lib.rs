@@ -62,6 +62,7 @@ impl StaticHandler {
     pub fn new(root: Root, cfg: FilesSection, max_ranges: usize) -> Self {
         let mut cache = FileCache::new(cfg.cache_validity, cfg.cache_entries, cfg.small_file_max);
         cache.set_lookup_max(cfg.disk_lookup_max);
+        cache.set_types(mime::Types::new(&cfg.types));
         let listings = listing::PageCache::new(cfg.cache_validity);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

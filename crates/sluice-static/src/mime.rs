@@ -1,5 +1,12 @@
 //! Content-Type by file extension: a fixed table of what mirrors and static sites
-//! serve. Unknown extensions are `application/octet-stream` (downloads, not guesses).
+//! serve, and the operator's own (`[files] types`, [`Types`]) over it. Unknown
+//! extensions are `application/octet-stream` (downloads, not guesses).
+//!
+//! Costs: nothing per request; a file's type is looked up once, when it enters the
+//! file cache (one more hash lookup there when the operator's table is not empty).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 
 pub fn for_path(path: &str) -> &'static str {
     let ext = match path.rsplit_once('.') {
@@ -54,6 +61,59 @@ pub fn for_path(path: &str) -> &'static str {
     }
 }
 
+/// The built-in table with the operator's types (`[files] types`) over it.
+#[derive(Debug, Default)]
+pub struct Types {
+    /// Lowercase extension → type.
+    own: HashMap<Box<str>, &'static str>,
+}
+
+impl Types {
+    /// From `[files] types` (extensions lowercase, types checked by the config).
+    pub fn new(own: &BTreeMap<String, String>) -> Types {
+        Types {
+            own: own
+                .iter()
+                .map(|(e, t)| (e.to_ascii_lowercase().into(), intern(t)))
+                .collect(),
+        }
+    }
+
+    pub fn for_path(&self, path: &str) -> &'static str {
+        if !self.own.is_empty() {
+            if let Some((_, e)) = path.rsplit_once('.') {
+                let mut lower = [0u8; 32];
+                if !e.contains('/') && e.len() <= lower.len() {
+                    for (d, s) in lower.iter_mut().zip(e.bytes()) {
+                        *d = s.to_ascii_lowercase();
+                    }
+                    // ASCII lowercase of a `str` is a `str`.
+                    let key = std::str::from_utf8(&lower[..e.len()]).unwrap_or_default();
+                    if let Some(t) = self.own.get(key) {
+                        return t;
+                    }
+                }
+            }
+        }
+        for_path(path)
+    }
+}
+
+/// The one `'static` copy of an operator's type string: a file's cache entry holds
+/// its type as `&'static str`, as it does the built-in ones. Each distinct string
+/// is allocated once for the life of the process, so a reload that reads the same
+/// table again takes no more memory.
+fn intern(t: &str) -> &'static str {
+    static KNOWN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = known.get(t) {
+        return k;
+    }
+    let k: &'static str = Box::leak(t.into());
+    known.insert(k);
+    k
+}
+
 /// Files that are compressed already (archives and packages): they are served as
 /// they are, never as a `Content-Encoding` of something else, and never looked for
 /// precompressed siblings.
@@ -82,5 +142,31 @@ mod tests {
             super::for_path("x.verylongextension"),
             "application/octet-stream"
         );
+    }
+
+    #[test]
+    fn the_operators_types_go_over_the_table() {
+        let own = [
+            ("webmanifest", "application/manifest+json"),
+            ("iso", "application/vnd.efi.iso"),
+            ("verylongextension", "text/x-long"),
+        ]
+        .map(|(e, t)| (e.to_string(), t.to_string()));
+        let t = super::Types::new(&own.into_iter().collect());
+        assert_eq!(
+            t.for_path("/m/site.WebManifest"),
+            "application/manifest+json"
+        );
+        assert_eq!(t.for_path("/d/debian-12.iso"), "application/vnd.efi.iso");
+        assert_eq!(t.for_path("x.verylongextension"), "text/x-long");
+        // The rest is the built-in table's.
+        assert_eq!(t.for_path("a/index.html"), "text/html; charset=utf-8");
+        assert_eq!(t.for_path("a.webmanifest/x"), "application/octet-stream");
+        // The same string configured again (a reload) is the same allocation.
+        let again = super::Types::new(&[("x".to_string(), "text/x-long".to_string())].into());
+        assert!(std::ptr::eq(
+            again.for_path("a.x"),
+            t.for_path("x.verylongextension")
+        ));
     }
 }

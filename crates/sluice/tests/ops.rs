@@ -79,6 +79,38 @@ fn reload_applies_good_config_and_keeps_serving_on_bad() {
 }
 
 #[test]
+fn the_operators_content_types_are_served_and_a_reload_changes_them() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("site.webmanifest"), b"{}").unwrap();
+    std::fs::write(dir.path().join("disc.ISO"), vec![0u8; 40_000]).unwrap();
+    let cfg = dir.path().join(".types.toml");
+    let types = |t: &str| {
+        format!(
+            "[files]\ntypes = {{ webmanifest = \"{t}\", \".iso\" = \"application/x-cd-image\" }}\n"
+        )
+    };
+    std::fs::write(&cfg, types("application/manifest+json")).unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    // What curl shows, asked twice (the second from the worker's kept answer).
+    let type_of = |path: &str| {
+        let out = curl(&["-o", "/dev/null", "-w", "%{content_type}", &srv.url(path)]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for _ in 0..2 {
+        assert_eq!(type_of("/site.webmanifest"), "application/manifest+json");
+        assert_eq!(type_of("/disc.ISO"), "application/x-cd-image");
+        assert_eq!(type_of("/hello.txt"), "text/plain; charset=utf-8");
+    }
+    std::fs::write(&cfg, types("application/json")).unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    while type_of("/site.webmanifest") != "application/json" {
+        assert!(t.elapsed() < Duration::from_secs(5), "reload not applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn sigterm_finishes_the_download_in_flight_then_exits_zero() {
     let dir = docroot();
     let data = vec![7u8; 8 << 20];
