@@ -139,11 +139,7 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
                 "{ext:?}: an extension is 1 to 32 letters, digits, '-', '_' or '+'"
             )));
         }
-        let ty_ok = (3..=200).contains(&ty.len())
-            && ty.contains('/')
-            && ty.trim() == ty
-            && ty.bytes().all(|b| (0x20..0x7f).contains(&b));
-        if !ty_ok {
+        if !(ty.contains('/') && header_value_ok(&ty)) {
             return Err(D::Error::custom(format!(
                 "{ext:?} = {ty:?}: not a media type such as \"text/plain; charset=utf-8\""
             )));
@@ -151,4 +147,32 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
         out.insert(e.to_ascii_lowercase(), ty);
     }
     Ok(out)
+}
+
+/// One header value as sluice writes it: 3 to 200 characters of visible ASCII and
+/// spaces, none at either end, and so no line break (which would end the head).
+fn header_value_ok(v: &str) -> bool {
+    (3..=200).contains(&v.len()) && v.trim() == v && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
+/// A header value written into answers as it is ([`header_value_ok`]).
+pub(crate) fn header_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let v = String::deserialize(d)?;
+    if !header_value_ok(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "{v:?}: a header value is 3 to 200 characters of visible ASCII and spaces"
+        )));
+    }
+    Ok(v)
+}
+
+/// A path prefix: a URL path from the root, so it starts with `/`.
+pub(crate) fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let p = String::deserialize(d)?;
+    if !p.starts_with('/') {
+        return Err(serde::de::Error::custom(format!(
+            "{p:?}: a path prefix starts with \"/\""
+        )));
+    }
+    Ok(p)
 }

@@ -192,6 +192,26 @@ pub struct FilesSection {
     /// request.
     #[serde(deserialize_with = "crate::de::types")]
     pub types: std::collections::BTreeMap<String, String>,
+    /// `Cache-Control` for files' answers (200, 206, 304), by path: the first rule
+    /// whose `prefix` and `suffix` (each optional) both match the file's path from
+    /// the site's root gives the value (nginx's `expires`, Apache's mod_expires and
+    /// `Header set Cache-Control`). No rule matches: no header, as before.
+    pub cache_control: Vec<CacheControlRule>,
+}
+
+/// One `[[files.cache_control]]` rule (see [`FilesSection::cache_control`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheControlRule {
+    /// The path starts with this (from the root, with its leading `/`).
+    #[serde(default, deserialize_with = "crate::de::path_prefix")]
+    pub prefix: String,
+    /// The path ends with this (`".html"`, `"/InRelease"`).
+    #[serde(default)]
+    pub suffix: String,
+    /// The header's value, e.g. `"public, max-age=31536000, immutable"`.
+    #[serde(deserialize_with = "crate::de::header_value")]
+    pub value: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -522,6 +542,7 @@ impl Default for FilesSection {
             disk_threads: 8,
             disk_lookup_max: Duration::from_millis(1),
             types: Default::default(),
+            cache_control: Vec::new(),
         }
     }
 }

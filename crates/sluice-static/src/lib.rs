@@ -20,6 +20,7 @@
 
 pub mod answers;
 pub mod cache;
+pub mod caching;
 pub mod cold;
 pub mod listing;
 pub mod mime;
@@ -56,6 +57,8 @@ pub struct StaticHandler {
     cold: Option<cold::ColdLookup>,
     /// Listings' entries the disk threads read for this handler.
     read_listings: Arc<cold::ReadListings>,
+    /// The operator's `Cache-Control` by path (`[files] cache_control`).
+    caching: caching::CacheControl,
 }
 
 impl StaticHandler {
@@ -68,6 +71,7 @@ impl StaticHandler {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
+        let caching = caching::CacheControl::new(&cfg.cache_control);
         StaticHandler {
             root: Arc::new(root),
             cfg,
@@ -78,6 +82,7 @@ impl StaticHandler {
             listings,
             cold: None,
             read_listings: Arc::default(),
+            caching,
         }
     }
 
@@ -183,7 +188,7 @@ impl StaticHandler {
         let mut r = match entry {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
-            Entry::File(info) => return self.file_or_sibling(head, &norm.rel, info, now),
+            Entry::File(info) => return self.file_answer(head, &norm.rel, info, now),
             // A directory asked for without the slash the request itself ends in
             // (`/sub`, `/sub/.`, `/sub/x/..`, `/sub%2f`): the canonical URL, so that
             // a listing's relative links resolve against the directory.
@@ -237,7 +242,7 @@ impl StaticHandler {
             let (entry, until) = self.lookup(&idx, now);
             match entry {
                 Entry::File(info) => {
-                    return keep_until(self.file_or_sibling(head, &idx, info, now), read_until)
+                    return keep_until(self.file_answer(head, &idx, info, now), read_until)
                 }
                 Entry::Cold => return cold_answer(),
                 _ => {}
@@ -349,6 +354,24 @@ impl StaticHandler {
     /// lookup and, when there is no sibling, not even a read of the header. The
     /// answer may then be kept like any other (`Response::reuse_until`, bounded by
     /// that knowledge too): the header is part of the request bytes it is kept by.
+    /// A file's answer (`file_or_sibling`) with the operator's `Cache-Control` for
+    /// its path, if a rule gives one ([`caching`]).
+    fn file_answer(
+        &mut self,
+        head: &RequestHead,
+        rel: &str,
+        info: Rc<FileInfo>,
+        now: Instant,
+    ) -> Response {
+        let mut r = self.file_or_sibling(head, rel, info, now);
+        if let Some(v) = self.caching.for_path(rel) {
+            if matches!(r.status, 200 | 206 | 304) {
+                r.headers.add("Cache-Control", v);
+            }
+        }
+        r
+    }
+
     fn file_or_sibling(
         &mut self,
         head: &RequestHead,

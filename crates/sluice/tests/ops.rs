@@ -111,6 +111,60 @@ fn the_operators_content_types_are_served_and_a_reload_changes_them() {
 }
 
 #[test]
+fn cache_control_by_path_on_every_answer_of_a_file_and_nothing_else() {
+    let toml = "[[files.cache_control]]\nprefix = \"/sub/\"\nvalue = \"no-cache\"\n\
+                [[files.cache_control]]\nsuffix = \".bin\"\nvalue = \"public, max-age=31536000, immutable\"\n";
+    let srv = Server::start_with_config(docroot(), toml, &[]);
+    let cc = |raw: &str| {
+        let r = srv.get(raw);
+        (r.status, r.header("cache-control").map(str::to_string))
+    };
+    let long = Some("public, max-age=31536000, immutable".to_string());
+    let get = "GET /big.bin HTTP/1.1\r\nHost: a\r\n";
+    // Asked twice: the second answer is the worker's kept one.
+    for _ in 0..2 {
+        assert_eq!(cc(&format!("{get}\r\n")), (200, long.clone()));
+        assert_eq!(
+            cc(&format!("{get}Range: bytes=0-9\r\n\r\n")),
+            (206, long.clone())
+        );
+        assert_eq!(
+            cc(&format!("{get}Range: bytes=0-1,5-6\r\n\r\n")),
+            (206, long.clone())
+        );
+        assert_eq!(
+            cc("HEAD /big.bin HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (200, long.clone())
+        );
+        // The first rule that matches: an index file under /sub/.
+        assert_eq!(
+            cc("GET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (200, Some("no-cache".into()))
+        );
+        // No rule for it: no header.
+        assert_eq!(
+            cc("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n"),
+            (200, None)
+        );
+        // Not a file's answer: a 404 and a 416 get none.
+        assert_eq!(cc("GET /nope.bin HTTP/1.1\r\nHost: a\r\n\r\n"), (404, None));
+        assert_eq!(
+            cc(&format!("{get}Range: bytes=999999-\r\n\r\n")),
+            (416, None)
+        );
+    }
+    let etag = srv
+        .get(&format!("{get}\r\n"))
+        .header("etag")
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        cc(&format!("{get}If-None-Match: {etag}\r\n\r\n")),
+        (304, long.clone())
+    );
+}
+
+#[test]
 fn sigterm_finishes_the_download_in_flight_then_exits_zero() {
     let dir = docroot();
     let data = vec![7u8; 8 << 20];
