@@ -188,7 +188,11 @@ impl StaticHandler {
         let mut r = match entry {
             // "/file.txt/" names a directory that is not there.
             Entry::File(_) if norm.trailing_slash => Response::text(404, None),
-            Entry::File(info) => return self.file_answer(head, &norm.rel, info, now),
+            Entry::File(info) => {
+                let mut r = self.file_or_sibling(head, &norm.rel, info, now);
+                self.add_cache_control(&norm.rel, &mut r);
+                return r;
+            }
             // A directory asked for without the slash the request itself ends in
             // (`/sub`, `/sub/.`, `/sub/x/..`, `/sub%2f`): the canonical URL, so that
             // a listing's relative links resolve against the directory.
@@ -242,7 +246,9 @@ impl StaticHandler {
             let (entry, until) = self.lookup(&idx, now);
             match entry {
                 Entry::File(info) => {
-                    return keep_until(self.file_answer(head, &idx, info, now), read_until)
+                    let mut r = self.file_or_sibling(head, &idx, info, now);
+                    self.add_cache_control(&idx, &mut r);
+                    return keep_until(r, read_until);
                 }
                 Entry::Cold => return cold_answer(),
                 _ => {}

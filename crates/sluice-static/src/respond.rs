@@ -16,25 +16,16 @@ use sluice_http::range::{self, RangeResult};
 use sluice_http::response::{Chunk, Response};
 use sluice_http::RequestHead;
 use std::rc::Rc;
-use std::time::Instant;
 
 impl StaticHandler {
-    /// A file's answer (`file_or_sibling`) with the operator's `Cache-Control` for
-    /// its path, if a rule gives one ([`crate::caching`]).
-    pub(crate) fn file_answer(
-        &mut self,
-        head: &RequestHead,
-        rel: &str,
-        info: Rc<FileInfo>,
-        now: Instant,
-    ) -> Response {
-        let mut r = self.file_or_sibling(head, rel, info, now);
+    /// The operator's `Cache-Control` for the file at `rel` ([`crate::caching`]) on
+    /// `r`, its answer, when that is the file's own (200, 206, 304).
+    pub(crate) fn add_cache_control(&self, rel: &str, r: &mut Response) {
         if let Some(v) = self.caching.for_path(rel) {
             if matches!(r.status, 200 | 206 | 304) {
                 r.headers.add("Cache-Control", v);
             }
         }
-        r
     }
 
     /// Answer for one regular file; `encoded` = (its coding, the original's type)
