@@ -235,7 +235,7 @@ impl<W: Write> Sink<W> {
                 Some(Trouble::Over(std::mem::take(&mut self.lost)))
             }
             Err(e) => {
-                self.torn |= done > 0;
+                self.torn |= done > 0 && buf[done - 1] != b'\n';
                 self.failing = true;
                 let lost = (buf.len() - done) as u64;
                 self.lost_lines += lines_from(buf, done);
@@ -350,6 +350,16 @@ mod tests {
         ));
         assert_eq!(s.f.data, b"0123456789\nnext\n");
         assert_eq!(s.lost_lines, 2, "the cut line and the one lost whole");
+    }
+
+    #[test]
+    fn a_failure_at_a_line_end_cuts_nothing() {
+        let mut s = sink(7);
+        assert!(s.write(b"a line\nnext\n", Instant::now()).is_some());
+        s.f.room = None;
+        assert!(s.write(b"x\n", Instant::now()).is_some());
+        assert_eq!(s.f.data, b"a line\nx\n");
+        assert_eq!(s.lost_lines, 1);
     }
 
     #[test]
