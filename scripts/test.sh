@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command: installs what the tests need, then checks formatting and lints, runs
+# The one test command: installs what the tests need, then checks formatting, lints and doc links, runs
 # every test in the workspace, and builds the fuzz targets. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,9 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
     echo "== clippy not installed (rustup component add clippy): lint skipped"
 fi
+
+echo "== cargo doc (a broken or private doc link is an error)"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --workspace --no-deps
 
 echo "== cargo test --workspace"
 log=$(mktemp)

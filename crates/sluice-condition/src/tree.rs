@@ -160,7 +160,7 @@ impl RangeTree {
     /// The stamps are per node. Nodes this leaves empty are kept, stamps and all,
     /// so a member queued again at once (a response with more to send) is behind
     /// the ranges that have not had a turn; they are freed in batches
-    /// ([`RangeTree::prune`]), after which a range coming back counts as never
+    /// (`RangeTree::prune`), after which a range coming back counts as never
     /// served, which only ever favours a range that was not waiting. Cost: one path (9 nodes for IPv4), 16 children scanned
     /// at each (the scan stands in for the paper's LRU child lists: same order, no
     /// list to maintain on every insert).

@@ -2,7 +2,7 @@
 //! with `SO_REUSEPORT`, so the kernel spreads new connections over workers without a
 //! shared accept lock (and each socket has its own SYN and accept queues); and
 //! `TCP_DEFER_ACCEPT` on them, fixed or switched by [`AutoDefer`]; sockets passed in
-//! by systemd or an upgrade are dealt out to the workers ([`deal_out`]).
+//! by systemd or an upgrade are dealt out to the workers (`deal_out`).
 
 use sluice_condition::defer::DeferSwitch;
 use socket2::{Domain, Protocol, Socket, Type};

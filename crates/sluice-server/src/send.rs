@@ -6,14 +6,14 @@
 //! - `read`: `pread` up to `buffer_size` bytes into the connection's write buffer,
 //!   then the same `sendmsg` path. Seed 003 showed the buffer size matters; it is
 //!   the knob `buffer_size` turns.
-//! - `mmap`: map a window of the file and send from it, up to [`MAP_SEND`] per
+//! - `mmap`: map a window of the file and send from it, up to `MAP_SEND` per
 //!   call. Only the kernel reads the mapping (inside `send`), so a file truncated
 //!   while mapped makes that `send` fail with `EFAULT` and the connection close, as
 //!   a short `sendfile` does; the process never touches the bytes and gets no
 //!   SIGBUS (checked: `tests/io_modes.rs`, the truncation test).
 //! - `auto`: per response, `sendfile` until the socket takes a whole turn at once,
 //!   then, for a reader on this machine ([`peer_is_local`]) of a file of at most
-//!   [`MAP_MAX`], `mmap` sends until a flush blocks after little; see
+//!   `MAP_MAX`, `mmap` sends until a flush blocks after little; see
 //!   [`Outgoing::flush`]. Costs a fast local 1 MiB download about half the CPU of
 //!   `sendfile` (docs/BENCHMARKS.md), while slow and remote readers, and files too
 //!   big to stay in the CPU's caches, keep zero-copy sends that reference the page

@@ -48,7 +48,7 @@ pub struct Shared {
     /// process there instead of from listeners.
     pub from: Option<PathBuf>,
     /// Bytes of the kernel's TCP memory the whole server's unsent queues may share
-    /// (`condition.unsent_total`, by default [`kernel_unsent_budget`]).
+    /// (`condition.unsent_total`, by default `kernel_unsent_budget`).
     pub unsent_budget: u64,
     /// Reads of cold file ranges off the workers (`[files] disk_threads`; set at
     /// start, not on reload). `None`: cold turns are sent from the worker.

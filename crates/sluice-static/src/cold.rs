@@ -303,7 +303,7 @@ impl Gate {
 
     /// The entries of directory `rel` for its listing: read here where the gate
     /// may wait; else those a disk thread has read for it since the request
-    /// stopped short (`ready`); else `None`: stop short ([`ColdLookup::listing`]).
+    /// stopped short (`ready`); else `None`: stop short (`ColdLookup::listing`).
     ///
     /// Unlike a lookup, a listing is never read on the worker while the disk
     /// threads may read it, even while lookups are fast: reading a directory's

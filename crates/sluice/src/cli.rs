@@ -301,7 +301,7 @@ pub struct ConditionArgs {
     /// adds a pass-through process to the chain.
     #[arg(long, default_value = "packaging,persist,fair,slowread,sanity")]
     pub filters: String,
-    /// TOML config: its [http] deadlines and limits and [condition] settings apply.
+    /// TOML config: its `[http]` deadlines and limits and `[condition]` settings apply.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run as one pass-through process of a chain (started by the front itself).

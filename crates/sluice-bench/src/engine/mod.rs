@@ -20,7 +20,7 @@
 //!
 //! Files: `client` (one thread's event loop and its connections), `response` (what
 //! a response head says and how a chunked body ends). Sockets are opened by
-//! [`crate::socket::open`].
+//! `crate::socket::open`.
 
 mod client;
 mod conn;

@@ -62,7 +62,7 @@ pub struct ExpOptions {
     pub download_size: usize,
     pub download_rate: u64,
     /// `concurrency` and `cold-files`: the measuring client (the probe; the small-file
-    /// client) runs at `SCHED_FIFO` priority 1 ([`measuring_client_fifo`]).
+    /// client) runs at `SCHED_FIFO` priority 1 (`measuring_client_fifo`).
     pub probe_fifo: bool,
     /// `concurrency`: each probe request on a new connection (closed after its
     /// response), so the server accepts every one; `false`: one kept-alive connection.

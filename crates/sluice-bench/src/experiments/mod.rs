@@ -9,7 +9,7 @@
 //! every server gets the same files.
 //!
 //! To add one: a file here with `pub(super) fn run(&ExpOptions) -> Result<String,
-//! String>` ending in [`common::finish`], and a line in [`ALL`].
+//! String>` ending in `common::finish`, and a line in [`ALL`].
 
 mod attacks;
 mod buffer_sweep;

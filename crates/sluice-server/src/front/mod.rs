@@ -24,7 +24,7 @@
 //! - `sanity`: a request sluice's parser refuses gets its 4xx from here and never
 //!   reaches a backend (without it, the bytes are handed over as they came);
 //! - `pass`: one more process in the chain that hands requests through unchanged
-//!   ([`relay`]), to measure what each process in a chain costs (Figures 8 and 9).
+//!   ([`relay()`]), to measure what each process in a chain costs (Figures 8 and 9).
 //!
 //! Must not: read a socket a backend holds (the descriptor is shared; its bytes
 //! belong to the backend until it says KEEP or CLOSE), change a client socket's

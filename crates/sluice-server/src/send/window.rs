@@ -120,7 +120,7 @@ pub(super) fn window_for(file: &Rc<File>, base: u64, len: usize) -> io::Result<R
 }
 
 /// Let go of the windows kept after their responses (the worker's once-a-second
-/// sweep, and a worker over [`KEPT_WINDOWS`]).
+/// sweep, and a worker over `KEPT_WINDOWS`).
 pub fn forget_recent() {
     let old = RECENT.with_borrow_mut(std::mem::take);
     drop(old);

@@ -3,7 +3,7 @@
 //! stop flag, the server-wide connection count and the per-range cap counters
 //! (relaxed atomics); so no locks on the request path.
 //!
-//! The connection state machine, driven by [`Worker::drive`]:
+//! The connection state machine, driven by `Worker::drive`:
 //!
 //! ```text
 //!  accept ─► HEAD (reading a request head, total deadline = header_timeout)
