@@ -8,19 +8,26 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-pub fn for_path(path: &str) -> &'static str {
-    let ext = match path.rsplit_once('.') {
-        Some((_, e)) if !e.contains('/') => e,
-        _ => return "application/octet-stream",
-    };
-    let mut lower = [0u8; 8];
-    if ext.len() > lower.len() {
-        return "application/octet-stream";
+/// The extension of `path`'s last segment, lowercased into `buf`, if it has one
+/// that fits there.
+fn lower_ext<'b>(path: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    let (_, e) = path.rsplit_once('.')?;
+    if e.contains('/') || e.len() > buf.len() {
+        return None;
     }
-    for (d, s) in lower.iter_mut().zip(ext.bytes()) {
+    let out = &mut buf[..e.len()];
+    for (d, s) in out.iter_mut().zip(e.bytes()) {
         *d = s.to_ascii_lowercase();
     }
-    match &lower[..ext.len()] {
+    Some(out)
+}
+
+pub fn for_path(path: &str) -> &'static str {
+    let mut buf = [0u8; 8];
+    let Some(ext) = lower_ext(path, &mut buf) else {
+        return "application/octet-stream";
+    };
+    match ext {
         b"html" | b"htm" => "text/html; charset=utf-8",
         b"css" => "text/css; charset=utf-8",
         b"js" | b"mjs" => "text/javascript; charset=utf-8",
@@ -65,34 +72,26 @@ pub fn for_path(path: &str) -> &'static str {
 #[derive(Debug, Default)]
 pub struct Types {
     /// Lowercase extension → type.
-    own: HashMap<Box<str>, &'static str>,
+    own: HashMap<Box<[u8]>, &'static str>,
 }
 
 impl Types {
-    /// From `[files] types` (extensions lowercase, types checked by the config).
+    /// From `[files] types` (extensions lowercase, as the config keeps them;
+    /// types checked by it).
     pub fn new(own: &BTreeMap<String, String>) -> Types {
         Types {
             own: own
                 .iter()
-                .map(|(e, t)| (e.to_ascii_lowercase().into(), intern(t)))
+                .map(|(e, t)| (e.as_bytes().into(), intern(t)))
                 .collect(),
         }
     }
 
     pub fn for_path(&self, path: &str) -> &'static str {
         if !self.own.is_empty() {
-            if let Some((_, e)) = path.rsplit_once('.') {
-                let mut lower = [0u8; 32];
-                if !e.contains('/') && e.len() <= lower.len() {
-                    for (d, s) in lower.iter_mut().zip(e.bytes()) {
-                        *d = s.to_ascii_lowercase();
-                    }
-                    // ASCII lowercase of a `str` is a `str`.
-                    let key = std::str::from_utf8(&lower[..e.len()]).unwrap_or_default();
-                    if let Some(t) = self.own.get(key) {
-                        return t;
-                    }
-                }
+            let mut buf = [0u8; 32];
+            if let Some(t) = lower_ext(path, &mut buf).and_then(|e| self.own.get(e)) {
+                return t;
             }
         }
         for_path(path)
