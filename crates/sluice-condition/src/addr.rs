@@ -80,6 +80,17 @@ impl RangeKey {
         }
         out
     }
+
+    /// The address itself as one value (IPv4: the host; IPv6: its /64, all 64
+    /// bits, so the family is mixed in rather than given a bit), for the cap on
+    /// one address in `caps.rs`.
+    pub fn address_value(&self) -> u64 {
+        let v = self
+            .digits()
+            .iter()
+            .fold(0u64, |v, &x| (v << 4) | u64::from(x));
+        v ^ u64::from(self.family).wrapping_mul(0xA5A5_5A5A_C3C3_3C3D)
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ pub enum CloseReason {
     EvictedIncomplete,
     /// Refused: at the connection limit with nothing to evict.
     AtLimit,
-    /// Answered 503: its address range is over its cap.
+    /// Answered 503: its address range (or, with `cap_address`, its address) is
+    /// over its cap.
     RangeCap,
     /// The request was refused (malformed, too large) and the connection closed.
     BadRequest,

@@ -32,12 +32,14 @@
 //! addresses, bounded numbers) → `error` (messages, and where each key is in the
 //! file) → `sections` (the file's shape and defaults: the raw config) → `sites`
 //! (the `[[site]]`s resolved against the top level: the compiled per-site view) →
-//! `validate` (checks across keys: a raw [`Config`] becomes a [`Valid`]). This file
+//! `validate` (checks across keys: a raw [`Config`] becomes a [`Valid`]), and
+//! `restart` (which keys a reload cannot change). This file
 //! runs them in order: [`Config::read`] (raw) and [`Config::load`] (raw, then valid).
 
 pub mod bounds;
 mod de;
 mod error;
+mod restart;
 mod sections;
 pub mod sites;
 mod validate;

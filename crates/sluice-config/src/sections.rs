@@ -280,6 +280,11 @@ pub struct ConditionSection {
     pub cap_8: f64,
     pub cap_16: f64,
     pub cap_24: f64,
+    /// Most connections one address may hold (IPv6: one /64), counted from accept;
+    /// over it, 503 with Retry-After. 0 (the default): no cap, since one address
+    /// may carry many users (NAT). Turning it on from 0 takes a restart
+    /// (docs/CONDITIONING.md).
+    pub cap_address: u32,
     /// A response whose client reads less than this many bytes/s over a whole
     /// `send_rate_window` is closed (0 = off).
     pub min_send_rate: u64,
@@ -384,6 +389,7 @@ impl Default for ConditionSection {
             cap_8: 0.25,
             cap_16: 0.15,
             cap_24: 0.10,
+            cap_address: 0,
             min_send_rate: 1024,
             send_rate_window: Duration::from_secs(30),
             unsent_max: 1024 * 1024,

@@ -14,7 +14,7 @@
 //! and the buffer pool), `wheel`, `accesslog`, `disk`, `tls`, `send` (bytes out),
 //! `status` and `phases` (a request's answer), `worker` (the connection state
 //! machine), `listener`, `systemd`, `privileges`, `front` (`sluice condition`),
-//! `shm` (what serving processes share), `start` (what serving starts from),
+//! `shm` (what serving processes share), `logging` (the server's own log and its level), `start` (what serving starts from),
 //! `processes` (the master of several serving processes) and `supervisor` (the
 //! process: workers, signals, reload) at the top.
 
@@ -23,6 +23,7 @@ pub mod disk;
 pub mod front;
 pub mod io;
 pub mod listener;
+pub mod logging;
 pub mod phases;
 pub mod privileges;
 pub mod send;

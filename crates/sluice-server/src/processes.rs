@@ -125,6 +125,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                     .and_then(|c| Snapshot::build(c, rates))
                 {
                     Ok(snap) => {
+                        start.snap.warn_restart_only(&snap);
+                        crate::logging::apply(&snap.config.log.level);
                         start.snap = Arc::new(snap);
                         signal_all(&children, libc::SIGHUP);
                     }

@@ -70,7 +70,10 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Valid, String>
             ));
         }
     }
-    cfg.validate().map_err(|e| e.to_string())
+    let cfg = cfg.validate().map_err(|e| e.to_string())?;
+    crate::logging::check(&cfg.log.level)
+        .map_err(|e| cfg.source.error("log.level", e).to_string())?;
+    Ok(cfg)
 }
 
 /// Raise the soft open-file limit to the hard limit; returns the new soft limit.

@@ -28,6 +28,9 @@ pub struct Shared {
     /// region; the cap is on the sum, [`Shared::drips_open`]).
     pub drips: &'static std::sync::atomic::AtomicUsize,
     pub max_open: usize,
+    /// The whole server's connection limit (every process's): what the range
+    /// caps are fractions of, on a reload too.
+    pub server_connections: usize,
     /// Workers in this process (they share `max_open`); `stats` has every
     /// process's.
     pub local_workers: usize,
@@ -80,7 +83,6 @@ impl Shared {
             .store(0, Ordering::Relaxed);
         sluice_rules::pattern::count_failures_in(&region.procs[process].regex_failures);
         let c = &snap.config.condition;
-        let limit = |f: f64| ((server_connections as f64 * f).ceil() as u32).max(1);
         let unsent_budget = match c.unsent_total {
             0 => kernel_unsent_budget(),
             n => n,
@@ -101,9 +103,10 @@ impl Shared {
             max_open: max_connections,
             local_workers,
             caps: sluice_condition::RangeCaps::over(
-                [limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)],
-                region.caps,
+                cap_limits(c, server_connections),
+                region.caps(c.cap_address > 0),
             ),
+            server_connections,
             stop: AtomicBool::new(false),
             quit: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -158,4 +161,19 @@ fn kernel_unsent_budget() -> u64 {
     // SAFETY: sysconf reads a constant of the running kernel; no memory is touched.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
     pressure_pages.map_or(1 << 30, |p| p * page / 2)
+}
+
+/// The caps as counts for a server of `connections` (its `max_connections`, every
+/// process's): /8, /16, /24 (IPv6 /32, /48, /64) as fractions of it, and one
+/// address, in `sluice_condition::caps::Limits`' order; `u32::MAX` is no cap.
+pub fn cap_limits(
+    c: &sluice_config::ConditionSection,
+    connections: usize,
+) -> sluice_condition::caps::Limits {
+    let share = |f: f64| ((connections as f64 * f).ceil() as u32).max(1);
+    let address = match c.cap_address {
+        0 => u32::MAX,
+        n => n,
+    };
+    [share(c.cap_8), share(c.cap_16), share(c.cap_24), address]
 }

@@ -4,8 +4,9 @@
 //! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
 //! [`ProcSlot`] per process (its pid, open connections and regex failures, so the
 //! status page sums them, and its tarpits, so `tarpit_max` caps their sum), the
-//! three range-cap tables (`sluice_condition::RangeCaps`, so a /24's cap holds
-//! across processes as it holds across threads) and the rate cells of the
+//! three range-cap tables and the address-cap table (`sluice_condition::RangeCaps`,
+//! so a /24's cap, and one address's, holds across processes as it holds across
+//! threads) and the rate cells of the
 //! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
 //! requests whichever process answers them).
 //!
@@ -16,12 +17,13 @@
 //! Cost: nothing per request beyond the atomics it replaces: the same relaxed
 //! `fetch_add`s, in pages that happen to be shared. About 4.6 KiB of counters and a
 //! 64 KiB top-list slot (a few KiB of it touched) per worker, 768 KiB
-//! of cap tables and 8 MiB of rate cells, mapped once; pages are only backed by
-//! memory once touched (the rate cells: only with rate conditions).
+//! of range-cap tables, 4 MiB of address-cap table and 8 MiB of rate cells, mapped
+//! once; pages are only backed by memory once touched (the address table: only
+//! with `condition.cap_address`; the rate cells: only with rate conditions).
 //!
 //! Written here rather than with a crate: it is one `mmap` call and a layout.
 
-use sluice_condition::caps::SLOTS;
+use sluice_condition::caps::{Tables, ADDRESS_SLOTS, SLOTS};
 use sluice_rules::rates::CELLS as RATE_CELLS;
 use sluice_status::slot::TopSlot;
 use sluice_status::Counters as Stats;
@@ -51,12 +53,23 @@ pub struct Region {
     /// One per serving process, by its index.
     pub procs: &'static [ProcSlot],
     /// The /8, /16, /24 (IPv6 /32, /48, /64) cap tables.
-    pub caps: [&'static [AtomicU32]; 3],
+    caps: [&'static [AtomicU32]; 3],
+    /// The table one address's connections count in (used only with the cap on).
+    addresses: &'static [AtomicU32],
     /// Where every rule set's rate conditions count.
     pub rates: sluice_rules::rates::SharedRates,
 }
 
 impl Region {
+    /// The cap tables, with the address table if `addresses` (the cap on one
+    /// address is on).
+    pub fn caps(&self, addresses: bool) -> Tables {
+        Tables {
+            ranges: self.caps,
+            addresses: addresses.then_some(self.addresses),
+        }
+    }
+
     /// Map the region for `workers` workers in `processes` processes. Made once,
     /// before any fork.
     pub fn map(workers: usize, processes: usize) -> std::io::Result<Region> {
@@ -66,7 +79,8 @@ impl Region {
         let table_bytes = SLOTS * std::mem::size_of::<AtomicU32>();
         let procs_at = stats_bytes + tops_bytes;
         let tables_at = procs_at + procs_bytes;
-        let rates_at = tables_at + 3 * table_bytes;
+        let addresses_at = tables_at + 3 * table_bytes;
+        let rates_at = addresses_at + ADDRESS_SLOTS * std::mem::size_of::<AtomicU32>();
         let len = rates_at + RATE_CELLS * std::mem::size_of::<AtomicU64>();
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let base = unsafe {
@@ -117,6 +131,11 @@ impl Region {
                 tops,
                 procs,
                 caps: [table(0), table(1), table(2)],
+                // Zeroed memory is a valid AtomicU32 (0).
+                addresses: std::slice::from_raw_parts(
+                    base.add(addresses_at).cast::<AtomicU32>(),
+                    ADDRESS_SLOTS,
+                ),
                 rates: sluice_rules::rates::SharedRates {
                     cells: rates,
                     epoch: std::time::Instant::now(),

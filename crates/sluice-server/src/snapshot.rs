@@ -204,3 +204,24 @@ pub fn static_handler(
         config.http.max_ranges,
     ))
 }
+
+impl Snapshot {
+    /// On a reload to `new`: name the settings that changed but take effect only
+    /// after a restart (the config's own list, and access log paths: a site whose
+    /// log is not open logs to the main log until then), in one warning.
+    pub(crate) fn warn_restart_only(&self, new: &Snapshot) {
+        let logs = |s: &Snapshot| -> Vec<Option<String>> {
+            s.sites.iter().map(|x| x.conf.access_log.clone()).collect()
+        };
+        let mut keys = self.config.restart_only_changes(&new.config);
+        if self.config.log.access != new.config.log.access || logs(self) != logs(new) {
+            keys.push("access log paths");
+        }
+        if !keys.is_empty() {
+            tracing::warn!(
+                "reload: {} changed and take effect only after a restart (the rest of the new configuration is in use)",
+                keys.join(", ")
+            );
+        }
+    }
+}

@@ -35,6 +35,7 @@ pub fn serve(config_path: Option<PathBuf>, ov: Overrides) -> Result<(), String> 
     let program = upgrade::Program::this();
     let nofile = raise_nofile_limit();
     let cfg = load_config(config_path.as_deref(), &ov)?;
+    crate::logging::apply(&cfg.log.level);
     let workers = cfg.worker_count();
     let processes = cfg.process_count();
     if processes > workers {
@@ -365,7 +366,7 @@ pub(crate) fn run_process(
                     if managed.is_none() {
                         systemd::reloading();
                     }
-                    reload(&shared, start.config_path.as_deref(), ov);
+                    reload(&shared, start.config_path.as_deref(), ov, managed.is_none());
                     if managed.is_none() {
                         systemd::notify("READY=1");
                     }
@@ -542,24 +543,22 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     format!("panicked: {what}")
 }
 
-fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides) {
+/// SIGHUP in a serving process: the new config, or the old one if the new is bad.
+/// `tell` (false in a process a master runs: the master has said it) warns about
+/// what waits for a restart.
+fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) {
     let result = load_config(path, ov).and_then(|c| Snapshot::build(c, Some(shared.rates)));
     match result {
         Ok(snap) => {
             let (old, _) = shared.current();
-            let logs = |s: &Snapshot| -> Vec<Option<String>> {
-                s.sites.iter().map(|x| x.conf.access_log.clone()).collect()
-            };
-            if old.config.server.listen != snap.config.server.listen
-                || old.config.server.workers != snap.config.server.workers
-                || old.config.server.priority != snap.config.server.priority
-                || old.config.server.sched_slice != snap.config.server.sched_slice
-                || logs(&old) != logs(&snap)
-            {
-                tracing::warn!(
-                    "reload: listen, workers, priority, sched_slice and access log paths take effect only after a restart (a site whose log is not open logs to the main log)"
-                );
+            if tell {
+                old.warn_restart_only(&snap);
             }
+            crate::logging::apply(&snap.config.log.level);
+            let c = &snap.config.condition;
+            shared
+                .caps
+                .set_limits(crate::shared::cap_limits(c, shared.server_connections));
             shared.replace(snap);
             tracing::info!("reloaded configuration");
         }

@@ -32,7 +32,8 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Serve(a) => {
-            init_tracing("info");
+            // Until the config is read; then `[log] level` (or SLUICE_LOG).
+            sluice_server::logging::init("info");
             let ov = sluice_server::Overrides {
                 root: a.dir,
                 listen: a.listen,
@@ -52,7 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Condition(a) => {
-            init_tracing("info");
+            sluice_server::logging::init("info");
             let to = sluicecc::proto::unix_path(&a.to).to_path_buf();
             if a.relay {
                 let from = a.from.as_deref().unwrap_or_default();
@@ -68,6 +69,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 sluice_server::front::Filters::parse(&a.filters).map_err(anyhow::Error::msg)?;
             let cfg = sluice_server::load_config(a.config.as_deref(), &Default::default())
                 .map_err(anyhow::Error::msg)?;
+            sluice_server::logging::apply(&cfg.log.level);
             sluice_server::front::run(addr, &to, filters, cfg).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -150,6 +150,98 @@ fn a_range_over_its_cap_gets_503_and_others_do_not() {
     }
 }
 
+/// nginx's `limit_conn` on the client address, counted from accept: an address
+/// at `cap_address` gets 503 for its next connection whatever it sends (here its
+/// connections hold half a head, which nginx would not count yet), a neighbour in
+/// the same /24 does not, and a reload moves the cap for the next connection.
+#[test]
+fn one_address_over_its_cap_gets_503_its_neighbours_do_not_and_a_reload_moves_it() {
+    let dir = docroot();
+    let cfg = dir.path().join(".cap.toml");
+    std::fs::write(
+        &cfg,
+        "[condition]
+cap_exempt = []
+cap_address = 3
+",
+    )
+    .unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let get_from = |from: &str| {
+        let mut s = connect_from(from, &srv.addr).unwrap();
+        let r = keepalive_get(&mut s, "/hello.txt");
+        (s, r)
+    };
+    // Three connections with half a head each: counted, though no request is complete.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = connect_from("127.88.0.1", &srv.addr).unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+        held.push(s);
+    }
+    let over = |from: &str| {
+        let t = Instant::now();
+        loop {
+            let (mut s, r) = get_from(from);
+            if r == Some(503) {
+                let again = keepalive_get(&mut s, "/hello.txt");
+                assert_eq!(again, None, "a 503 for the cap closes the connection");
+                return true;
+            }
+            if t.elapsed() > Duration::from_secs(1) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(over("127.88.0.1"), "the fourth connection of one address");
+    // Its neighbour in the same /24, and another address, are served.
+    for from in ["127.88.0.2", "127.99.0.1"] {
+        assert_eq!(get_from(from).1, Some(200), "{from}");
+    }
+    // A reload to 5 lets the address open one more (4 of 5).
+    std::fs::write(
+        &cfg,
+        "[condition]
+cap_exempt = []
+cap_address = 5
+",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    let t = Instant::now();
+    let fourth = loop {
+        let (s, r) = get_from("127.88.0.1");
+        if r == Some(200) {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "reload did not raise the cap"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The fifth is fine too (5 of 5) while the fourth is open, the sixth is not.
+    let (fifth, r) = get_from("127.88.0.1");
+    assert_eq!(r, Some(200));
+    assert!(over("127.88.0.1"), "the sixth connection of one address");
+    // When the held connections close, the address may connect again.
+    drop((held, fourth, fifth));
+    let t = Instant::now();
+    while get_from("127.88.0.1").1 != Some(200) {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "address stayed capped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = srv.status_json();
+    assert!(
+        status["closes_by_reason"]["range_cap"].as_u64().unwrap() >= 2,
+        "{status}"
+    );
+}
+
 #[test]
 fn a_reader_below_the_minimum_rate_is_cut_a_normal_one_is_not() {
     let dir = docroot();

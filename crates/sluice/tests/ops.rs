@@ -78,6 +78,70 @@ fn reload_applies_good_config_and_keeps_serving_on_bad() {
     let _ = std::fs::remove_file(cfg);
 }
 
+/// `[log] level` filters the server's own log from the start and follows a
+/// reload; a reload names the settings that wait for a restart; a level that is
+/// not one is `file:line` in `sluice check` and refused by a reload.
+#[test]
+fn the_log_level_is_applied_at_start_and_by_a_reload_and_restart_only_keys_are_named() {
+    let dir = docroot();
+    let cfg = dir.path().join(".level.toml");
+    std::fs::write(&cfg, "[log]\nlevel = \"warn\"\n").unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let list = |srv: &Server| srv.get("GET /list/ HTTP/1.1\r\nHost: a\r\n\r\n").status;
+    let wait_until = |what: &str, f: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !f() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{what}: {}",
+                srv.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // At "warn" a reload's own info line is not logged, though the reload applies.
+    std::fs::write(&cfg, "[log]\nlevel = \"warn\"\n[files]\nlisting = false\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_until("listing off", &|| list(&srv) == 403);
+    assert!(
+        !srv.stderr().contains("reloaded configuration"),
+        "{}",
+        srv.stderr()
+    );
+    // Back to "info" (and a start-only key changed): the line is there, with the
+    // warning that names what waits for a restart.
+    std::fs::write(
+        &cfg,
+        "[log]\nlevel = \"info\"\n[files]\nlisting = false\ndisk_threads = 2\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reloaded configuration");
+    let err = srv.stderr();
+    assert!(
+        err.contains("files.disk_threads changed and take effect only after a restart"),
+        "{err}"
+    );
+    // A level that is not one: the reload is refused, with the line.
+    std::fs::write(&cfg, "[files]\nlisting = true\n[log]\nlevel = \"loud\"\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reload failed");
+    let err = srv.stderr();
+    assert!(err.contains(".level.toml:4: log.level"), "{err}");
+    assert_eq!(list(&srv), 403, "the refused reload changed nothing");
+    let o = Command::new(bin())
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains(":4: log.level")
+            && err.contains("\"loud\" is not a level"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_operators_content_types_are_served_and_a_reload_changes_them() {
     let dir = docroot();

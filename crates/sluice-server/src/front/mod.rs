@@ -256,7 +256,6 @@ impl Front {
         }
         .max(16);
         let c = &config.condition;
-        let limit = |f: f64| ((max_conns as f64 * f).ceil() as u32).max(1);
         let cap_exempt = Cidr::parse_list(&c.cap_exempt, "condition.cap_exempt")?;
         let epoch = Instant::now();
         let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
@@ -271,7 +270,7 @@ impl Front {
             conns: Slab::with_capacity(max_conns.min(1 << 20)),
             backends: Slab::new(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
-            caps: RangeCaps::new([limit(c.cap_8), limit(c.cap_16), limit(c.cap_24)]),
+            caps: RangeCaps::new(crate::shared::cap_limits(c, max_conns)),
             cap_exempt,
             fifo: VecDeque::new(),
             limits: Limits {
