@@ -163,9 +163,11 @@ impl RangeCaps {
     /// Whether a new connection from `key` would be over a cap at some level (without
     /// counting it).
     pub fn would_exceed(&self, key: &RangeKey) -> bool {
-        (0..3).any(|level| self.count(key, level) >= self.limits[level].load(Ordering::Relaxed))
-            || (self.tables.addresses.is_some()
-                && self.count(key, ADDRESS) >= self.limits[ADDRESS].load(Ordering::Relaxed))
+        key.cap_prefixes().iter().any(|&(level, v)| {
+            self.tables.ranges[level][Self::slot(v)].load(Ordering::Relaxed)
+                >= self.limits[level].load(Ordering::Relaxed)
+        }) || (self.tables.addresses.is_some()
+            && self.count(key, ADDRESS) >= self.limits[ADDRESS].load(Ordering::Relaxed))
     }
 
     /// Connections counted for `key`'s range at `level` (for [`ADDRESS`]: the
