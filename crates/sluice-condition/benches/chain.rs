@@ -11,7 +11,8 @@
 //!   connection already idle (it moves to its address's young end);
 //! - new connection with `Connection: close`: `RangeCaps::acquire`,
 //!   `park(Incomplete)`, the `incomplete()` check, then at close `forget` and
-//!   `RangeCaps::release`;
+//!   `RangeCaps::release` (from one address; and from 2,000 in turn, without and
+//!   with the cap on one address);
 //! - a download's send turn: `park(Waiting)` and `next_waiting` with 200 downloads
 //!   from one /24 waiting;
 //! - a request that must wait its turn: `park(Ready)` and `next_ready`.
@@ -81,6 +82,30 @@ fn chain(c: &mut Criterion) {
             caps.release(&key);
         })
     });
+
+    // The same from 2,000 client addresses in turn (their slots far apart, as a
+    // mirror's), without and with the cap on one address (`cap_address`).
+    for (name, address_cap) in [
+        ("new connection, 2,000 addresses, no address cap", u32::MAX),
+        ("new connection, 2,000 addresses, cap_address on", 16),
+    ] {
+        let mut cond = resting();
+        let caps = RangeCaps::new([5_000, 3_000, 2_000, address_cap]);
+        let mut a = 0u32;
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                a = (a + 7) % 2000;
+                let id = RESTING + a % 50;
+                let peer = IpAddr::from([10, (a / 200) as u8, (a % 200) as u8, (a % 10) as u8 + 1]);
+                let key = RangeKey::of(peer);
+                black_box(caps.acquire(&key));
+                cond.park(id, peer, Class::Incomplete);
+                black_box(cond.incomplete());
+                cond.forget(id, peer);
+                caps.release(&key);
+            })
+        });
+    }
 
     // 200 downloads from one /24 wait for send turns; each turn re-queues one.
     let mut cond = resting();
