@@ -10,6 +10,29 @@ use sluice_http::{Limits, Parsed};
 use sluice_rules::{Format, LoadOptions, Request, RuleSet};
 use sluicecc::proto::{decode, HEADER_LEN, MAX_REQUEST};
 
+/// Any text as a config file: reading it never panics, and a refusal names the
+/// file (`f.toml:LINE: key: why`, or `f.toml: ...` for what has no line), so an
+/// operator is always told where to look. An accepted config's caps and
+/// fractions are in their bounds.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match sluice_config::Config::parse(text, "f.toml") {
+        Ok(c) => {
+            let k = &c.condition;
+            for f in [k.cap_8, k.cap_16, k.cap_24, k.max_incomplete] {
+                assert!(f > 0.0 && f <= 1.0, "{f}");
+            }
+            assert!(!c.server.listen.is_empty());
+        }
+        Err(e) => {
+            let m = e.to_string();
+            assert!(m.starts_with("f.toml"), "{m:?}");
+        }
+    }
+}
+
 /// Any bytes as a handoff message from a front process (`sluice serve --from`
 /// decodes these): never a panic; a message accepted is exactly a header and the
 /// request length it declares, within the protocol's bound.

@@ -13,6 +13,7 @@ type Check = fn(&[u8]);
 
 /// Every fuzz target, by the name of its directory under `fuzz/regressions/`.
 const TARGETS: &[(&str, Check)] = &[
+    ("config", checks::config),
     ("handoff", checks::handoff),
     ("kept_answers", checks::kept_answers),
     ("parse_head", checks::parse_head),
