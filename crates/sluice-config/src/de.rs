@@ -149,6 +149,44 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
     Ok(out)
 }
 
+/// The statuses `[files] error_pages` may give a page for: those the file handler
+/// and the rules answer with for a request's path.
+pub const ERROR_PAGE_STATUSES: [u16; 3] = [403, 404, 410];
+
+/// `[files] error_pages`: a status of [`ERROR_PAGE_STATUSES`] to an absolute path
+/// of plain segments (no `.`, `..`, query or fragment), up to 1,024 bytes.
+pub(crate) fn error_pages<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<u16, String>, D::Error> {
+    use serde::de::Error;
+    let raw = std::collections::BTreeMap::<String, String>::deserialize(d)?;
+    let mut out = std::collections::BTreeMap::new();
+    for (status, page) in raw {
+        let code = status
+            .parse::<u16>()
+            .ok()
+            .filter(|c| ERROR_PAGE_STATUSES.contains(c))
+            .ok_or_else(|| {
+                D::Error::custom(format!(
+                    "{status:?}: a page can be given for 403, 404 and 410"
+                ))
+            })?;
+        let plain = page.starts_with('/')
+            && page.len() <= 1024
+            && !page.ends_with('/')
+            && !page.contains(['?', '#', '%', '\\'])
+            && page.bytes().all(|b| b > b' ' && b != 0x7f)
+            && page[1..].split('/').all(|s| !matches!(s, "" | "." | ".."));
+        if !plain {
+            return Err(D::Error::custom(format!(
+                "{status} = {page:?}: the path of a file under the root, such as \"/errors/404.html\""
+            )));
+        }
+        out.insert(code, page);
+    }
+    Ok(out)
+}
+
 /// One header value as sluice writes it: 3 to 200 characters of visible ASCII and
 /// spaces, none at either end, and so no line break (which would end the head).
 fn header_value_ok(v: &str) -> bool {

@@ -197,6 +197,13 @@ pub struct FilesSection {
     /// the site's root gives the value (nginx's `expires`, Apache's mod_expires and
     /// `Header set Cache-Control`). No rule matches: no header, as before.
     pub cache_control: Vec<CacheControlRule>,
+    /// The body of a 403, 404 or 410 from a file under the site's root, keyed by
+    /// status: `{ 404 = "/errors/404.html" }` (Apache's `ErrorDocument`, nginx's
+    /// `error_page`). The answer keeps its status and takes the page's type; a
+    /// page in a hidden directory (`/.errors/`) is used though it cannot be asked
+    /// for. A page that is missing leaves sluice's own short text.
+    #[serde(deserialize_with = "crate::de::error_pages")]
+    pub error_pages: std::collections::BTreeMap<u16, String>,
 }
 
 /// One `[[files.cache_control]]` rule (see [`FilesSection::cache_control`]).
@@ -549,6 +556,7 @@ impl Default for FilesSection {
             disk_lookup_max: Duration::from_millis(1),
             types: Default::default(),
             cache_control: Vec::new(),
+            error_pages: Default::default(),
         }
     }
 }

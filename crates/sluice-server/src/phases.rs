@@ -103,13 +103,17 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                 r.reuse_until = Some(ctx.now + KEPT_REDIRECT);
                 r
             }
+            // With the operator's error page for the status, if any; kept for the
+            // same bytes as a redirect is (and while the page's entry is trusted).
             sluice_rules::Outcome::Forbidden => {
                 ctx.rule = action(2);
-                Response::text(403, None)
+                let r = ctx.files.error(403, None, head, ctx.now);
+                sluice_static::keep_until(r, ctx.now + KEPT_REDIRECT)
             }
             sluice_rules::Outcome::Gone => {
                 ctx.rule = action(3);
-                Response::text(410, None)
+                let r = ctx.files.error(410, None, head, ctx.now);
+                sluice_static::keep_until(r, ctx.now + KEPT_REDIRECT)
             }
             sluice_rules::Outcome::Rewrite { path, query } => {
                 ctx.rule = action(1);

@@ -3,8 +3,8 @@
 //! Owns: safe path resolution ([`path`], [`open`]), the open-file cache ([`cache`]),
 //! Content-Type ([`mime`]), validators and conditional requests, byte ranges
 //! (single → 206, several → `multipart/byteranges`, none valid → 416: `respond.rs`),
-//! the operator's `Cache-Control` ([`caching`]), directory redirects, index files
-//! and listings ([`listing`]).
+//! the operator's `Cache-Control` ([`caching`]) and error pages ([`errors`]),
+//! directory redirects, index files and listings ([`listing`]).
 //!
 //! Must not: touch sockets or decide how bytes are sent. It returns a
 //! [`Response`] whose body names files and offsets; the server sends them with
@@ -23,6 +23,7 @@ pub mod answers;
 pub mod cache;
 pub mod caching;
 pub mod cold;
+pub mod errors;
 pub mod listing;
 pub mod mime;
 pub mod open;
@@ -59,6 +60,9 @@ pub struct StaticHandler {
     read_listings: Arc<cold::ReadListings>,
     /// The operator's `Cache-Control` by path (`[files] cache_control`).
     caching: caching::CacheControl,
+    /// The operator's pages for 403, 404 and 410 (`[files] error_pages`), by
+    /// status, as normalized paths from the root (`errors.rs`).
+    error_pages: Vec<(u16, String)>,
 }
 
 impl StaticHandler {
@@ -72,6 +76,16 @@ impl StaticHandler {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         let caching = caching::CacheControl::new(&cfg.cache_control);
+        let error_pages = cfg
+            .error_pages
+            .iter()
+            .filter_map(|(&status, p)| {
+                // Checked at load (`sluice_config`): plain segments, so it normalizes.
+                path::normalize(p, true)
+                    .ok()
+                    .map(|n| (status, n.rel.into_owned()))
+            })
+            .collect();
         StaticHandler {
             root: Arc::new(root),
             cfg,
@@ -83,6 +97,7 @@ impl StaticHandler {
             cold: None,
             read_listings: Arc::default(),
             caching,
+            error_pages,
         }
     }
 
@@ -178,16 +193,21 @@ impl StaticHandler {
     ) -> Response {
         let norm = match path::normalize(raw_path, self.cfg.hidden) {
             Ok(n) => n,
-            Err(path::PathError::Hidden) => return Response::text(404, None),
+            // A hidden name is not there, as far as the client can tell.
+            Err(path::PathError::Hidden) => {
+                let mut r = self.error(404, None, head, now);
+                r.reuse_until = None;
+                return r;
+            }
             Err(_) => return Response::text(400, Some("bad path")),
         };
         // Every answer below reads only the request and cache entries: each may be
         // kept (`Response::reuse_until`) until the earliest of those it read
         // expires (a file's: `file_or_sibling`).
         let (entry, until) = self.lookup(&norm.rel, now);
-        let mut r = match entry {
+        let r = match entry {
             // "/file.txt/" names a directory that is not there.
-            Entry::File(_) if norm.trailing_slash => Response::text(404, None),
+            Entry::File(_) if norm.trailing_slash => self.error(404, None, head, now),
             Entry::File(info) => {
                 let mut r = self.file_or_sibling(head, &norm.rel, info, now);
                 self.add_cache_control(&norm.rel, &mut r);
@@ -212,20 +232,22 @@ impl StaticHandler {
                     loc.push('?');
                     loc.push_str(q);
                 }
-                Response::redirect(301, &loc)
+                let mut r = Response::redirect(301, &loc);
+                r.reuse_until = Some(now + UNBOUNDED);
+                r
             }
             Entry::Dir => {
                 // Bounded by what it read (index names, the listing's build).
                 let r = self.directory(head, &norm.rel, query, now);
                 return keep_until(r, until);
             }
-            Entry::NotFound => Response::text(404, None),
-            Entry::Forbidden => Response::text(403, None),
+            Entry::NotFound => self.error(404, None, head, now),
+            Entry::Forbidden => self.error(403, None, head, now),
             Entry::Cold => return cold_answer(),
         };
-        // The redirect to the directory, a 404, a 403: the request and this entry.
-        r.reuse_until = Some(until);
-        r
+        // The redirect to the directory, a 404, a 403: the request, this entry
+        // (and an error page's).
+        keep_until(r, until)
     }
 
     fn directory(
@@ -256,9 +278,8 @@ impl StaticHandler {
             read_until = read_until.min(until);
         }
         if !self.cfg.listing {
-            let mut r = Response::text(403, Some("directory listing is off"));
-            r.reuse_until = Some(read_until);
-            return r;
+            let r = self.error(403, Some("directory listing is off"), head, now);
+            return keep_until(r, read_until);
         }
         let (mut key, mut desc, mut json) = (listing::SortKey::Name, false, false);
         for kv in query.unwrap_or("").split('&') {
@@ -317,7 +338,10 @@ impl StaticHandler {
             return cold_answer();
         }
         let Some((body, built_until)) = built else {
-            return Response::text(403, None);
+            // A directory this server may not read: not kept (it may be fixed).
+            let mut r = self.error(403, None, head, now);
+            r.reuse_until = None;
+            return r;
         };
         let mut r = Response::new(200);
         r.headers.add("Content-Type", ctype);
@@ -464,7 +488,7 @@ pub fn cold_answer() -> Response {
 }
 
 /// `r`, its promise of reuse (if any) cut to `until`.
-fn keep_until(mut r: Response, until: Instant) -> Response {
+pub fn keep_until(mut r: Response, until: Instant) -> Response {
     r.reuse_until = r.reuse_until.map(|u| u.min(until));
     r
 }

@@ -147,7 +147,9 @@ impl StaticHandler {
     }
 }
 
-fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {
+/// `len` bytes of the file from `start` as `r`'s next body chunk: shared from
+/// memory when the entry holds them, else a range of the open file.
+pub(crate) fn push_body(r: &mut Response, info: &FileInfo, start: u64, len: u64) {
     if len == 0 {
         return;
     }

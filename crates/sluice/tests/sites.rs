@@ -308,3 +308,106 @@ fn the_operations_example_passes_check() {
     assert!(so.contains("https on 0.0.0.0:443 [::]:443"), "{so}");
     assert!(so.contains("3 SNI name(s)"), "{so}");
 }
+
+/// `[files] error_pages` with curl: each site's 404 is its own root's page (kept
+/// in a hidden directory, so it cannot be asked for by itself), with the 404
+/// status, the page's type and no validators; a rule's 403 takes the 403 page;
+/// a HEAD gets the head alone; a range or a conditional does not turn an error
+/// into a 206 or 304; a site whose page is missing answers with sluice's text.
+#[test]
+fn error_pages_per_site_with_their_status() {
+    if !curl_available() {
+        panic!("curl is needed (scripts/test.sh installs it)");
+    }
+    let d = docroot();
+    let base = d.path();
+    std::fs::create_dir_all(base.join(".errors")).unwrap();
+    std::fs::write(base.join(".errors/404.html"), "<p>main: not here</p>\n").unwrap();
+    std::fs::write(base.join(".errors/403.html"), "<p>main: not for you</p>\n").unwrap();
+    std::fs::create_dir_all(base.join("mirror/.errors")).unwrap();
+    std::fs::write(
+        base.join("mirror/.errors/404.html"),
+        "<p>mirror: not here</p>\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(base.join("bare")).unwrap();
+    std::fs::write(
+        base.join(".rules.conf"),
+        "RewriteEngine On\nRewriteRule ^/private/ - [F]\n",
+    )
+    .unwrap();
+    let toml = r#"
+[files]
+error_pages = { 404 = "/.errors/404.html", 403 = "/.errors/403.html" }
+[rules]
+files = [".rules.conf"]
+
+[[site]]
+names = ["mirror.example.org"]
+root = "mirror"
+
+[[site]]
+names = ["bare.example.org"]
+root = "bare"
+"#;
+    let srv = Server::start_with_config(d, toml, &[]);
+    let ask = |host: &str, path: &str, extra: &[&str]| {
+        let url = srv.url(path);
+        let hh = format!("Host: {host}");
+        let mut args = vec!["-s", "-i", "-H", hh.as_str()];
+        args.extend_from_slice(extra);
+        args.push(url.as_str());
+        let o = curl(&args);
+        String::from_utf8_lossy(&o.stdout).replace("\r\n", "\n")
+    };
+    let r = ask("a", "/missing.iso", &[]);
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+    assert!(
+        r.contains("content-type: text/html") || r.contains("Content-Type: text/html"),
+        "{r}"
+    );
+    assert!(r.ends_with("\n\n<p>main: not here</p>\n"), "{r}");
+    assert!(!r.contains("ETag") && !r.contains("Last-Modified"), "{r}");
+    // The page cannot be asked for by itself: it is hidden, so that is a 404 too.
+    let r = ask("a", "/.errors/404.html", &[]);
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.ends_with("<p>main: not here</p>\n"),
+        "{r}"
+    );
+    // A range or a conditional changes nothing for an error.
+    let r = ask(
+        "a",
+        "/missing.iso",
+        &["-r", "0-3", "-H", "If-None-Match: *"],
+    );
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.ends_with("<p>main: not here</p>\n"),
+        "{r}"
+    );
+    // HEAD: the same head, no body.
+    let r = ask("a", "/missing.iso", &["-I"]);
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.contains("Content-Length: 22"),
+        "{r}"
+    );
+    assert!(r.ends_with("\n\n"), "{r}");
+    // A rule's 403, twice (the second from a kept answer).
+    for _ in 0..2 {
+        let r = ask("a", "/private/key", &[]);
+        assert!(
+            r.starts_with("HTTP/1.1 403") && r.ends_with("<p>main: not for you</p>\n"),
+            "{r}"
+        );
+    }
+    // Each site its own root's page; a site without the page: sluice's text.
+    let r = ask("mirror.example.org", "/missing.iso", &[]);
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.ends_with("<p>mirror: not here</p>\n"),
+        "{r}"
+    );
+    let r = ask("bare.example.org", "/missing.iso", &[]);
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.ends_with("\n\n404 Not Found\n"),
+        "{r}"
+    );
+}
