@@ -151,7 +151,7 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
 
 /// The statuses `[files] error_pages` may give a page for: those the file handler
 /// and the rules answer with for a request's path.
-pub const ERROR_PAGE_STATUSES: [u16; 3] = [403, 404, 410];
+const ERROR_PAGE_STATUSES: [u16; 3] = [403, 404, 410];
 
 /// `[files] error_pages`: a status of [`ERROR_PAGE_STATUSES`] to an absolute path
 /// of plain segments (no `.`, `..`, query or fragment), up to 1,024 bytes.

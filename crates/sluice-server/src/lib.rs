@@ -13,10 +13,11 @@
 //! (what a worker serves with), `shared` (what workers share), `io` (socket reads
 //! and the buffer pool), `wheel`, `accesslog`, `disk`, `tls`, `send` (bytes out),
 //! `status` and `phases` (a request's answer), `worker` (the connection state
-//! machine), `listener`, `systemd`, `privileges`, `front` (`sluice condition`),
-//! `shm` (what serving processes share), `logging` (the server's own log and its level), `start` (what serving starts from),
-//! `processes` (the master of several serving processes) and `supervisor` (the
-//! process: workers, signals, reload) at the top.
+//! machine), `listener`, `systemd`, `privileges`, `logging` (the server's own log
+//! and its level), `front` (`sluice condition`), `shm` (what serving processes
+//! share), `start` (what serving starts from), `processes` (the master of several
+//! serving processes) and `supervisor` (the process: workers, signals, reload) at
+//! the top.
 
 pub mod accesslog;
 pub mod disk;
