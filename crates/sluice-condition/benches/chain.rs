@@ -35,6 +35,17 @@ fn resting() -> Conditioner {
     c
 }
 
+/// What a worker asks of conditioning for a connection that opens, sends its
+/// head and closes (`Connection: close`).
+fn open_and_close(caps: &RangeCaps, cond: &mut Conditioner, id: u32, peer: IpAddr) {
+    let key = RangeKey::of(peer);
+    black_box(caps.acquire(&key));
+    cond.park(id, peer, Class::Incomplete);
+    black_box(cond.incomplete());
+    cond.forget(id, peer);
+    caps.release(&key);
+}
+
 fn chain(c: &mut Criterion) {
     let local = IpAddr::from([127, 0, 0, 1]);
 
@@ -73,13 +84,7 @@ fn chain(c: &mut Criterion) {
     c.bench_function("new connection (Connection: close)", |b| {
         b.iter(|| {
             k = (k + 1) % 50;
-            let id = RESTING + k;
-            let key = RangeKey::of(local);
-            black_box(caps.acquire(&key));
-            cond.park(id, local, Class::Incomplete);
-            black_box(cond.incomplete());
-            cond.forget(id, local);
-            caps.release(&key);
+            open_and_close(&caps, &mut cond, RESTING + k, local);
         })
     });
 
@@ -95,14 +100,8 @@ fn chain(c: &mut Criterion) {
         c.bench_function(name, |b| {
             b.iter(|| {
                 a = (a + 7) % 2000;
-                let id = RESTING + a % 50;
                 let peer = IpAddr::from([10, (a / 200) as u8, (a % 200) as u8, (a % 10) as u8 + 1]);
-                let key = RangeKey::of(peer);
-                black_box(caps.acquire(&key));
-                cond.park(id, peer, Class::Incomplete);
-                black_box(cond.incomplete());
-                cond.forget(id, peer);
-                caps.release(&key);
+                open_and_close(&caps, &mut cond, RESTING + a % 50, peer);
             })
         });
     }

@@ -24,7 +24,8 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 
 /// Install the subscriber with `level` until the config says otherwise (or
-/// `SLUICE_LOG`, for good). A second call does nothing.
+/// `SLUICE_LOG`, for good): the one setup of every `sluice` command's log. A
+/// second call does nothing.
 pub fn init(level: &str) {
     let from_env = EnvFilter::try_from_env("SLUICE_LOG").ok();
     let fixed = from_env.is_some();

@@ -39,7 +39,8 @@ impl StaticHandler {
         let Some((_, page)) = self.error_pages.iter().find(|(s, _)| *s == status) else {
             return text(now);
         };
-        let page = page.clone();
+        // Shared, not copied: a 404 flood asks for it on every request.
+        let page = std::rc::Rc::clone(page);
         let (entry, until) = self.lookup(&page, now);
         match entry {
             Entry::File(info) => {

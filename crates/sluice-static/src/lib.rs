@@ -62,7 +62,7 @@ pub struct StaticHandler {
     caching: caching::CacheControl,
     /// The operator's pages for 403, 404 and 410 (`[files] error_pages`), by
     /// status, as normalized paths from the root (`errors.rs`).
-    error_pages: Vec<(u16, String)>,
+    error_pages: Vec<(u16, Rc<str>)>,
 }
 
 impl StaticHandler {
@@ -83,7 +83,7 @@ impl StaticHandler {
                 // Checked at load (`sluice_config`): plain segments, so it normalizes.
                 path::normalize(p, true)
                     .ok()
-                    .map(|n| (status, n.rel.into_owned()))
+                    .map(|n| (status, Rc::from(n.rel.as_ref())))
             })
             .collect();
         StaticHandler {

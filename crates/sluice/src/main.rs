@@ -7,17 +7,6 @@ use clap::Parser;
 use cli::{BenchArgs, BenchCmd, Cli, Cmd, RulesCmd};
 use std::process::ExitCode;
 
-fn init_tracing(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -74,7 +63,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { config } => {
-            init_tracing("warn");
+            sluice_server::logging::init("warn");
             let cfg = sluice_server::load_config(Some(&config), &Default::default())
                 .map_err(anyhow::Error::msg)?;
             let snap = sluice_server::Snapshot::build(cfg, None).map_err(anyhow::Error::msg)?;
@@ -127,7 +116,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     lenient,
                 },
         } => {
-            init_tracing("warn");
+            sluice_server::logging::init("warn");
             // With a config: the site that --host chooses (as the server would),
             // that site's rules only, and its file handler for `-f`/`-d`.
             let (files, mut handler, lenient) =
