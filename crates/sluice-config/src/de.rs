@@ -149,6 +149,36 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
     Ok(out)
 }
 
+/// `[files] index`: file names tried in a directory, each one plain name (no `/`,
+/// not `.` or `..`, no control characters), up to 255 bytes, at most 16 of them.
+pub(crate) fn index<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    use serde::de::Error;
+    let names = Vec::<String>::deserialize(d)?;
+    if names.len() > 16 {
+        return Err(D::Error::custom(format!(
+            "{} names: at most 16 are tried",
+            names.len()
+        )));
+    }
+    for n in &names {
+        let plain = (1..=255).contains(&n.len())
+            && !matches!(n.as_str(), "." | "..")
+            && !n.contains(['/', '\\'])
+            && n.bytes().all(|b| b >= b' ' && b != 0x7f);
+        if !plain {
+            return Err(D::Error::custom(format!(
+                "{n:?}: an index is a file name in the directory, such as \"index.html\""
+            )));
+        }
+    }
+    Ok(names)
+}
+
+/// [`index`] for a `[[site]]`, where an absent key keeps `[files]`'s.
+pub(crate) fn index_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    index(d).map(Some)
+}
+
 /// The statuses `[files] error_pages` may give a page for: those the file handler
 /// and the rules answer with for a request's path.
 const ERROR_PAGE_STATUSES: [u16; 3] = [403, 404, 410];

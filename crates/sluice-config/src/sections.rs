@@ -150,6 +150,8 @@ pub struct FilesSection {
     pub symlinks: SymlinkPolicy,
     pub hidden: bool,
     pub listing: bool,
+    /// Names tried in a directory, in order, before its listing: plain file names.
+    #[serde(deserialize_with = "crate::de::index")]
     pub index: Vec<String>,
     /// How long a cached open file / stat result is trusted, and a built directory
     /// listing kept (per URL and form) before it is built again.
@@ -582,9 +584,23 @@ pub struct SiteSection {
     /// Rules files for this site only (relative to the config file).
     pub rules: Vec<PathBuf>,
     pub lenient: bool,
-    /// Override `[files] listing` / `hidden` for this site.
+    /// This site's own values of `[files]` settings that are about its files (the
+    /// rest, such as caches, I/O and disk threads, are the whole server's). Each one
+    /// absent keeps `[files]`'s: `listing`, `hidden`, `index`, `symlinks`,
+    /// `precompressed`, `compress_listings` and `cache_control` replace it; `types`
+    /// and `error_pages` are merged over it, key by key (`sites::resolve`).
     pub listing: Option<bool>,
     pub hidden: Option<bool>,
+    #[serde(deserialize_with = "crate::de::index_some")]
+    pub index: Option<Vec<String>>,
+    pub symlinks: Option<SymlinkPolicy>,
+    pub precompressed: Option<bool>,
+    pub compress_listings: Option<bool>,
+    pub cache_control: Option<Vec<CacheControlRule>>,
+    #[serde(deserialize_with = "crate::de::types")]
+    pub types: std::collections::BTreeMap<String, String>,
+    #[serde(deserialize_with = "crate::de::error_pages")]
+    pub error_pages: std::collections::BTreeMap<u16, String>,
     /// This site's own access log (default: the main `[log] access`).
     pub access_log: Option<String>,
 }

@@ -16,7 +16,7 @@
 //! plus one per wildcard suffix of the host (a few).
 
 use crate::error::ConfigError;
-use crate::sections::{Config, FilesSection};
+use crate::sections::{Config, FilesSection, SiteSection};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -141,13 +141,7 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             }
             idx.default = site_no;
         }
-        let mut files = cfg.files.clone();
-        if let Some(l) = s.listing {
-            files.listing = l;
-        }
-        if let Some(h) = s.hidden {
-            files.hidden = h;
-        }
+        let files = site_files(&cfg.files, s);
         let access_log = match s.access_log.as_deref() {
             Some("off") => None,
             Some("") => {
@@ -171,6 +165,31 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
     idx.wildcard
         .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
     Ok((sites, idx))
+}
+
+/// A site's file settings: `[files]` with what the site says over it. Settings
+/// the site gives replace `[files]`'s, except the two maps (`types`,
+/// `error_pages`), which are merged key by key, the site's winning: a site that
+/// adds one type or one page keeps the others.
+fn site_files(main: &FilesSection, s: &SiteSection) -> FilesSection {
+    let mut f = main.clone();
+    let or = |mine: Option<bool>, main: bool| mine.unwrap_or(main);
+    f.listing = or(s.listing, f.listing);
+    f.hidden = or(s.hidden, f.hidden);
+    f.precompressed = or(s.precompressed, f.precompressed);
+    f.compress_listings = or(s.compress_listings, f.compress_listings);
+    f.symlinks = s.symlinks.unwrap_or(f.symlinks);
+    if let Some(i) = &s.index {
+        f.index = i.clone();
+    }
+    if let Some(c) = &s.cache_control {
+        f.cache_control = c.clone();
+    }
+    f.types
+        .extend(s.types.iter().map(|(k, v)| (k.clone(), v.clone())));
+    f.error_pages
+        .extend(s.error_pages.iter().map(|(k, v)| (*k, v.clone())));
+    f
 }
 
 #[cfg(test)]
@@ -244,5 +263,84 @@ listing = false
         let e =
             Config::parse("[[site]]\nnames=[\"a\"]\nroot=\"/a\"\nrooot=1\n", "s.toml").unwrap_err();
         assert!(e.0.starts_with("s.toml:4:"), "{e}");
+    }
+
+    #[test]
+    fn a_site_gives_its_own_file_settings_over_the_main_ones() {
+        let c = Config::parse(
+            r#"
+[files]
+index = ["index.html", "index.htm"]
+types = { webmanifest = "application/manifest+json", deb = "application/x-deb" }
+error_pages = { 404 = "/.errors/404.html", 403 = "/.errors/403.html" }
+[[files.cache_control]]
+suffix = ".deb"
+value = "max-age=86400"
+
+[[site]]
+names = ["www.example.org"]
+root = "/www"
+index = ["index.xhtml"]
+symlinks = "never"
+precompressed = false
+compress_listings = false
+types = { deb = "application/vnd.debian.binary-package", md = "text/markdown" }
+error_pages = { 404 = "/errors/missing.html" }
+[[site.cache_control]]
+prefix = "/assets/"
+value = "public, max-age=31536000, immutable"
+
+[[site]]
+names = ["mirror.example.org"]
+root = "/mirror"
+"#,
+            "x.toml",
+        )
+        .unwrap();
+        let (sites, _) = super::resolve(&c).unwrap();
+        let (main, www, mirror) = (&sites[0].files, &sites[1].files, &sites[2].files);
+        // Given: replaced.
+        assert_eq!(www.index, ["index.xhtml"]);
+        assert_eq!(www.symlinks, crate::SymlinkPolicy::Never);
+        assert!(!www.precompressed && !www.compress_listings);
+        assert_eq!(www.cache_control.len(), 1);
+        assert_eq!(www.cache_control[0].prefix, "/assets/");
+        // The maps: merged, the site's key winning, the main's others kept.
+        assert_eq!(www.types["deb"], "application/vnd.debian.binary-package");
+        assert_eq!(www.types["md"], "text/markdown");
+        assert_eq!(www.types["webmanifest"], "application/manifest+json");
+        assert_eq!(www.error_pages[&404], "/errors/missing.html");
+        assert_eq!(www.error_pages[&403], "/.errors/403.html");
+        // Not given: the main's, for that site and the main site alike.
+        for f in [main, mirror] {
+            assert_eq!(f.index, ["index.html", "index.htm"]);
+            assert_eq!(f.symlinks, crate::SymlinkPolicy::InsideRoot);
+            assert!(f.precompressed && f.compress_listings);
+            assert_eq!(f.cache_control[0].suffix, ".deb");
+            assert_eq!(f.types.len(), 2);
+            assert_eq!(f.error_pages[&404], "/.errors/404.html");
+        }
+        // A site's values are checked as `[files]`'s are, with the line.
+        for (text, want) in [
+            (
+                "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\nindex=[\"../x.html\"]\n",
+                "s.toml:4: site[1].index: \"../x.html\": an index is a file name",
+            ),
+            (
+                "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\nerror_pages={500=\"/e.html\"}\n",
+                "s.toml:4: site[1].error_pages: \"500\": a page can be given for 403, 404 and 410",
+            ),
+            (
+                "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\ntypes={x=\"bad\"}\n",
+                "s.toml:4: site[1].types: \"x\" = \"bad\": not a media type",
+            ),
+            (
+                "[files]\nindex=[\"a/b.html\"]\n",
+                "s.toml:2: files.index: \"a/b.html\": an index is a file name",
+            ),
+        ] {
+            let e = Config::parse(text, "s.toml").unwrap_err();
+            assert!(e.0.starts_with(want), "{text}: {e}");
+        }
     }
 }

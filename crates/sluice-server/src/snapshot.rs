@@ -196,7 +196,7 @@ pub fn static_handler(
     site: &sluice_config::sites::Site,
     config: &sluice_config::Config,
 ) -> std::io::Result<StaticHandler> {
-    let root = Root::new(&site.root, config.files.symlinks)
+    let root = Root::new(&site.root, site.files.symlinks)
         .map_err(|e| std::io::Error::new(e.kind(), format!("root {}: {e}", site.root.display())))?;
     Ok(StaticHandler::new(
         root,

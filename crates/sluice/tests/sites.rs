@@ -411,3 +411,115 @@ root = "bare"
         "{r}"
     );
 }
+
+#[test]
+fn a_site_has_its_own_index_types_cache_control_pages_and_symlinks() {
+    if !curl_available() {
+        panic!("curl is needed (scripts/test.sh installs it)");
+    }
+    let d = docroot();
+    let base = d.path();
+    let www = base.join("www");
+    for dir in [base.to_path_buf(), www.clone()] {
+        std::fs::create_dir_all(dir.join(".errors")).unwrap();
+        std::fs::create_dir_all(dir.join("assets")).unwrap();
+        std::fs::write(dir.join("a.deb"), b"deb").unwrap();
+        std::fs::write(dir.join("notes.adoc"), b"= notes\n").unwrap();
+        std::fs::write(dir.join("assets/app.js"), b"app();\n").unwrap();
+        std::fs::write(dir.join("x.txt"), b"plain text, plain text, plain\n").unwrap();
+        std::fs::write(dir.join("x.txt.gz"), b"\x1f\x8b pretend gzip").unwrap();
+        std::os::unix::fs::symlink("x.txt", dir.join("link.txt")).unwrap();
+        std::fs::write(dir.join("index.html"), b"an index.html\n").unwrap();
+    }
+    std::fs::write(base.join(".errors/404.html"), "main 404\n").unwrap();
+    std::fs::write(www.join(".errors/403.html"), "www 403\n").unwrap();
+    std::fs::write(www.join(".errors/gone.html"), "www 404\n").unwrap();
+    std::fs::write(www.join("index.xhtml"), b"www's own index\n").unwrap();
+    let toml = r#"
+[files]
+index = ["index.html"]
+types = { deb = "application/x-deb" }
+error_pages = { 404 = "/.errors/404.html", 403 = "/.errors/403.html" }
+[[files.cache_control]]
+suffix = ".deb"
+value = "max-age=86400"
+
+[[site]]
+names = ["www.example.org"]
+root = "www"
+listing = false
+index = ["index.xhtml"]
+symlinks = "never"
+precompressed = false
+types = { deb = "application/vnd.debian.binary-package", adoc = "text/asciidoc" }
+error_pages = { 404 = "/.errors/gone.html" }
+[[site.cache_control]]
+prefix = "/assets/"
+value = "public, max-age=31536000, immutable"
+"#;
+    let srv = Server::start_with_config(d, toml, &[]);
+    let ask = |host: &str, path: &str, extra: &[&str]| {
+        let url = srv.url(path);
+        let hh = format!("Host: {host}");
+        let mut args = vec!["-s", "-i", "-H", hh.as_str()];
+        args.extend_from_slice(extra);
+        args.push(url.as_str());
+        let o = curl(&args);
+        String::from_utf8_lossy(&o.stdout)
+            .replace("\r\n", "\n")
+            .to_ascii_lowercase()
+    };
+    let (m, w) = ("main.example.org", "www.example.org");
+    // The index: each site's own list.
+    assert!(ask(m, "/", &[]).ends_with("\n\nan index.html\n"));
+    assert!(ask(w, "/", &[]).ends_with("\n\nwww's own index\n"));
+    // Types: the site's over the main's, the main's others kept (none here).
+    assert!(ask(m, "/a.deb", &[]).contains("content-type: application/x-deb\n"));
+    let r = ask(w, "/a.deb", &[]);
+    assert!(
+        r.contains("content-type: application/vnd.debian.binary-package\n"),
+        "{r}"
+    );
+    assert!(ask(w, "/notes.adoc", &[]).contains("content-type: text/asciidoc\n"));
+    assert!(!ask(m, "/notes.adoc", &[]).contains("content-type: text/asciidoc"));
+    // Cache-Control: the site's list replaces the main's.
+    assert!(ask(m, "/a.deb", &[]).contains("cache-control: max-age=86400\n"));
+    assert!(!ask(w, "/a.deb", &[]).contains("cache-control"));
+    let r = ask(w, "/assets/app.js", &[]);
+    assert!(
+        r.contains("cache-control: public, max-age=31536000, immutable\n"),
+        "{r}"
+    );
+    assert!(!ask(m, "/assets/app.js", &[]).contains("cache-control"));
+    // Error pages: merged; the site's 404, the main's 403 path in the site's root.
+    let r = ask(w, "/missing", &[]);
+    assert!(
+        r.starts_with("http/1.1 404") && r.ends_with("\n\nwww 404\n"),
+        "{r}"
+    );
+    let r = ask(w, "/assets/", &[]);
+    assert!(
+        r.starts_with("http/1.1 403") && r.ends_with("\n\nwww 403\n"),
+        "{r}"
+    );
+    let r = ask(m, "/missing", &[]);
+    assert!(
+        r.starts_with("http/1.1 404") && r.ends_with("\n\nmain 404\n"),
+        "{r}"
+    );
+    // Precompressed siblings: off on the site only.
+    let gz = ["-H", "Accept-Encoding: gzip"];
+    assert!(ask(m, "/x.txt", &gz).contains("content-encoding: gzip\n"));
+    let r = ask(w, "/x.txt", &gz);
+    assert!(
+        !r.contains("content-encoding") && r.ends_with("\n\nplain text, plain text, plain\n"),
+        "{r}"
+    );
+    // Symlinks: the main site follows one inside its root, the site follows none.
+    assert!(ask(m, "/link.txt", &[]).starts_with("http/1.1 200"));
+    let r = ask(w, "/link.txt", &[]);
+    assert!(
+        !r.starts_with("http/1.1 200") && !r.contains("plain text"),
+        "{r}"
+    );
+}
