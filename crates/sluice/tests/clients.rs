@@ -1,0 +1,351 @@
+//! The clients a mirror's users run, against the real binary over TCP: `apt` on a
+//! Debian repository sluice serves (an update, a second update answered 304, three
+//! packages on one pipelined connection, a partial download resumed with `Range` and
+//! `If-Range`) and `aria2c` pulling one file over eight parallel ranges with the
+//! paper's range caps acting on loopback, then `aria2c -c` and `wget -c` resuming.
+//! Each client checks what it got (apt the repository's hashes, aria2c a SHA-256), and
+//! the test compares the bytes with the files and reads the access log for what was
+//! asked and answered.
+
+use sluice_testkit::*;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// Run a client that scripts/test.sh installs; panic with its output if it fails.
+fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
+    let out = Command::new(cmd)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e} (scripts/test.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn sha256(path: &Path) -> String {
+    let out = run("sha256sum", &[path.to_str().unwrap()], Path::new("/"));
+    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+}
+
+/// Bytes that do not compress and are not all alike (xorshift).
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The access log's lines about `path` from `agent`, as (status, bytes), sorted.
+fn answers(log: &str, path: &str, agent: &str) -> Vec<(u16, String)> {
+    let mut a: Vec<(u16, String)> = log
+        .lines()
+        .filter(|l| l.contains(&format!("\"GET {path} HTTP/1.1\"")) && l.contains(agent))
+        .map(|l| {
+            let after = l.split("HTTP/1.1\" ").nth(1).unwrap();
+            let mut f = after.split(' ');
+            (
+                f.next().unwrap().parse().unwrap(),
+                f.next().unwrap().to_string(),
+            )
+        })
+        .collect();
+    a.sort();
+    a
+}
+
+const PACKAGES: [&str; 3] = ["hello-sluice", "world-sluice", "third-sluice"];
+
+/// A Debian repository under `www/debian`: three packages built with `dpkg-deb`,
+/// their `Packages` index (plain and gzip) and a `Release` that lists it.
+fn debian_repository(www: &Path, arch: &str) {
+    let repo = www.join("debian");
+    let pool = repo.join("pool/main");
+    let index = repo.join(format!("dists/stable/main/binary-{arch}"));
+    std::fs::create_dir_all(&pool).unwrap();
+    std::fs::create_dir_all(&index).unwrap();
+    let mut packages = String::new();
+    for (i, p) in PACKAGES.iter().enumerate() {
+        let src = www.join(format!(".src/{p}"));
+        std::fs::create_dir_all(src.join("DEBIAN")).unwrap();
+        std::fs::create_dir_all(src.join(format!("usr/share/doc/{p}"))).unwrap();
+        std::fs::write(
+            src.join("DEBIAN/control"),
+            format!(
+                "Package: {p}\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: {p}\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            src.join(format!("usr/share/doc/{p}/blob")),
+            noise(200_000, i as u64 + 7),
+        )
+        .unwrap();
+        let deb = pool.join(format!("{p}_1.0_all.deb"));
+        let (s, d) = (src.to_str().unwrap(), deb.to_str().unwrap());
+        run("dpkg-deb", &["--build", "--root-owner-group", s, d], www);
+        packages += &format!(
+            "Package: {p}\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.org>\n\
+             Filename: pool/main/{p}_1.0_all.deb\nSize: {}\nSHA256: {}\nDescription: {p}\n\n",
+            std::fs::metadata(&deb).unwrap().len(),
+            sha256(&deb)
+        );
+    }
+    std::fs::write(index.join("Packages"), packages).unwrap();
+    run("gzip", &["-k", "-n", "Packages"], &index);
+    let mut release = format!(
+        "Suite: stable\nCodename: stable\nDate: Sat, 01 Jan 2022 00:00:00 UTC\n\
+         Architectures: {arch}\nComponents: main\nSHA256:\n"
+    );
+    for f in ["Packages", "Packages.gz"] {
+        let p = index.join(f);
+        release += &format!(
+            " {} {} main/binary-{arch}/{f}\n",
+            sha256(&p),
+            std::fs::metadata(&p).unwrap().len()
+        );
+    }
+    std::fs::write(repo.join("dists/stable/Release"), release).unwrap();
+}
+
+#[test]
+fn apt_updates_downloads_and_resumes_from_a_repository_sluice_serves() {
+    let out = run("dpkg", &["--print-architecture"], Path::new("/"));
+    let arch = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let d = docroot();
+    debian_repository(d.path(), &arch);
+    let log = log_path("clients-apt");
+    let toml = format!("[log]\naccess = \"{}\"\n", log.display());
+    let srv = Server::start_with_config(d, &toml, &[]);
+
+    // apt's own state in a directory of the test's: the machine's apt is untouched.
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path();
+    for dir in ["lists/partial", "cache/archives/partial", "parts", "get"] {
+        std::fs::create_dir_all(st.join(dir)).unwrap();
+    }
+    std::fs::write(
+        st.join("sources.list"),
+        format!("deb [trusted=yes] {} stable main\n", srv.url("/debian")),
+    )
+    .unwrap();
+    std::fs::write(st.join("status"), "").unwrap();
+    let s = st.display();
+    let opts: Vec<String> = [
+        format!("Dir::Etc::sourcelist={s}/sources.list"),
+        format!("Dir::Etc::sourceparts={s}/parts"),
+        format!("Dir::State::Lists={s}/lists"),
+        format!("Dir::Cache={s}/cache"),
+        format!("Dir::State::status={s}/status"),
+        "Debug::NoLocking=1".into(),
+        "APT::Sandbox::User=root".into(),
+        "Acquire::Retries=0".into(),
+    ]
+    .into_iter()
+    .flat_map(|o| ["-o".to_string(), o])
+    .collect();
+    let apt = |args: &[&str], cwd: &Path| {
+        let mut all: Vec<&str> = opts.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        let out = run("apt-get", &all, cwd);
+        let (o, e) = (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        assert!(!e.contains("E:") && !e.contains("W:"), "{o}\n{e}");
+        o
+    };
+
+    // An update: the Release and the gzip index, checked by apt against each other.
+    let o = apt(&["update"], st);
+    assert!(o.contains("stable Release"), "{o}");
+    assert!(o.contains(&format!("main {arch} Packages")), "{o}");
+    let lists: Vec<String> = std::fs::read_dir(st.join("lists"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        lists
+            .iter()
+            .any(|n| n.contains(&format!("binary-{arch}_Packages"))),
+        "{lists:?}"
+    );
+    // Again: apt asks with If-Modified-Since, sluice answers 304, apt says "Hit".
+    let o = apt(&["update"], st);
+    assert!(o.contains("Hit:") && o.contains("stable Release"), "{o}");
+    // Three packages in one go (apt pipelines them on one connection), hashes checked.
+    let get = st.join("get");
+    let mut args = vec!["download"];
+    args.extend_from_slice(&PACKAGES);
+    apt(&args, &get);
+    let pool = srv.root().join("debian/pool/main");
+    for p in PACKAGES {
+        let name = format!("{p}_1.0_all.deb");
+        assert_eq!(
+            std::fs::read(get.join(&name)).unwrap(),
+            std::fs::read(pool.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+    // A download cut off earlier: apt keeps the part with the server's
+    // Last-Modified as its time and asks for the rest with Range and If-Range.
+    let name = "hello-sluice_1.0_all.deb";
+    let whole = std::fs::read(pool.join(name)).unwrap();
+    let part = st.join("cache/archives/partial").join(name);
+    std::fs::write(&part, &whole[..100_000]).unwrap();
+    let mtime = std::fs::metadata(pool.join(name))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&part)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    apt(&["install", "-y", "--download-only", "hello-sluice"], st);
+    assert_eq!(
+        std::fs::read(st.join("cache/archives").join(name)).unwrap(),
+        whole
+    );
+
+    let agent = "Debian APT-HTTP";
+    // Every request above (four, three, three and one) is in the log once each
+    // worker has handed its lines over (at least once a second); each worker's
+    // lines come in their order, the workers' in any, so the answers are sorted.
+    let text = wait_for_lines(&log, 11, Duration::from_secs(10), |l| l.contains(agent));
+    let release = answers(&text, "/debian/dists/stable/Release", agent);
+    assert_eq!(
+        release.iter().map(|a| a.0).collect::<Vec<_>>(),
+        [200, 304],
+        "{text}"
+    );
+    let hello = answers(&text, &format!("/debian/pool/main/{name}"), agent);
+    let rest = (whole.len() - 100_000).to_string();
+    assert_eq!(
+        hello,
+        [(200, whole.len().to_string()), (206, rest)],
+        "{text}"
+    );
+    for p in &PACKAGES[1..] {
+        let got = answers(&text, &format!("/debian/pool/main/{p}_1.0_all.deb"), agent);
+        assert_eq!(got.len(), 1, "{text}");
+        assert_eq!(got[0].0, 200, "{text}");
+    }
+}
+
+#[test]
+fn aria2c_pulls_one_file_over_parallel_ranges_under_the_caps_and_clients_resume() {
+    let d = docroot();
+    let len = 24 << 20;
+    let data = noise(len, 42);
+    std::fs::write(d.path().join("debian.iso"), &data).unwrap();
+    let sum = sha256(&d.path().join("debian.iso"));
+    let log = log_path("clients-aria2c");
+    // The paper's range caps apply to loopback too (it is exempt by default), so
+    // the eight connections of one host count against them as a real user's would.
+    let toml = format!(
+        "[log]\naccess = \"{}\"\n[condition]\ncap_exempt = []\n",
+        log.display()
+    );
+    let srv = Server::start_with_config(d, &toml, &[]);
+    let url = srv.url("/debian.iso");
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path();
+    let got = o.join("debian.iso");
+
+    // Eight connections, 1 MiB pieces; aria2c checks the SHA-256 itself.
+    run(
+        "aria2c",
+        &[
+            "-q",
+            "-x8",
+            "-s8",
+            "-k1M",
+            "--file-allocation=none",
+            "--max-tries=1",
+            &format!("--checksum=sha-256={sum}"),
+            "-d",
+            o.to_str().unwrap(),
+            &url,
+        ],
+        o,
+    );
+    assert!(
+        std::fs::read(&got).unwrap() == data,
+        "aria2c's bytes differ"
+    );
+    let agent = "aria2/";
+    let text = wait_for_lines(&log, 4, Duration::from_secs(10), |l| {
+        l.contains(agent) && l.contains("\" 206 ")
+    });
+    let parallel = answers(&text, "/debian.iso", agent);
+    assert!(
+        parallel.iter().all(|(s, _)| *s == 200 || *s == 206),
+        "one host's ranges refused: {text}"
+    );
+
+    // A download cut at 10 MB, continued (no control file: one range from its end).
+    let f = std::fs::File::options().write(true).open(&got).unwrap();
+    f.set_len(10_000_000).unwrap();
+    drop(f);
+    run(
+        "aria2c",
+        &[
+            "-q",
+            "-c",
+            "-x1",
+            "--file-allocation=none",
+            "--max-tries=1",
+            "-d",
+            o.to_str().unwrap(),
+            &url,
+        ],
+        o,
+    );
+    assert!(
+        std::fs::read(&got).unwrap() == data,
+        "aria2c -c's bytes differ"
+    );
+    // wget -c from 7,777,777 bytes.
+    let f = std::fs::File::options().write(true).open(&got).unwrap();
+    f.set_len(7_777_777).unwrap();
+    drop(f);
+    run(
+        "wget",
+        &["-q", "-c", "--tries=1", "-O", got.to_str().unwrap(), &url],
+        o,
+    );
+    assert!(
+        std::fs::read(&got).unwrap() == data,
+        "wget -c's bytes differ"
+    );
+    // In the log: wget's one range from its cut, and aria2c -c's from its last whole
+    // block at or before its cut (16 KiB blocks here).
+    let wget_rest = format!("\" 206 {} ", len - 7_777_777);
+    let text = wait_for_lines(&log, 1, Duration::from_secs(10), |l| {
+        l.contains("Wget/") && l.contains(&wget_rest)
+    });
+    assert_eq!(answers(&text, "/debian.iso", "Wget/").len(), 1, "{text}");
+    let rest = (len - 10_000_000) as u64;
+    let resumed = |l: &str| {
+        l.contains(agent)
+            && answers(l, "/debian.iso", agent).iter().any(|(s, b)| {
+                *s == 206
+                    && b.parse::<u64>()
+                        .is_ok_and(|b| (rest..rest + (1 << 20)).contains(&b))
+            })
+    };
+    wait_for_lines(&log, 1, Duration::from_secs(10), resumed);
+}
