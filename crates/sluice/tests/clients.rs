@@ -188,7 +188,15 @@ fn apt_updates_downloads_and_resumes_from_a_repository_sluice_serves() {
     let get = st.join("get");
     let mut args = vec!["download"];
     args.extend_from_slice(&PACKAGES);
+    let accepted = || {
+        srv.status_json()["connections_accepted_total"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = accepted();
     apt(&args, &get);
+    // One connection for apt, one for each status request.
+    assert_eq!(accepted() - before, 2, "apt's three on one connection");
     let pool = srv.root().join("debian/pool/main");
     for p in PACKAGES {
         let name = format!("{p}_1.0_all.deb");
