@@ -57,10 +57,10 @@ impl Config {
             return Err(src.error("server.listen", "at least one address is needed"));
         }
         for p in &self.server.proxy_protocol {
-            if !self.server.listen.contains(p) {
+            if !self.server.listen.contains(p) && !self.tls.listen.contains(p) {
                 return Err(src.error(
                     "server.proxy_protocol",
-                    format!("{p} is not one of server.listen"),
+                    format!("{p} is not one of server.listen or tls.listen"),
                 ));
             }
         }

@@ -63,13 +63,6 @@ pub fn load_config(path: Option<&Path>, ov: &Overrides) -> Result<Valid, String>
     if let Some(k) = &ov.tls_key {
         cfg.tls.key = Some(k.clone());
     }
-    for p in &cfg.server.proxy_protocol {
-        if !cfg.server.listen.contains(p) {
-            return Err(format!(
-                "server.proxy_protocol {p} is not one of the listen addresses (--listen replaces server.listen)"
-            ));
-        }
-    }
     let cfg = cfg.validate().map_err(|e| e.to_string())?;
     crate::logging::check(&cfg.log.level)
         .map_err(|e| cfg.source.error("log.level", e).to_string())?;

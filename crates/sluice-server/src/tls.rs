@@ -118,6 +118,25 @@ pub(crate) fn read_into(
     }
 }
 
+/// Ciphertext already read off the socket (what followed a PROXY protocol header
+/// on an HTTPS listener: the start of the handshake) handed to rustls as if it had
+/// just arrived, and whatever it answers pushed out. Every byte is taken or the
+/// connection is bad (`InvalidData`).
+pub(crate) fn feed(
+    sock: &TcpStream,
+    tls: &mut ServerConnection,
+    mut bytes: &[u8],
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        tls.read_tls(&mut bytes)?;
+        if let Err(e) = tls.process_new_packets() {
+            let _ = push(sock, tls);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+    }
+    push(sock, tls).map(|_| ())
+}
+
 /// One best-effort write outside a response (a 408, a tarpit's line): bytes of
 /// `msg` taken (0 while earlier records wait), or -1 if the connection is gone.
 pub fn send_some(sock: &TcpStream, tls: &mut ServerConnection, msg: &[u8]) -> isize {

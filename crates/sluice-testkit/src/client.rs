@@ -172,3 +172,15 @@ pub fn wait_for_lines(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A PROXY protocol v2 header (as HAProxy's `send-proxy-v2` writes it) for a TCP
+/// client at `src:sport` that connected to `127.0.0.1:dport`.
+pub fn proxy_v2(src: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.extend_from_slice(&[0x21, 0x11, 0, 12]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&[127, 0, 0, 1]);
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    h
+}

@@ -89,16 +89,6 @@ fn send(addr: &str, bytes: &[u8]) -> Option<Resp> {
     read_response(&mut s, false)
 }
 
-fn v2(src: [u8; 4], sport: u16) -> Vec<u8> {
-    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
-    h.extend_from_slice(&[0x21, 0x11, 0, 12]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&[127, 0, 0, 1]);
-    h.extend_from_slice(&sport.to_be_bytes());
-    h.extend_from_slice(&80u16.to_be_bytes());
-    h
-}
-
 #[test]
 fn headers_name_the_real_client_for_log_rules_and_caps() {
     let p = start("main", "");
@@ -119,7 +109,7 @@ fn headers_name_the_real_client_for_log_rules_and_caps() {
     // v2, binary.
     let r = send(
         &p.proxy,
-        &[v2([192, 0, 2, 44], 40000), get.to_vec()].concat(),
+        &[proxy_v2([192, 0, 2, 44], 40000, 80), get.to_vec()].concat(),
     )
     .unwrap();
     assert_eq!(r.status, 200);

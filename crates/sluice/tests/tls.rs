@@ -572,3 +572,81 @@ fn tickets_resume_on_every_serving_process() {
         assert_eq!(o.stdout, b"hello world\n");
     }
 }
+
+/// Python's TLS client on a connection that first sends `header` (hex): the
+/// response to one GET, or what went wrong.
+fn tls_after_header(tls: &str, ca: &str, header: &[u8]) -> String {
+    let hex: String = header.iter().map(|b| format!("{b:02x}")).collect();
+    let script = r#"
+import socket, ssl, sys
+host, port = sys.argv[1].rsplit(":", 1)
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(bytes.fromhex(sys.argv[3]))
+try:
+    t = ctx.wrap_socket(s, server_hostname="localhost")
+    t.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    out = b""
+    while True:
+        b = t.recv(65536)
+        if not b:
+            break
+        out += b
+    sys.stdout.write(out.decode("latin1"))
+except (ssl.SSLError, OSError) as e:
+    sys.stdout.write("failed: %r" % e)
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script, tls, ca, &hex])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Behind a TCP balancer that passes TLS through (HAProxy `mode tcp` with
+/// `send-proxy-v2`): the PROXY header comes before the handshake, and the access
+/// log sees the client it names. Without the header the connection is refused.
+#[test]
+fn proxy_headers_before_the_handshake_on_an_https_listener() {
+    let pki = Pki::new(&["localhost"]);
+    let log = log_path("tls-proxy");
+    let tls = format!("127.0.0.1:{}", free_port());
+    let toml = format!(
+        "[server]\nproxy_protocol = [\"{tls}\"]\n[log]\naccess = \"{}\"\n[tls]\nlisten = \"{tls}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        log.display(),
+        pki.s("localhost.pem"),
+        pki.s("localhost.key"),
+    );
+    let srv = Server::start_with_config(docroot(), &toml, &[]);
+    let ca = pki.s("ca.pem");
+    // v1, then v2 (IPv4, 198.51.100.9:40001 → 127.0.0.1:443).
+    let r = tls_after_header(&tls, &ca, b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n");
+    assert!(
+        r.starts_with("HTTP/1.1 200") && r.ends_with("hello world\n"),
+        "{r}"
+    );
+    let r = tls_after_header(&tls, &ca, &proxy_v2([198, 51, 100, 9], 40001, 443));
+    assert!(
+        r.starts_with("HTTP/1.1 200") && r.ends_with("hello world\n"),
+        "{r}"
+    );
+    let text = wait_for_lines(&log, 2, Duration::from_secs(10), |l| {
+        l.contains("GET /hello.txt")
+    });
+    for who in ["203.0.113.7 ", "198.51.100.9 "] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(who) && l.contains("\" 200 ")),
+            "{who}: {text}"
+        );
+    }
+    // A client talking TLS at once is not a balancer: closed, nothing served.
+    let r = tls_after_header(&tls, &ca, b"");
+    assert!(r.starts_with("failed"), "{r}");
+    // The plain listener is not a PROXY one.
+    assert_eq!(
+        srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .status,
+        200
+    );
+}

@@ -261,6 +261,11 @@ impl Worker {
         };
         c.rbuf.drain(..len);
         c.flags.set(Flags::PROXY_PENDING, false);
+        if let Some(t) = tls_of(&mut c.via) {
+            // HTTPS: what followed the header is the handshake's start, for rustls.
+            crate::tls::feed(&c.sock, t, &c.rbuf).map_err(|_| "bad TLS after the PROXY header")?;
+            c.rbuf.clear();
+        }
         let old = c.peer;
         // LOCAL / UNKNOWN: the balancer's own connection (a health check).
         let ip = source.map_or(old, |a| match a.ip() {

@@ -308,9 +308,15 @@ impl Worker {
         if c.flags.has(Flags::READ_BLOCKED) || c.rbuf.len() >= limit {
             return Go::On;
         }
+        // Behind a balancer, an HTTPS connection's PROXY header comes before its
+        // handshake: read raw until it is parsed (`proxy_header` then hands the
+        // rest to rustls).
+        let raw = c.flags.has(Flags::PROXY_PENDING);
         let got = match tls_of(&mut c.via) {
-            Some(t) => tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK),
-            None => read_into(
+            Some(t) if !raw => {
+                tls::read_into(&c.sock, t, &mut c.rbuf, &mut self.pool, limit, READ_CHUNK)
+            }
+            _ => read_into(
                 &mut c.sock,
                 &mut c.rbuf,
                 &mut self.pool,
