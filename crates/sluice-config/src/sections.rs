@@ -1,6 +1,10 @@
 //! The file's shape: every section and key, its type and default, as serde reads
 //! them (unknown keys are refused here). Bounded numbers and durations are checked
 //! while they are read (`de`); what needs several keys at once is `validate`'s.
+//!
+//! Over 600 lines on purpose: every key of the file with its documentation and
+//! default in one place, in the file's own order, is what a reader of this module
+//! comes for; split by section, the defaults would sit apart from their keys.
 
 use crate::error::Source;
 use serde::Deserialize;
