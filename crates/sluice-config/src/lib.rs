@@ -30,7 +30,8 @@
 //! The stages, each in its own file, each depending only on those before it:
 //! `bounds` (numeric limits as data) → `de` (reading one value: durations, listen
 //! addresses, bounded numbers) → `error` (messages, and where each key is in the
-//! file) → `sections` (the file's shape and defaults: the raw config) → `sites`
+//! file) → `sections` (the file's shape and defaults: the raw config; `include`
+//! expands the patterns of files whose `[[site]]`s join it) → `sites`
 //! (the `[[site]]`s resolved against the top level: the compiled per-site view) →
 //! `validate` (checks across keys: a raw [`Config`] becomes a [`Valid`]), and
 //! `restart` (which keys a reload cannot change). This file
@@ -39,6 +40,7 @@
 pub mod bounds;
 mod de;
 mod error;
+mod include;
 mod restart;
 mod sections;
 pub mod sites;
@@ -59,19 +61,7 @@ impl Config {
 
     /// Parse TOML text into the raw shape: every key read, no checks across keys.
     pub fn parse_raw(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let source = Source::index(origin, text);
-        let mut cfg: Config = toml::from_str(text).map_err(|e| {
-            // toml's message carries the span; turn it into "file:line: key: what".
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
-                .unwrap_or(0);
-            let msg = e.message().trim().to_string();
-            match source.key_at(line) {
-                Some(key) => ConfigError(format!("{origin}:{line}: {key}: {msg}")),
-                None => ConfigError(format!("{origin}:{line}: {msg}")),
-            }
-        })?;
+        let (mut cfg, source) = parse_toml::<Config>(text, origin)?;
         cfg.source = source;
         Ok(cfg)
     }
@@ -81,8 +71,9 @@ impl Config {
         Config::read(path)?.validate()
     }
 
-    /// Read and parse a config file into the raw shape; relative paths inside it
-    /// (root, rules files, certificates) are resolved against the file's directory.
+    /// Read and parse a config file into the raw shape, with the `[[site]]`s of the
+    /// files it includes after its own; relative paths inside each file (root, rules
+    /// files, certificates) are resolved against that file's directory.
     pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
@@ -108,16 +99,37 @@ impl Config {
             }
         }
         for s in cfg.site.iter_mut() {
-            if s.root.is_relative() {
-                s.root = base.join(&s.root);
-            }
-            for f in s.rules.iter_mut() {
-                if f.is_relative() {
-                    *f = base.join(&*f);
+            site_paths(s, base);
+        }
+        if !cfg.include.is_empty() {
+            cfg.read_includes(base)?;
+        }
+        Ok(cfg)
+    }
+
+    /// Append the `[[site]]`s of every file `include` names (see
+    /// [`Config::include`]), recording where each site was written.
+    fn read_includes(&mut self, base: &Path) -> Result<(), ConfigError> {
+        let own = std::sync::Arc::new(self.source.clone());
+        self.site_sources = (1..=self.site.len()).map(|k| (own.clone(), k)).collect();
+        for pattern in self.include.clone() {
+            let files = include::expand(base, &pattern)
+                .map_err(|e| self.source.error("include", format!("{pattern:?}: {e}")))?;
+            for file in files {
+                let origin = file.display().to_string();
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| ConfigError(format!("{origin}: cannot read: {e}")))?;
+                let (sites, source) = parse_toml::<sections::SitesFile>(&text, &origin)?;
+                let source = std::sync::Arc::new(source);
+                let dir = file.parent().unwrap_or(Path::new("."));
+                for (k, mut s) in sites.site.into_iter().enumerate() {
+                    site_paths(&mut s, dir);
+                    self.site.push(s);
+                    self.site_sources.push((source.clone(), k + 1));
                 }
             }
         }
-        Ok(cfg)
+        Ok(())
     }
 
     /// Number of worker threads after resolving `0` to the number of cores.
@@ -143,6 +155,40 @@ impl Config {
 
 fn text_mentions(text: &str, key: &str) -> bool {
     text.lines().any(|l| l.trim_start().starts_with(key))
+}
+
+/// Parse TOML text as `T`, with the index of where its keys are; a parse error is
+/// `origin:line: key: what`.
+fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+) -> Result<(T, Source), ConfigError> {
+    let source = Source::index(origin, text);
+    let value = toml::from_str(text).map_err(|e| {
+        // toml's message carries the span; turn it into "file:line: key: what".
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+            .unwrap_or(0);
+        let msg = e.message().trim().to_string();
+        match source.key_at(line) {
+            Some(key) => ConfigError(format!("{origin}:{line}: {key}: {msg}")),
+            None => ConfigError(format!("{origin}:{line}: {msg}")),
+        }
+    })?;
+    Ok((value, source))
+}
+
+/// A site's relative root and rules files, against the directory of its file.
+fn site_paths(s: &mut SiteSection, base: &Path) {
+    if s.root.is_relative() {
+        s.root = base.join(&s.root);
+    }
+    for f in s.rules.iter_mut() {
+        if f.is_relative() {
+            *f = base.join(&*f);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,5 +276,110 @@ mod tests {
             c.check().unwrap_err().0,
             "condition.cap_16: 0 is not a fraction in (0, 1]"
         );
+    }
+
+    /// A directory of config files for one test, removed when it ends.
+    struct Files(std::path::PathBuf);
+    impl Files {
+        fn new(tag: &str, files: &[(&str, &str)]) -> Files {
+            let d =
+                std::env::temp_dir().join(format!("sluice-config-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            for (name, text) in files {
+                let p = d.join(name);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, text).unwrap();
+            }
+            Files(d)
+        }
+        fn load(&self) -> Result<Valid, ConfigError> {
+            Config::load(&self.0.join("main.toml"))
+        }
+    }
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn included_files_add_sites_in_order_with_their_own_paths_and_lines() {
+        let f = Files::new(
+            "include",
+            &[
+                (
+                    "main.toml",
+                    "include = [\"sites.d/*.toml\", \"extra/one.toml\"]\n[[site]]\nnames = [\"main.example\"]\nroot = \"m\"\n",
+                ),
+                ("sites.d/b.toml", "[[site]]\nnames = [\"b.example\"]\nroot = \"b\"\nrules = [\"b.conf\"]\n"),
+                ("sites.d/a.toml", "[[site]]\nnames = [\"a.example\"]\nroot = \"/srv/a\"\n"),
+                ("sites.d/.a.toml.swp", "not toml at all ["),
+                ("sites.d/notes.txt", "not toml either ["),
+                ("extra/one.toml", "[[site]]\nnames = [\"one.example\"]\nroot = \"one\"\n"),
+            ],
+        );
+        let c = f.load().unwrap();
+        let names: Vec<&str> = c.site.iter().map(|s| s.names[0].as_str()).collect();
+        assert_eq!(
+            names,
+            ["main.example", "a.example", "b.example", "one.example"]
+        );
+        assert_eq!(c.site[0].root, f.0.join("m"));
+        assert_eq!(c.site[1].root, Path::new("/srv/a"));
+        assert_eq!(
+            c.site[2].root,
+            f.0.join("sites.d/b"),
+            "relative to its own file"
+        );
+        assert_eq!(c.site[2].rules, [f.0.join("sites.d/b.conf")]);
+        assert_eq!(c.site[3].root, f.0.join("extra/one"));
+        let (sites, idx) = sites::resolve(&c).unwrap();
+        assert_eq!(sites.len(), 5);
+        assert_eq!(idx.find(Some("b.example")), 3);
+
+        // Errors name the included file, its line, and the site's number in it.
+        let d = f.0.display();
+        for (name, text, want) in [
+            (
+                "sites.d/b.toml",
+                "[[site]]\nnames = [\"b.example\"]\nroot = \"b\"\n\n[[site]]\nnames = [\"a.example\"]\nroot = \"x\"\n",
+                format!("{d}/sites.d/b.toml:6: site[2].names: \"a.example\" is also in site[1] of {d}/sites.d/a.toml"),
+            ),
+            (
+                "sites.d/b.toml",
+                "[server]\nworkers = 1\n",
+                format!("{d}/sites.d/b.toml:1: server: unknown field `server`, expected `site`"),
+            ),
+            (
+                "sites.d/b.toml",
+                "[[site]]\nnames = [\"b.example\"]\nroot = \"b\"\nlisting = \"no\"\n",
+                format!("{d}/sites.d/b.toml:4: site[1].listing: invalid type"),
+            ),
+            (
+                "main.toml",
+                "include = [\"missing.toml\"]\n",
+                format!("{d}/main.toml:1: include: \"missing.toml\": {d}/missing.toml is not a file"),
+            ),
+            (
+                "main.toml",
+                "include = [\"*/x.toml\"]\n",
+                format!("{d}/main.toml:1: include: \"*/x.toml\": a * may be in the file name only"),
+            ),
+        ] {
+            let keep = std::fs::read_to_string(f.0.join(name)).unwrap();
+            std::fs::write(f.0.join(name), text).unwrap();
+            let e = f.load().unwrap_err();
+            assert!(e.0.starts_with(&want), "{text}:\n{e}\nwanted {want}");
+            std::fs::write(f.0.join(name), keep).unwrap();
+        }
+        // An empty directory of sites is no error.
+        let f = Files::new(
+            "include-empty",
+            &[
+                ("main.toml", "include = [\"sites.d/*.toml\"]\n"),
+                ("sites.d/README", ""),
+            ],
+        );
+        assert!(f.load().unwrap().site.is_empty());
     }
 }

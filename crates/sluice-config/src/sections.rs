@@ -490,6 +490,13 @@ pub enum KtlsMode {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Files whose `[[site]]` sections join this file's, read in order after it:
+    /// paths, or patterns with `*` in the file name (`"sites.d/*.toml"`: every
+    /// matching file but hidden ones, in name order; none is fine), relative to
+    /// this file. An included file holds `[[site]]` sections only (nginx's
+    /// `include sites-enabled/*;`, Apache's `IncludeOptional`). Read by
+    /// [`Config::read`] (a file's config), not by [`Config::parse`] (text).
+    pub include: Vec<String>,
     pub server: ServerSection,
     pub http: HttpSection,
     pub files: FilesSection,
@@ -503,6 +510,17 @@ pub struct Config {
     /// Where each key is in the file, for messages (not a key itself).
     #[serde(skip)]
     pub source: Source,
+    /// Where each of `site` was written when some come from included files: that
+    /// file's keys and the site's number in it (empty: all in this file).
+    #[serde(skip)]
+    pub site_sources: Vec<(std::sync::Arc<Source>, usize)>,
+}
+
+/// An included file: `[[site]]` sections and nothing else.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct SitesFile {
+    pub site: Vec<SiteSection>,
 }
 
 impl Default for ServerSection {

@@ -93,14 +93,12 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
     let mut idx = HostIndex::default();
     let mut seen: HashMap<String, String> = HashMap::new();
     for (n, s) in cfg.site.iter().enumerate() {
-        let what = format!("site[{}]", n + 1);
+        let what = cfg.site_name(n);
         if s.names.is_empty() && !s.default {
-            return Err(cfg
-                .source
-                .error(&what, "names = [...] is needed (or default = true)"));
+            return Err(cfg.site_error(n, "", "names = [...] is needed (or default = true)"));
         }
         if s.root.as_os_str().is_empty() {
-            return Err(cfg.source.error(&what, "root is needed"));
+            return Err(cfg.site_error(n, "", "root is needed"));
         }
         let site_no = sites.len();
         let mut names = Vec::new();
@@ -113,16 +111,14 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
             {
-                return Err(cfg.source.error(
-                    &format!("{what}.names"),
+                return Err(cfg.site_error(
+                    n,
+                    ".names",
                     format!("{name:?}: a host name, or *.domain for its subdomains"),
                 ));
             }
             if let Some(other) = seen.insert(name.clone(), what.clone()) {
-                return Err(cfg.source.error(
-                    &format!("{what}.names"),
-                    format!("{name:?} is also in {other}"),
-                ));
+                return Err(cfg.site_error(n, ".names", format!("{name:?} is also in {other}")));
             }
             match name.strip_prefix('*') {
                 Some(suffix) => idx.wildcard.push((suffix.to_string(), site_no)),
@@ -134,9 +130,13 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
         }
         if s.default {
             if idx.default != 0 {
-                return Err(cfg.source.error(
-                    &format!("{what}.default"),
-                    format!("true, but site[{}] already is the default", idx.default),
+                return Err(cfg.site_error(
+                    n,
+                    ".default",
+                    format!(
+                        "true, but {} already is the default",
+                        cfg.site_name(idx.default - 1)
+                    ),
                 ));
             }
             idx.default = site_no;
@@ -144,11 +144,7 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
         let files = site_files(&cfg.files, s);
         let access_log = match s.access_log.as_deref() {
             Some("off") => None,
-            Some("") => {
-                return Err(cfg
-                    .source
-                    .error(&format!("{what}.access_log"), "empty path (use \"off\")"))
-            }
+            Some("") => return Err(cfg.site_error(n, ".access_log", "empty path (use \"off\")")),
             Some(p) => Some(p.to_string()),
             None => main_log.clone(),
         };
@@ -165,6 +161,37 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
     idx.wildcard
         .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
     Ok((sites, idx))
+}
+
+impl Config {
+    /// The file that has `self.site[n]`, and the site's number in it (from 1).
+    fn site_at(&self, n: usize) -> (&crate::Source, usize) {
+        match self.site_sources.get(n) {
+            Some((src, k)) => (src, *k),
+            None => (&self.source, n + 1),
+        }
+    }
+
+    /// How messages name `self.site[n]`: `site[2]`, or `site[1] of FILE` for a
+    /// site from an included file.
+    pub(crate) fn site_name(&self, n: usize) -> String {
+        match self.site_at(n) {
+            (src, k) if src.origin != self.source.origin => format!("site[{k}] of {}", src.origin),
+            (_, k) => format!("site[{k}]"),
+        }
+    }
+
+    /// `FILE:LINE: site[k]KEY: msg` for `self.site[n]`, in the file it was written
+    /// in (`key` is `""` or `".names"` and the like).
+    pub(crate) fn site_error(
+        &self,
+        n: usize,
+        key: &str,
+        msg: impl std::fmt::Display,
+    ) -> ConfigError {
+        let (src, k) = self.site_at(n);
+        src.error(&format!("site[{k}]{key}"), msg)
+    }
 }
 
 /// A site's file settings: `[files]` with what the site says over it. Settings

@@ -523,3 +523,62 @@ value = "public, max-age=31536000, immutable"
         "{r}"
     );
 }
+
+/// The way a box with many sites is run: one file per site in `sites.d/`, named by
+/// `include`; a new file and a reload add its site, a broken one is refused with
+/// its own name and line while the sites already serving go on.
+#[test]
+fn sites_from_included_files_and_a_reload_that_adds_one() {
+    let d = docroot();
+    let base = d.path().to_path_buf();
+    for (dir, text) in [("www-a", "site a\n"), ("www-b", "site b\n")] {
+        std::fs::create_dir_all(base.join(".sites.d").join(dir)).unwrap();
+        std::fs::write(base.join(".sites.d").join(dir).join("who.txt"), text).unwrap();
+    }
+    std::fs::write(
+        base.join(".sites.d/a.toml"),
+        "[[site]]\nnames = [\"a.example.org\"]\nroot = \"www-a\"\n",
+    )
+    .unwrap();
+    let toml = "include = [\".sites.d/*.toml\"]\n";
+    let srv = Server::start_with_config(d, toml, &[]);
+    assert_eq!(
+        get(&srv, Some("a.example.org"), "/who.txt").text(),
+        "site a\n",
+        "the included site, its root relative to its own file"
+    );
+    assert_eq!(get(&srv, Some("b.example.org"), "/who.txt").status, 404);
+    // A new file: served after a reload.
+    std::fs::write(
+        base.join(".sites.d/b.toml"),
+        "[[site]]\nnames = [\"b.example.org\"]\nroot = \"www-b\"\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reloaded configuration");
+    assert_eq!(
+        get(&srv, Some("b.example.org"), "/who.txt").text(),
+        "site b\n"
+    );
+    // A broken one: refused with its file and line; both sites keep serving.
+    std::fs::write(
+        base.join(".sites.d/c.toml"),
+        "[[site]]\nnames = [\"a.example.org\"]\nroot = \"www-b\"\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "reload failed");
+    let err = srv.stderr();
+    assert!(
+        err.contains(".sites.d/c.toml:2: site[1].names: \"a.example.org\" is also in site[1] of "),
+        "{err}"
+    );
+    assert_eq!(
+        get(&srv, Some("a.example.org"), "/who.txt").text(),
+        "site a\n"
+    );
+    assert_eq!(
+        get(&srv, Some("b.example.org"), "/who.txt").text(),
+        "site b\n"
+    );
+}
