@@ -234,6 +234,90 @@ pub(crate) fn header_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D:
     Ok(v)
 }
 
+/// Headers sluice writes itself (or that would change how the answer is framed or
+/// coded): a `[files.headers]` rule may not set them. `Cache-Control` has its own
+/// rules (`[files] cache_control`).
+const OWN_HEADERS: [&str; 18] = [
+    "accept-ranges",
+    "cache-control",
+    "connection",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "date",
+    "etag",
+    "keep-alive",
+    "last-modified",
+    "location",
+    "retry-after",
+    "server",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "vary",
+];
+
+/// At most this many `[files.headers]` rules (each costs every file answer two
+/// comparisons).
+pub(crate) const HEADER_RULES_MAX: usize = 64;
+
+/// `[[files.headers]]`: at most [`HEADER_RULES_MAX`] rules (each rule's name and
+/// value are checked as they are read: [`header_name`], [`extra_header_value`]).
+pub(crate) fn header_rules<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<crate::HeaderRule>, D::Error> {
+    let rules = Vec::<crate::HeaderRule>::deserialize(d)?;
+    if rules.len() > HEADER_RULES_MAX {
+        return Err(serde::de::Error::custom(format!(
+            "{} rules: at most {HEADER_RULES_MAX}",
+            rules.len()
+        )));
+    }
+    Ok(rules)
+}
+
+/// A `[[files.headers]]` rule's name: a token (RFC 9110 §5.6.2) of at most 64
+/// bytes that is not one of [`OWN_HEADERS`].
+pub(crate) fn header_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    let n = String::deserialize(d)?;
+    let token = (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !token {
+        return Err(D::Error::custom(format!("{n:?}: not a header name")));
+    }
+    if OWN_HEADERS.contains(&n.to_ascii_lowercase().as_str()) {
+        return Err(D::Error::custom(format!(
+            "{n:?}: sluice writes this header itself"
+        )));
+    }
+    Ok(n)
+}
+
+/// A `[[files.headers]]` rule's value: 1 to 1,024 bytes of visible ASCII and
+/// spaces, none at either end (`"*"` is a value).
+pub(crate) fn extra_header_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let v = String::deserialize(d)?;
+    if !((1..=1024).contains(&v.len())
+        && v.trim() == v
+        && v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+    {
+        return Err(serde::de::Error::custom(format!(
+            "{v:?}: a value is 1 to 1,024 characters of visible ASCII and spaces"
+        )));
+    }
+    Ok(v)
+}
+
+/// [`header_rules`] for a `[[site]]`, where an absent key keeps `[files]`'s.
+pub(crate) fn header_rules_some<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<crate::HeaderRule>>, D::Error> {
+    header_rules(d).map(Some)
+}
+
 /// A path prefix: a URL path from the root, so it starts with `/`.
 pub(crate) fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let p = String::deserialize(d)?;

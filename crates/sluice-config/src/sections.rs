@@ -203,6 +203,13 @@ pub struct FilesSection {
     /// the site's root gives the value (nginx's `expires`, Apache's mod_expires and
     /// `Header set Cache-Control`). No rule matches: no header, as before.
     pub cache_control: Vec<CacheControlRule>,
+    /// More headers for files' answers (200, 206, 304), by path: every rule whose
+    /// `prefix` and `suffix` match adds its header (the first such rule for a name
+    /// wins), e.g. `Access-Control-Allow-Origin: *` on a mirror's trees (nginx's
+    /// `add_header`, Apache's `Header set`). Headers sluice writes itself are
+    /// refused (`de::header_rule`). At most 64 rules.
+    #[serde(deserialize_with = "crate::de::header_rules")]
+    pub headers: Vec<HeaderRule>,
     /// The body of a 403, 404 or 410 from a file under the site's root, keyed by
     /// status: `{ 404 = "/errors/404.html" }` (Apache's `ErrorDocument`, nginx's
     /// `error_page`). The answer keeps its status and takes the page's type; a
@@ -224,6 +231,24 @@ pub struct CacheControlRule {
     pub suffix: String,
     /// The header's value, e.g. `"public, max-age=31536000, immutable"`.
     #[serde(deserialize_with = "crate::de::header_value")]
+    pub value: String,
+}
+
+/// One `[[files.headers]]` rule (see [`FilesSection::headers`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRule {
+    /// The path starts with this (from the root, with its leading `/`).
+    #[serde(default, deserialize_with = "crate::de::path_prefix")]
+    pub prefix: String,
+    /// The path ends with this.
+    #[serde(default)]
+    pub suffix: String,
+    /// The header's name, e.g. `"Access-Control-Allow-Origin"`.
+    #[serde(deserialize_with = "crate::de::header_name")]
+    pub name: String,
+    /// Its value, e.g. `"*"`.
+    #[serde(deserialize_with = "crate::de::extra_header_value")]
     pub value: String,
 }
 
@@ -580,6 +605,7 @@ impl Default for FilesSection {
             disk_lookup_max: Duration::from_millis(1),
             types: Default::default(),
             cache_control: Vec::new(),
+            headers: Vec::new(),
             error_pages: Default::default(),
         }
     }
@@ -609,7 +635,8 @@ pub struct SiteSection {
     /// This site's own values of `[files]` settings that are about its files (the
     /// rest, such as caches, I/O and disk threads, are the whole server's). Each one
     /// absent keeps `[files]`'s: `listing`, `hidden`, `index`, `symlinks`,
-    /// `precompressed`, `compress_listings` and `cache_control` replace it; `types`
+    /// `precompressed`, `compress_listings`, `cache_control` and `headers` replace
+    /// it; `types`
     /// and `error_pages` are merged over it, key by key (`sites::resolve`).
     pub listing: Option<bool>,
     pub hidden: Option<bool>,
@@ -619,6 +646,8 @@ pub struct SiteSection {
     pub precompressed: Option<bool>,
     pub compress_listings: Option<bool>,
     pub cache_control: Option<Vec<CacheControlRule>>,
+    #[serde(deserialize_with = "crate::de::header_rules_some")]
+    pub headers: Option<Vec<HeaderRule>>,
     #[serde(deserialize_with = "crate::de::types")]
     pub types: std::collections::BTreeMap<String, String>,
     #[serde(deserialize_with = "crate::de::error_pages")]

@@ -212,6 +212,9 @@ fn site_files(main: &FilesSection, s: &SiteSection) -> FilesSection {
     if let Some(c) = &s.cache_control {
         f.cache_control = c.clone();
     }
+    if let Some(h) = &s.headers {
+        f.headers = h.clone();
+    }
     f.types
         .extend(s.types.iter().map(|(k, v)| (k.clone(), v.clone())));
     f.error_pages
@@ -303,6 +306,9 @@ error_pages = { 404 = "/.errors/404.html", 403 = "/.errors/403.html" }
 [[files.cache_control]]
 suffix = ".deb"
 value = "max-age=86400"
+[[files.headers]]
+name = "Access-Control-Allow-Origin"
+value = "*"
 
 [[site]]
 names = ["www.example.org"]
@@ -316,6 +322,9 @@ error_pages = { 404 = "/errors/missing.html" }
 [[site.cache_control]]
 prefix = "/assets/"
 value = "public, max-age=31536000, immutable"
+[[site.headers]]
+name = "X-Robots-Tag"
+value = "noindex"
 
 [[site]]
 names = ["mirror.example.org"]
@@ -332,6 +341,8 @@ root = "/mirror"
         assert!(!www.precompressed && !www.compress_listings);
         assert_eq!(www.cache_control.len(), 1);
         assert_eq!(www.cache_control[0].prefix, "/assets/");
+        assert_eq!(www.headers.len(), 1);
+        assert_eq!(www.headers[0].name, "X-Robots-Tag");
         // The maps: merged, the site's key winning, the main's others kept.
         assert_eq!(www.types["deb"], "application/vnd.debian.binary-package");
         assert_eq!(www.types["md"], "text/markdown");
@@ -344,6 +355,7 @@ root = "/mirror"
             assert_eq!(f.symlinks, crate::SymlinkPolicy::InsideRoot);
             assert!(f.precompressed && f.compress_listings);
             assert_eq!(f.cache_control[0].suffix, ".deb");
+            assert_eq!(f.headers[0].value, "*");
             assert_eq!(f.types.len(), 2);
             assert_eq!(f.error_pages[&404], "/.errors/404.html");
         }

@@ -1,42 +1,78 @@
-//! What a file's answers tell HTTP caches: `[files] cache_control`, the operator's
-//! `Cache-Control` by path (nginx's `expires`, Apache's mod_expires).
+//! What a file's answers carry by path beyond their own headers: `[files]
+//! cache_control`, the operator's `Cache-Control` (nginx's `expires`, Apache's
+//! mod_expires), and `[files] headers`, any other header the operator adds
+//! (`Access-Control-Allow-Origin`, `X-Robots-Tag`: nginx's `add_header`, Apache's
+//! `Header set`).
 //!
-//! Owns: the rules, in their order, and the choice of the first that matches.
-//! Must not: add the header to anything but a file's own answers (200, 206, 304:
+//! Owns: both rule lists, in their order, and which rules match a path: the first
+//! `cache_control` rule; every `headers` rule, the first for each name.
+//! Must not: add them to anything but a file's own answers (200, 206, 304:
 //! RFC 9110 §15.4.5 has a 304 carry what its 200 would); listings, errors and
 //! redirects keep theirs.
 //! Costs: nothing without rules; with them, one prefix and one suffix comparison
-//! per rule tried, on the full path only (a kept answer carries the header in its
-//! bytes).
+//! per rule tried, on the full path only (a kept answer carries the headers in its
+//! bytes). A `headers` rule's line is written once, when the handler is built.
 
-use sluice_config::CacheControlRule;
+use sluice_config::{CacheControlRule, HeaderRule};
 
 #[derive(Debug, Default)]
-pub struct CacheControl {
+pub struct PathHeaders {
     /// (prefix without its leading `/`, as the handler's paths are; suffix; value)
-    rules: Vec<(String, String, String)>,
+    cache_control: Vec<(String, String, String)>,
+    /// (prefix, suffix, the whole line `Name: value\r\n`, the index of the first
+    /// rule with the same name: a later rule for a name matched already is skipped)
+    headers: Vec<(String, String, Vec<u8>, usize)>,
 }
 
-impl CacheControl {
-    pub fn new(rules: &[CacheControlRule]) -> CacheControl {
-        CacheControl {
-            rules: rules
+impl PathHeaders {
+    pub fn new(cache_control: &[CacheControlRule], headers: &[HeaderRule]) -> PathHeaders {
+        let bare = |p: &str| p.strip_prefix('/').unwrap_or(p).to_string();
+        PathHeaders {
+            cache_control: cache_control
+                .iter()
+                .map(|r| (bare(&r.prefix), r.suffix.clone(), r.value.clone()))
+                .collect(),
+            headers: headers
                 .iter()
                 .map(|r| {
-                    let prefix = r.prefix.strip_prefix('/').unwrap_or(&r.prefix);
-                    (prefix.to_string(), r.suffix.clone(), r.value.clone())
+                    let first = headers
+                        .iter()
+                        .position(|o| o.name.eq_ignore_ascii_case(&r.name))
+                        .unwrap_or(0);
+                    let line = format!("{}: {}\r\n", r.name, r.value).into_bytes();
+                    (bare(&r.prefix), r.suffix.clone(), line, first)
                 })
                 .collect(),
         }
     }
 
-    /// The value for the file at `rel` (its path from the root, without the
-    /// leading `/`), if a rule matches.
-    pub fn for_path(&self, rel: &str) -> Option<&str> {
-        self.rules
+    /// The `Cache-Control` value for the file at `rel` (its path from the root,
+    /// without the leading `/`), if a rule matches.
+    pub fn cache_control(&self, rel: &str) -> Option<&str> {
+        self.cache_control
             .iter()
             .find(|(p, s, _)| rel.starts_with(p.as_str()) && rel.ends_with(s.as_str()))
             .map(|(_, _, v)| v.as_str())
+    }
+
+    /// The other headers' lines for the file at `rel`, in rule order, each name
+    /// once (its first matching rule's). Rules are at most 64, so which names are
+    /// taken fits in one word.
+    pub fn headers<'a>(&'a self, rel: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let mut taken = 0u64;
+        self.headers.iter().filter_map(move |(p, s, line, first)| {
+            let bit = 1u64 << (*first % 64);
+            if taken & bit != 0 || !rel.starts_with(p.as_str()) || !rel.ends_with(s.as_str()) {
+                return None;
+            }
+            taken |= bit;
+            Some(line.as_slice())
+        })
+    }
+
+    /// Whether there are any rules at all (the handler skips the lookups if not).
+    pub fn is_empty(&self) -> bool {
+        self.cache_control.is_empty() && self.headers.is_empty()
     }
 }
 
@@ -51,22 +87,72 @@ mod tests {
             suffix: suffix.into(),
             value: value.into(),
         };
-        let cc = CacheControl::new(&[
-            rule("/debian/dists/", "/InRelease", "max-age=120"),
-            rule("/debian/", "", "max-age=86400"),
-            rule("", ".html", "no-cache"),
-        ]);
+        let cc = PathHeaders::new(
+            &[
+                rule("/debian/dists/", "/InRelease", "max-age=120"),
+                rule("/debian/", "", "max-age=86400"),
+                rule("", ".html", "no-cache"),
+            ],
+            &[],
+        );
         assert_eq!(
-            cc.for_path("debian/dists/stable/InRelease"),
+            cc.cache_control("debian/dists/stable/InRelease"),
             Some("max-age=120")
         );
         assert_eq!(
-            cc.for_path("debian/dists/stable/Release"),
+            cc.cache_control("debian/dists/stable/Release"),
             Some("max-age=86400")
         );
-        assert_eq!(cc.for_path("debian/index.html"), Some("max-age=86400"));
-        assert_eq!(cc.for_path("about/index.html"), Some("no-cache"));
-        assert_eq!(cc.for_path("about/logo.png"), None);
-        assert_eq!(CacheControl::default().for_path("debian/x"), None);
+        assert_eq!(cc.cache_control("debian/index.html"), Some("max-age=86400"));
+        assert_eq!(cc.cache_control("about/index.html"), Some("no-cache"));
+        assert_eq!(cc.cache_control("about/logo.png"), None);
+        assert_eq!(PathHeaders::default().cache_control("debian/x"), None);
+    }
+
+    #[test]
+    fn every_matching_header_rule_adds_its_line_each_name_once() {
+        let rule = |prefix: &str, suffix: &str, name: &str, value: &str| HeaderRule {
+            prefix: prefix.into(),
+            suffix: suffix.into(),
+            name: name.into(),
+            value: value.into(),
+        };
+        let h = PathHeaders::new(
+            &[],
+            &[
+                rule("/debian/pool/", "", "X-Robots-Tag", "noindex"),
+                rule("/", "", "Access-Control-Allow-Origin", "*"),
+                rule("/debian/", "", "x-robots-tag", "none"),
+                rule("", ".iso", "Content-Disposition", "attachment"),
+            ],
+        );
+        let lines = |rel| -> Vec<String> {
+            h.headers(rel)
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect()
+        };
+        assert_eq!(
+            lines("debian/pool/main/a.deb"),
+            [
+                "X-Robots-Tag: noindex\r\n",
+                "Access-Control-Allow-Origin: *\r\n"
+            ],
+            "the first rule for a name wins, whatever its case"
+        );
+        assert_eq!(
+            lines("debian/dists/Release"),
+            [
+                "Access-Control-Allow-Origin: *\r\n",
+                "x-robots-tag: none\r\n"
+            ]
+        );
+        assert_eq!(
+            lines("cd/x.iso"),
+            [
+                "Access-Control-Allow-Origin: *\r\n",
+                "Content-Disposition: attachment\r\n"
+            ]
+        );
+        assert!(PathHeaders::default().headers("x").next().is_none());
     }
 }

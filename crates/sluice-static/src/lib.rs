@@ -58,8 +58,9 @@ pub struct StaticHandler {
     cold: Option<cold::ColdLookup>,
     /// Listings' entries the disk threads read for this handler.
     read_listings: Arc<cold::ReadListings>,
-    /// The operator's `Cache-Control` by path (`[files] cache_control`).
-    caching: caching::CacheControl,
+    /// The operator's `Cache-Control` and other headers by path (`[files]
+    /// cache_control`, `headers`).
+    caching: caching::PathHeaders,
     /// The operator's pages for 403, 404 and 410 (`[files] error_pages`), by
     /// status, as normalized paths from the root (`errors.rs`).
     error_pages: Vec<(u16, Rc<str>)>,
@@ -75,7 +76,7 @@ impl StaticHandler {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        let caching = caching::CacheControl::new(&cfg.cache_control);
+        let caching = caching::PathHeaders::new(&cfg.cache_control, &cfg.headers);
         let error_pages = cfg
             .error_pages
             .iter()
@@ -210,7 +211,7 @@ impl StaticHandler {
             Entry::File(_) if norm.trailing_slash => self.error(404, None, head, now),
             Entry::File(info) => {
                 let mut r = self.file_or_sibling(head, &norm.rel, info, now);
-                self.add_cache_control(&norm.rel, &mut r);
+                self.add_path_headers(&norm.rel, &mut r);
                 return r;
             }
             // A directory asked for without the slash the request itself ends in
@@ -269,7 +270,7 @@ impl StaticHandler {
             match entry {
                 Entry::File(info) => {
                     let mut r = self.file_or_sibling(head, &idx, info, now);
-                    self.add_cache_control(&idx, &mut r);
+                    self.add_path_headers(&idx, &mut r);
                     return keep_until(r, read_until);
                 }
                 Entry::Cold => return cold_answer(),

@@ -18,13 +18,18 @@ use sluice_http::RequestHead;
 use std::rc::Rc;
 
 impl StaticHandler {
-    /// The operator's `Cache-Control` for the file at `rel` ([`crate::caching`]) on
-    /// `r`, its answer, when that is the file's own (200, 206, 304).
-    pub(crate) fn add_cache_control(&self, rel: &str, r: &mut Response) {
-        if let Some(v) = self.caching.for_path(rel) {
-            if matches!(r.status, 200 | 206 | 304) {
-                r.headers.add("Cache-Control", v);
-            }
+    /// The operator's `Cache-Control` and other headers for the file at `rel`
+    /// ([`crate::caching`]) on `r`, its answer, when that is the file's own (200,
+    /// 206, 304).
+    pub(crate) fn add_path_headers(&self, rel: &str, r: &mut Response) {
+        if self.caching.is_empty() || !matches!(r.status, 200 | 206 | 304) {
+            return;
+        }
+        if let Some(v) = self.caching.cache_control(rel) {
+            r.headers.add("Cache-Control", v);
+        }
+        for line in self.caching.headers(rel) {
+            r.headers.add_lines(line);
         }
     }
 

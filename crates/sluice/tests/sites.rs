@@ -413,7 +413,7 @@ root = "bare"
 }
 
 #[test]
-fn a_site_has_its_own_index_types_cache_control_pages_and_symlinks() {
+fn a_site_has_its_own_index_types_headers_pages_and_symlinks() {
     if !curl_available() {
         panic!("curl is needed (scripts/test.sh installs it)");
     }
@@ -443,6 +443,9 @@ error_pages = { 404 = "/.errors/404.html", 403 = "/.errors/403.html" }
 [[files.cache_control]]
 suffix = ".deb"
 value = "max-age=86400"
+[[files.headers]]
+name = "Access-Control-Allow-Origin"
+value = "*"
 
 [[site]]
 names = ["www.example.org"]
@@ -456,6 +459,10 @@ error_pages = { 404 = "/.errors/gone.html" }
 [[site.cache_control]]
 prefix = "/assets/"
 value = "public, max-age=31536000, immutable"
+[[site.headers]]
+prefix = "/assets/"
+name = "X-Robots-Tag"
+value = "noindex"
 "#;
     let srv = Server::start_with_config(d, toml, &[]);
     let ask = |host: &str, path: &str, extra: &[&str]| {
@@ -491,6 +498,25 @@ value = "public, max-age=31536000, immutable"
         "{r}"
     );
     assert!(!ask(m, "/assets/app.js", &[]).contains("cache-control"));
+    // Other headers: on a file's own answers (200, 206, 304, HEAD), not on errors
+    // or listings; the site's list replaces the main's.
+    let cors = "access-control-allow-origin: *\n";
+    assert!(ask(m, "/a.deb", &[]).contains(cors));
+    assert!(ask(m, "/a.deb", &["-I"]).contains(cors));
+    assert!(ask(m, "/a.deb", &["-r", "0-1"]).contains(cors));
+    let r = ask(
+        m,
+        "/a.deb",
+        &["-H", "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT"],
+    );
+    assert!(r.starts_with("http/1.1 304") && r.contains(cors), "{r}");
+    assert!(!ask(m, "/missing", &[]).contains("access-control"));
+    assert!(!ask(w, "/a.deb", &[]).contains("access-control"));
+    let r = ask(w, "/assets/app.js", &[]);
+    assert!(
+        r.contains("x-robots-tag: noindex\n") && !r.contains("access-control"),
+        "{r}"
+    );
     // Error pages: merged; the site's 404, the main's 403 path in the site's root.
     let r = ask(w, "/missing", &[]);
     assert!(
