@@ -161,17 +161,39 @@ pub(crate) fn index<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::E
         )));
     }
     for n in &names {
-        let plain = (1..=255).contains(&n.len())
-            && !matches!(n.as_str(), "." | "..")
-            && !n.contains(['/', '\\'])
-            && n.bytes().all(|b| b >= b' ' && b != 0x7f);
-        if !plain {
+        if !file_name_ok(n) {
             return Err(D::Error::custom(format!(
                 "{n:?}: an index is a file name in the directory, such as \"index.html\""
             )));
         }
     }
     Ok(names)
+}
+
+/// One plain file name: up to 255 bytes, no `/`, not `.` or `..`, no control
+/// characters.
+fn file_name_ok(n: &str) -> bool {
+    (1..=255).contains(&n.len())
+        && !matches!(n, "." | "..")
+        && !n.contains(['/', '\\'])
+        && n.bytes().all(|b| b >= b' ' && b != 0x7f)
+}
+
+/// `[files] listing_header` / `listing_readme`: a file name in the listed
+/// directory, or `""` for none.
+pub(crate) fn note_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let n = String::deserialize(d)?;
+    if !n.is_empty() && !file_name_ok(&n) {
+        return Err(serde::de::Error::custom(format!(
+            "{n:?}: a file name in the listed directory, such as \"README.txt\", or \"\""
+        )));
+    }
+    Ok(n)
+}
+
+/// [`note_name`] for a `[[site]]`, where an absent key keeps `[files]`'s.
+pub(crate) fn note_name_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    note_name(d).map(Some)
 }
 
 /// [`index`] for a `[[site]]`, where an absent key keeps `[files]`'s.

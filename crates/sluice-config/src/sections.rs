@@ -157,6 +157,15 @@ pub struct FilesSection {
     /// Names tried in a directory, in order, before its listing: plain file names.
     #[serde(deserialize_with = "crate::de::index")]
     pub index: Vec<String>,
+    /// A file of the listed directory shown above its listing's table (Apache's
+    /// `HeaderName`), and one shown below it (`ReadmeName`): `""` for none. A name
+    /// ending `.html` or `.htm` is the page's HTML as it is (under the listing's
+    /// policy: no script); any other is text, shown as it is in `<pre>`. Only
+    /// files kept in memory (`small_file_max`) are shown.
+    #[serde(deserialize_with = "crate::de::note_name")]
+    pub listing_header: String,
+    #[serde(deserialize_with = "crate::de::note_name")]
+    pub listing_readme: String,
     /// How long a cached open file / stat result is trusted, and a built directory
     /// listing kept (per URL and form) before it is built again.
     #[serde(deserialize_with = "crate::de::duration")]
@@ -595,6 +604,8 @@ impl Default for FilesSection {
             hidden: false,
             listing: true,
             index: vec!["index.html".into()],
+            listing_header: String::new(),
+            listing_readme: String::new(),
             cache_validity: Duration::from_secs(1),
             cache_entries: 16_384,
             small_file_max: 16 * 1024,
@@ -634,14 +645,18 @@ pub struct SiteSection {
     pub lenient: bool,
     /// This site's own values of `[files]` settings that are about its files (the
     /// rest, such as caches, I/O and disk threads, are the whole server's). Each one
-    /// absent keeps `[files]`'s: `listing`, `hidden`, `index`, `symlinks`,
-    /// `precompressed`, `compress_listings`, `cache_control` and `headers` replace
-    /// it; `types`
+    /// absent keeps `[files]`'s: `listing`, `hidden`, `index`, `listing_header`,
+    /// `listing_readme`, `symlinks`, `precompressed`, `compress_listings`,
+    /// `cache_control` and `headers` replace it; `types`
     /// and `error_pages` are merged over it, key by key (`sites::resolve`).
     pub listing: Option<bool>,
     pub hidden: Option<bool>,
     #[serde(deserialize_with = "crate::de::index_some")]
     pub index: Option<Vec<String>>,
+    #[serde(deserialize_with = "crate::de::note_name_some")]
+    pub listing_header: Option<String>,
+    #[serde(deserialize_with = "crate::de::note_name_some")]
+    pub listing_readme: Option<String>,
     pub symlinks: Option<SymlinkPolicy>,
     pub precompressed: Option<bool>,
     pub compress_listings: Option<bool>,

@@ -209,6 +209,12 @@ fn site_files(main: &FilesSection, s: &SiteSection) -> FilesSection {
     if let Some(i) = &s.index {
         f.index = i.clone();
     }
+    if let Some(h) = &s.listing_header {
+        f.listing_header = h.clone();
+    }
+    if let Some(r) = &s.listing_readme {
+        f.listing_readme = r.clone();
+    }
     if let Some(c) = &s.cache_control {
         f.cache_control = c.clone();
     }

@@ -311,6 +311,32 @@ impl StaticHandler {
         // Keyed and titled by the directory's normalized path, never the request's
         // spelling of it: `/pub/a/../`, `/pub/b/../`, `//pub/` are one page, not a
         // new build (and a cache flush) each.
+        // The operator's notes (above and below the table), from the file cache
+        // like any small file: one that would wait for the disk is read by a disk
+        // thread first; the answer is kept no longer than their entries.
+        let mut notes: [Option<listing::Note>; 2] = [None, None];
+        if !json {
+            let names = [&self.cfg.listing_header, &self.cfg.listing_readme];
+            for (i, name) in names.map(|n| n.clone()).into_iter().enumerate() {
+                if name.is_empty() {
+                    continue;
+                }
+                let path = if rel.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{rel}/{name}")
+                };
+                let (entry, until) = self.lookup(&path, now);
+                read_until = read_until.min(until);
+                match entry {
+                    Entry::File(info) => {
+                        notes[i] = info.data.clone().map(|d| listing::Note::new(&name, d));
+                    }
+                    Entry::Cold => return cold_answer(),
+                    _ => {}
+                }
+            }
+        }
         let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
         let (gate, ready) = (self.cache.gate(), &self.read_listings);
@@ -330,7 +356,13 @@ impl StaticHandler {
                 } else {
                     format!("/{rel}/")
                 };
-                listing::html(title.as_bytes(), &items, key, desc)
+                listing::html(
+                    title.as_bytes(),
+                    &items,
+                    key,
+                    desc,
+                    [notes[0].as_ref(), notes[1].as_ref()],
+                )
             })
         });
         if stopped {

@@ -34,11 +34,42 @@ const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:2em}table{bo
 td,th{padding:.2em 1.2em .2em 0;text-align:left}td.s{text-align:right;font-variant-numeric:tabular-nums}\
 tr:hover{background:#f3f3f3}a{text-decoration:none}";
 
-/// No scripts, no plugins, no frames, no foreign anything: only links and the
-/// page's own stylesheet (`STYLE`).
+/// No scripts, no plugins, no frames, no foreign anything: only links, the page's
+/// own stylesheet (`STYLE`), and images from the site itself (an operator's
+/// header note may show its logo).
 pub const CSP: &str =
     "default-src 'none'; style-src 'sha256-1BT+G5vBsg15rs1DhTnXAi4lcrTLwI/RP7FfiiIyxeo='; \
-base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
+img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
+
+/// An operator's note shown with a listing (`[files] listing_header` above the
+/// table, `listing_readme` below it): the file's bytes, and whether they are HTML
+/// (inserted as they are) or text (escaped, in `<pre>`).
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub bytes: Rc<[u8]>,
+    pub html: bool,
+}
+
+impl Note {
+    /// The note for a file named `name` holding `bytes`: HTML by its name.
+    pub fn new(name: &str, bytes: Rc<[u8]>) -> Note {
+        let lower = name.to_ascii_lowercase();
+        let html = lower.ends_with(".html") || lower.ends_with(".htm");
+        Note { bytes, html }
+    }
+
+    fn render(&self, out: &mut String) {
+        let text = String::from_utf8_lossy(&self.bytes);
+        if self.html {
+            out.push_str(&text);
+            out.push('\n');
+        } else {
+            out.push_str("<pre>");
+            html_escape(&text, out);
+            out.push_str("</pre>\n");
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Item {
@@ -183,8 +214,15 @@ pub fn json(items: &[Item]) -> Vec<u8> {
     out
 }
 
-/// The HTML page. `url_path` is the directory's normalized path (shown as the title).
-pub fn html(url_path: &[u8], items: &[Item], key: SortKey, desc: bool) -> Vec<u8> {
+/// The HTML page. `url_path` is the directory's normalized path (shown as the
+/// title); `notes` are the operator's header and readme, if the directory has them.
+pub fn html(
+    url_path: &[u8],
+    items: &[Item],
+    key: SortKey,
+    desc: bool,
+    notes: [Option<&Note>; 2],
+) -> Vec<u8> {
     let mut s = String::with_capacity(512 + items.len() * 160);
     let mut title = String::new();
     html_escape(&visible(url_path), &mut title);
@@ -194,7 +232,11 @@ pub fn html(url_path: &[u8], items: &[Item], key: SortKey, desc: bool) -> Vec<u8
     s.push_str(STYLE);
     s.push_str("</style></head><body>\n<h1>Index of ");
     s.push_str(&title);
-    s.push_str("</h1>\n<table>\n<tr>");
+    s.push_str("</h1>\n");
+    if let Some(n) = notes[0] {
+        n.render(&mut s);
+    }
+    s.push_str("<table>\n<tr>");
     for (label, k, q) in [
         ("Name", SortKey::Name, "name"),
         ("Size", SortKey::Size, "size"),
@@ -236,7 +278,11 @@ pub fn html(url_path: &[u8], items: &[Item], key: SortKey, desc: bool) -> Vec<u8
             date::format(i.mtime)
         ));
     }
-    s.push_str("</table>\n</body></html>\n");
+    s.push_str("</table>\n");
+    if let Some(n) = notes[1] {
+        n.render(&mut s);
+    }
+    s.push_str("</body></html>\n");
     s.into_bytes()
 }
 
@@ -401,6 +447,27 @@ mod tests {
     }
 
     #[test]
+    fn notes_go_above_and_below_the_table_html_as_it_is_text_escaped() {
+        let head = Note::new("HEADER.HTML", Rc::from(&b"<p>Hi</p>"[..]));
+        let readme = Note::new("README", Rc::from(&b"<b> & co"[..]));
+        assert!(head.html && !readme.html);
+        let h = String::from_utf8(html(
+            b"/x/",
+            &[it("a", false, 1, 0)],
+            SortKey::Name,
+            false,
+            [Some(&head), Some(&readme)],
+        ))
+        .unwrap();
+        let (table, end) = (h.find("<table>").unwrap(), h.find("</table>").unwrap());
+        assert!(h.find("<p>Hi</p>").unwrap() < table, "{h}");
+        assert!(
+            h.find("<pre>&lt;b&gt; &amp; co</pre>").unwrap() > end,
+            "{h}"
+        );
+    }
+
+    #[test]
     fn html_escapes_names_and_links() {
         let h = String::from_utf8(html(
             b"/x/",
@@ -412,6 +479,7 @@ mod tests {
             ],
             SortKey::Name,
             false,
+            [None, None],
         ))
         .unwrap();
         assert!(h.contains(">&lt;b&gt;&amp;.txt<"), "{h}");

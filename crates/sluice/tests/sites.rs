@@ -608,3 +608,87 @@ fn sites_from_included_files_and_a_reload_that_adds_one() {
         "site b\n"
     );
 }
+
+/// A mirror's notes on its listings (Apache's `HeaderName` and `ReadmeName`): the
+/// directory's header file above the table, its readme below, HTML as it is and
+/// text escaped; per site; never in the JSON form; changed files shown once the
+/// page is built again.
+#[test]
+fn listings_show_the_directorys_header_and_readme() {
+    if !curl_available() {
+        panic!("curl is needed (scripts/test.sh installs it)");
+    }
+    let d = docroot();
+    let base = d.path().to_path_buf();
+    std::fs::create_dir_all(base.join("pub/debian")).unwrap();
+    std::fs::create_dir_all(base.join("www/pub")).unwrap();
+    std::fs::write(
+        base.join("pub/HEADER.html"),
+        "<p class=\"n\">Welcome to the mirror</p>",
+    )
+    .unwrap();
+    std::fs::write(
+        base.join("pub/README"),
+        "Sync: every 6 h <ops@example.org> & co\n",
+    )
+    .unwrap();
+    std::fs::write(base.join("pub/a.iso"), "iso").unwrap();
+    std::fs::write(base.join("www/pub/README"), "www's README\n").unwrap();
+    std::fs::write(base.join("www/pub/README.txt"), "www's README.txt\n").unwrap();
+    let toml = r#"
+[files]
+listing_header = "HEADER.html"
+listing_readme = "README"
+cache_validity = "100ms"
+
+[[site]]
+names = ["www.example.org"]
+root = "www"
+listing_header = ""
+listing_readme = "README.txt"
+"#;
+    let srv = Server::start_with_config(d, toml, &[]);
+    let page = |host: &str, path: &str, extra: &[&str]| {
+        let url = srv.url(path);
+        let hh = format!("Host: {host}");
+        let mut args = vec!["-s", "-H", hh.as_str()];
+        args.extend_from_slice(extra);
+        args.push(url.as_str());
+        String::from_utf8_lossy(&curl(&args).stdout).into_owned()
+    };
+    let p = page("a", "/pub/", &[]);
+    let (table, end) = (p.find("<table>").unwrap(), p.find("</table>").unwrap());
+    let header = p
+        .find("<p class=\"n\">Welcome to the mirror</p>")
+        .expect(&p);
+    let readme = p
+        .find("<pre>Sync: every 6 h &lt;ops@example.org&gt; &amp; co\n</pre>")
+        .expect(&p);
+    assert!(header < table && readme > end, "{p}");
+    assert!(
+        p.contains(">a.iso<") && p.contains(">README<"),
+        "still listed: {p}"
+    );
+    // A directory without them: none; the JSON form: entries only.
+    let p = page("a", "/pub/debian/", &[]);
+    assert!(!p.contains("<pre>") && !p.contains("Welcome"), "{p}");
+    let j = page("a", "/pub/?format=json", &[]);
+    assert!(j.starts_with('[') && !j.contains("Sync"), "{j}");
+    // The site's own names.
+    let p = page("www.example.org", "/pub/", &[]);
+    assert!(p.contains("<pre>www&#39;s README.txt\n</pre>"), "{p}");
+    assert!(
+        !p.contains("www&#39;s README\n") && !p.contains("Welcome"),
+        "{p}"
+    );
+    // A changed readme is shown once the page is built again (cache_validity).
+    std::fs::write(base.join("pub/README"), "Sync: hourly\n").unwrap();
+    let t = std::time::Instant::now();
+    while !page("a", "/pub/", &[]).contains("<pre>Sync: hourly\n</pre>") {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the new readme never shown"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
