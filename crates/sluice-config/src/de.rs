@@ -286,10 +286,10 @@ pub(crate) const HEADER_RULES_MAX: usize = 64;
 
 /// `[[files.headers]]`: at most [`HEADER_RULES_MAX`] rules (each rule's name and
 /// value are checked as they are read: [`header_name`], [`extra_header_value`]).
-pub(crate) fn header_rules<'de, D: Deserializer<'de>>(
+pub(crate) fn header_rules<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
-) -> Result<Vec<crate::HeaderRule>, D::Error> {
-    let rules = Vec::<crate::HeaderRule>::deserialize(d)?;
+) -> Result<Vec<T>, D::Error> {
+    let rules = Vec::<T>::deserialize(d)?;
     if rules.len() > HEADER_RULES_MAX {
         return Err(serde::de::Error::custom(format!(
             "{} rules: at most {HEADER_RULES_MAX}",
@@ -297,6 +297,13 @@ pub(crate) fn header_rules<'de, D: Deserializer<'de>>(
         )));
     }
     Ok(rules)
+}
+
+/// [`header_rules`] for a `[[site]]`, where an absent key keeps `[files]`'s.
+pub(crate) fn header_rules_some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    header_rules(d).map(Some)
 }
 
 /// A `[[files.headers]]` rule's name: a token (RFC 9110 §5.6.2) of at most 64
@@ -331,13 +338,6 @@ pub(crate) fn extra_header_value<'de, D: Deserializer<'de>>(d: D) -> Result<Stri
         )));
     }
     Ok(v)
-}
-
-/// [`header_rules`] for a `[[site]]`, where an absent key keeps `[files]`'s.
-pub(crate) fn header_rules_some<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Vec<crate::HeaderRule>>, D::Error> {
-    header_rules(d).map(Some)
 }
 
 /// A path prefix: a URL path from the root, so it starts with `/`.

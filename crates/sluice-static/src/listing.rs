@@ -22,11 +22,12 @@
 use crate::open::Root;
 use sluice_http::date;
 use sluice_http::response::html_escape;
-use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+
+mod pages;
+pub use pages::{GzipCache, PageCache};
 
 /// The page's only style; [`CSP`] allows exactly this text by its SHA-256 hash (a
 /// unit test recomputes it, so editing one without the other fails).
@@ -350,80 +351,6 @@ mod tests {
     }
 
     #[test]
-    fn a_page_is_built_once_per_validity_and_per_form() {
-        let t0 = Instant::now();
-        let mut c = PageCache::new(Duration::from_secs(1));
-        let mut builds = 0;
-        let build = |b: &mut i32, text: &str| {
-            *b += 1;
-            Some(text.as_bytes().to_vec())
-        };
-        let (p, until) = c
-            .get("/d/", 0, false, t0, || build(&mut builds, "one"))
-            .unwrap();
-        assert_eq!((&*p, until), (&b"one"[..], t0 + Duration::from_secs(1)));
-        // Within the validity: kept, not rebuilt, and still the page until then.
-        let p = c.get("/d/", 0, false, t0 + Duration::from_millis(900), || {
-            build(&mut builds, "two")
-        });
-        let (p, until) = p.unwrap();
-        assert_eq!((&*p, until), (&b"one"[..], t0 + Duration::from_secs(1)));
-        assert_eq!(builds, 1);
-        // Another form of the same URL is its own page.
-        let p = c.get("/d/", 1, false, t0, || build(&mut builds, "json"));
-        assert_eq!(&*p.unwrap().0, b"json");
-        // Past the validity: rebuilt.
-        let p = c.get("/d/", 0, false, t0 + Duration::from_secs(1), || {
-            build(&mut builds, "two")
-        });
-        assert_eq!(&*p.unwrap().0, b"two");
-        assert_eq!(builds, 3);
-        // gzipped from the kept page, once.
-        let gz = c
-            .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
-                build(&mut builds, "x")
-            })
-            .unwrap()
-            .0;
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out)
-            .unwrap();
-        assert_eq!(out, "two");
-        let again = c
-            .get("/d/", 0, true, t0 + Duration::from_secs(1), || {
-                build(&mut builds, "x")
-            })
-            .unwrap()
-            .0;
-        assert!(Rc::ptr_eq(&gz, &again));
-        assert_eq!(builds, 3);
-        // A failed build is not kept: the next request builds again.
-        assert!(c.get("/gone/", 0, false, t0, || None).is_none());
-        let p = c.get("/gone/", 0, false, t0, || build(&mut builds, "back"));
-        assert_eq!(&*p.unwrap().0, b"back");
-    }
-
-    #[test]
-    fn the_pages_kept_are_bounded_in_bytes() {
-        let t0 = Instant::now();
-        let mut c = PageCache::new(Duration::from_secs(60));
-        let big = PageCache::MAX_BYTES / 3 + 1;
-        for i in 0..10 {
-            c.get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'x'; big]));
-            assert!(c.bytes <= PageCache::MAX_BYTES, "{} bytes kept", c.bytes);
-            assert_eq!(c.bytes, c.map.values().map(|p| p.body.len()).sum::<usize>());
-        }
-        // Larger than the bound: served, never kept.
-        let huge = c.get("/huge/", 0, false, t0, || {
-            Some(vec![0; PageCache::MAX_BYTES + 1])
-        });
-        // Not kept: the page only for now.
-        let (huge, until) = huge.unwrap();
-        assert_eq!((huge.len(), until), (PageCache::MAX_BYTES + 1, t0));
-        assert!(!c.map.keys().any(|(u, _)| u == "/huge/"));
-    }
-
-    #[test]
     fn sorting_keeps_directories_first() {
         // Name, size and date each give a different order of the three files.
         let mut v = vec![
@@ -534,128 +461,4 @@ mod tests {
             "update CSP: style hash is sha256-{b64}"
         );
     }
-}
-
-/// Built listings, per worker: a page is built once per `cache_validity` for each
-/// URL and form (sort order, HTML or JSON), not once per request. Building one reads
-/// and stats every entry and renders it, on the worker, while the worker's other
-/// connections wait (~20 ms for 5,000 entries on this machine: docs/BENCHMARKS.md),
-/// so a crawler asking again and again for a mirror's big directories costs one
-/// build per directory a second, not one per request. A new or changed entry shows
-/// within `cache_validity`, as a replaced file does. The gzipped form is made on the
-/// first request that accepts it, from [`GzipCache`].
-/// Bounded: at most [`PageCache::MAX`] pages and [`PageCache::MAX_BYTES`] per worker
-/// (all dropped together when full; a larger page is built every time).
-pub struct PageCache {
-    validity: Duration,
-    map: HashMap<(String, u8), Page>,
-    bytes: usize,
-    gzipped: GzipCache,
-}
-
-struct Page {
-    built: Instant,
-    body: Rc<[u8]>,
-    gz: Option<Rc<[u8]>>,
-}
-
-impl PageCache {
-    pub const MAX: usize = 256;
-    pub const MAX_BYTES: usize = 8 << 20;
-
-    pub fn new(validity: Duration) -> PageCache {
-        PageCache {
-            validity,
-            map: HashMap::new(),
-            bytes: 0,
-            gzipped: GzipCache::default(),
-        }
-    }
-
-    /// The page for the directory `url` (its normalized path) in `form` (built by
-    /// `build` unless a build younger than the validity is kept), gzipped if
-    /// `gzip`, and until when it stays the page (`now` if it is not kept); `None`
-    /// if `build` fails.
-    pub fn get(
-        &mut self,
-        url: &str,
-        form: u8,
-        gzip: bool,
-        now: Instant,
-        build: impl FnOnce() -> Option<Vec<u8>>,
-    ) -> Option<(Rc<[u8]>, Instant)> {
-        let key = (url.to_string(), form);
-        if let Some(p) = self.map.get_mut(&key) {
-            if now.saturating_duration_since(p.built) < self.validity {
-                return Some((p.encoded(gzip, &mut self.gzipped), p.built + self.validity));
-            }
-        }
-        if let Some(old) = self.map.remove(&key) {
-            self.bytes -= old.body.len();
-        }
-        let mut page = Page {
-            built: now,
-            body: build()?.into(),
-            gz: None,
-        };
-        let out = page.encoded(gzip, &mut self.gzipped);
-        let len = page.body.len();
-        if len > Self::MAX_BYTES {
-            return Some((out, now));
-        }
-        if self.map.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
-            self.map.clear();
-            self.bytes = 0;
-        }
-        self.bytes += len;
-        self.map.insert(key, page);
-        Some((out, now + self.validity))
-    }
-}
-
-impl Page {
-    /// The page as sent: itself, or gzipped (once per build, through `gzipped`).
-    fn encoded(&mut self, gzip: bool, gzipped: &mut GzipCache) -> Rc<[u8]> {
-        if !gzip {
-            return self.body.clone();
-        }
-        let body = &self.body;
-        self.gz
-            .get_or_insert_with(|| gzipped.get(body).clone())
-            .clone()
-    }
-}
-
-/// gzipped listings, keyed by a hash of the uncompressed page: a listing rebuilt
-/// unchanged is compressed once, not once per build.
-/// Bounded: at most [`GzipCache::MAX`] pages per worker, dropped together when full.
-#[derive(Default)]
-pub struct GzipCache {
-    map: std::collections::HashMap<(u64, usize), std::rc::Rc<[u8]>>,
-}
-
-impl GzipCache {
-    pub const MAX: usize = 256;
-
-    pub fn get(&mut self, page: &[u8]) -> &std::rc::Rc<[u8]> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        page.hash(&mut h);
-        let key = (h.finish(), page.len());
-        if self.map.len() >= Self::MAX && !self.map.contains_key(&key) {
-            self.map.clear();
-        }
-        self.map.entry(key).or_insert_with(|| gzip(page).into())
-    }
-}
-
-fn gzip(page: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(
-        Vec::with_capacity(page.len() / 4 + 64),
-        flate2::Compression::new(6),
-    );
-    // Writing to a Vec cannot fail.
-    let _ = e.write_all(page);
-    e.finish().unwrap_or_default()
 }
