@@ -139,7 +139,7 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
                 "{ext:?}: an extension is 1 to 32 letters, digits, '-', '_' or '+'"
             )));
         }
-        if !(ty.contains('/') && header_value_ok(&ty)) {
+        if !(ty.contains('/') && header_value_ok(&ty, 3..=200)) {
             return Err(D::Error::custom(format!(
                 "{ext:?} = {ty:?}: not a media type such as \"text/plain; charset=utf-8\""
             )));
@@ -191,14 +191,14 @@ pub(crate) fn note_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Er
     Ok(n)
 }
 
-/// [`note_name`] for a `[[site]]`, where an absent key keeps `[files]`'s.
-pub(crate) fn note_name_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    note_name(d).map(Some)
-}
-
 /// [`index`] for a `[[site]]`, where an absent key keeps `[files]`'s.
 pub(crate) fn index_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     index(d).map(Some)
+}
+
+/// [`note_name`] for a `[[site]]`, where an absent key keeps `[files]`'s.
+pub(crate) fn note_name_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    note_name(d).map(Some)
 }
 
 /// The statuses `[files] error_pages` may give a page for: those the file handler
@@ -239,16 +239,16 @@ pub(crate) fn error_pages<'de, D: Deserializer<'de>>(
     Ok(out)
 }
 
-/// One header value as sluice writes it: 3 to 200 characters of visible ASCII and
+/// One header value as sluice writes it: `len` characters of visible ASCII and
 /// spaces, none at either end, and so no line break (which would end the head).
-fn header_value_ok(v: &str) -> bool {
-    (3..=200).contains(&v.len()) && v.trim() == v && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+fn header_value_ok(v: &str, len: std::ops::RangeInclusive<usize>) -> bool {
+    len.contains(&v.len()) && v.trim() == v && v.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
 /// A header value written into answers as it is ([`header_value_ok`]).
 pub(crate) fn header_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = String::deserialize(d)?;
-    if !header_value_ok(&v) {
+    if !header_value_ok(&v, 3..=200) {
         return Err(serde::de::Error::custom(format!(
             "{v:?}: a header value is 3 to 200 characters of visible ASCII and spaces"
         )));
@@ -329,10 +329,7 @@ pub(crate) fn header_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::
 /// spaces, none at either end (`"*"` is a value).
 pub(crate) fn extra_header_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = String::deserialize(d)?;
-    if !((1..=1024).contains(&v.len())
-        && v.trim() == v
-        && v.bytes().all(|b| (0x20..0x7f).contains(&b)))
-    {
+    if !header_value_ok(&v, 1..=1024) {
         return Err(serde::de::Error::custom(format!(
             "{v:?}: a value is 1 to 1,024 characters of visible ASCII and spaces"
         )));

@@ -15,22 +15,21 @@ use std::path::{Path, PathBuf};
 /// The files `pattern` names, or why it names none that can be read.
 pub(crate) fn expand(base: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
     let path = base.join(pattern);
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let (Some(name), Some(dir)) = (path.file_name().and_then(|n| n.to_str()), path.parent()) else {
         return Err("not a file name".into());
     };
+    if Path::new(pattern)
+        .parent()
+        .is_some_and(|d| d.to_string_lossy().contains('*'))
+    {
+        return Err("a * may be in the file name only".into());
+    }
     if !name.contains('*') {
-        if pattern.contains('*') {
-            return Err("a * may be in the file name only".into());
-        }
         return if path.is_file() {
             Ok(vec![path])
         } else {
             Err(format!("{} is not a file", path.display()))
         };
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    if dir.to_string_lossy().contains('*') {
-        return Err("a * may be in the file name only".into());
     }
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut found: Vec<PathBuf> = entries

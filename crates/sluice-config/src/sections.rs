@@ -216,7 +216,7 @@ pub struct FilesSection {
     /// `prefix` and `suffix` match adds its header (the first such rule for a name
     /// wins), e.g. `Access-Control-Allow-Origin: *` on a mirror's trees (nginx's
     /// `add_header`, Apache's `Header set`). Headers sluice writes itself are
-    /// refused (`de::header_rule`). At most 64 rules.
+    /// refused (`de::header_name`). At most 64 rules.
     #[serde(deserialize_with = "crate::de::header_rules")]
     pub headers: Vec<HeaderRule>,
     /// The body of a 403, 404 or 410 from a file under the site's root, keyed by

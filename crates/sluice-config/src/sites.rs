@@ -200,27 +200,26 @@ impl Config {
 /// adds one type or one page keeps the others.
 fn site_files(main: &FilesSection, s: &SiteSection) -> FilesSection {
     let mut f = main.clone();
-    let or = |mine: Option<bool>, main: bool| mine.unwrap_or(main);
-    f.listing = or(s.listing, f.listing);
-    f.hidden = or(s.hidden, f.hidden);
-    f.precompressed = or(s.precompressed, f.precompressed);
-    f.compress_listings = or(s.compress_listings, f.compress_listings);
-    f.symlinks = s.symlinks.unwrap_or(f.symlinks);
-    if let Some(i) = &s.index {
-        f.index = i.clone();
+    // Each key the site gives (the same name in both sections) replaces the main's.
+    macro_rules! replace {
+        ($($key:ident),*) => {$(
+            if let Some(v) = &s.$key {
+                f.$key = v.clone();
+            }
+        )*};
     }
-    if let Some(h) = &s.listing_header {
-        f.listing_header = h.clone();
-    }
-    if let Some(r) = &s.listing_readme {
-        f.listing_readme = r.clone();
-    }
-    if let Some(c) = &s.cache_control {
-        f.cache_control = c.clone();
-    }
-    if let Some(h) = &s.headers {
-        f.headers = h.clone();
-    }
+    replace!(
+        listing,
+        hidden,
+        index,
+        listing_header,
+        listing_readme,
+        symlinks,
+        precompressed,
+        compress_listings,
+        cache_control,
+        headers
+    );
     f.types
         .extend(s.types.iter().map(|(k, v)| (k.clone(), v.clone())));
     f.error_pages

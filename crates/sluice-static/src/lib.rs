@@ -64,6 +64,10 @@ pub struct StaticHandler {
     /// The operator's pages for 403, 404 and 410 (`[files] error_pages`), by
     /// status, as normalized paths from the root (`errors.rs`).
     error_pages: Vec<(u16, Rc<str>)>,
+    /// The names of the notes shown above and below a listing (`[files]
+    /// listing_header`, `listing_readme`), shared, so asking for them does not
+    /// copy them.
+    notes: [Option<Rc<str>>; 2],
 }
 
 impl StaticHandler {
@@ -87,6 +91,8 @@ impl StaticHandler {
                     .map(|n| (status, Rc::from(n.rel.as_ref())))
             })
             .collect();
+        let note = |n: &str| (!n.is_empty()).then(|| Rc::from(n));
+        let notes = [note(&cfg.listing_header), note(&cfg.listing_readme)];
         StaticHandler {
             root: Arc::new(root),
             cfg,
@@ -99,6 +105,7 @@ impl StaticHandler {
             read_listings: Arc::default(),
             caching,
             error_pages,
+            notes,
         }
     }
 
@@ -316,13 +323,10 @@ impl StaticHandler {
         // thread first; the answer is kept no longer than their entries.
         let mut notes: [Option<listing::Note>; 2] = [None, None];
         if !json {
-            let names = [&self.cfg.listing_header, &self.cfg.listing_readme];
-            for (i, name) in names.map(|n| n.clone()).into_iter().enumerate() {
-                if name.is_empty() {
-                    continue;
-                }
+            for (i, name) in self.notes.clone().into_iter().enumerate() {
+                let Some(name) = name else { continue };
                 let path = if rel.is_empty() {
-                    name.clone()
+                    name.to_string()
                 } else {
                     format!("{rel}/{name}")
                 };
