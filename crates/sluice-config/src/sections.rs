@@ -215,7 +215,7 @@ pub struct FilesSection {
     /// More headers for files' answers (200, 206, 304), by path: every rule whose
     /// `prefix` and `suffix` match adds its header (the first such rule for a name
     /// wins), e.g. `Access-Control-Allow-Origin: *` on a mirror's trees (nginx's
-    /// `add_header`, Apache's `Header set`). Headers sluice writes itself are
+    /// `add_header`, Apache's `Header set`); an `always` rule, on every answer. Headers sluice writes itself are
     /// refused (`de::header_name`). At most 64 rules.
     #[serde(deserialize_with = "crate::de::header_rules")]
     pub headers: Vec<HeaderRule>,
@@ -259,6 +259,11 @@ pub struct HeaderRule {
     /// Its value, e.g. `"*"`.
     #[serde(deserialize_with = "crate::de::extra_header_value")]
     pub value: String,
+    /// On every answer of the site, not only its files' (listings, redirects,
+    /// errors, the status page): `Strict-Transport-Security` and the like, as
+    /// nginx's `add_header … always`. Such a rule has no `prefix` or `suffix`.
+    #[serde(default)]
+    pub always: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -382,6 +382,10 @@ root = "/mirror"
                 "[files]\nindex=[\"a/b.html\"]\n",
                 "s.toml:2: files.index: \"a/b.html\": an index is a file name",
             ),
+            (
+                "[[site]]\nnames=[\"a\"]\nroot=\"/a\"\n[[site.headers]]\nname=\"X-A\"\nvalue=\"1\"\nalways=true\nsuffix=\".x\"\n",
+                "s.toml:1: site[1].headers: rule 1: an always rule is on every answer",
+            ),
         ] {
             let e = Config::parse(text, "s.toml").unwrap_err();
             assert!(e.0.starts_with(want), "{text}: {e}");

@@ -93,6 +93,7 @@ impl Config {
             return Err(src.error("condition.send_rate_window", "at least 1s"));
         }
         sites::resolve(self)?;
+        self.check_always_headers()?;
         let p = &self.status.path;
         if !p.starts_with('/')
             || p.len() < 2
@@ -106,6 +107,28 @@ impl Config {
         }
         if self.log.access != "off" && self.log.access.is_empty() {
             return Err(src.error("log.access", "empty path (use \"off\")"));
+        }
+        Ok(())
+    }
+
+    /// An `always` header rule is on every answer, whatever its path: it may not
+    /// name a `prefix` or `suffix` (`[files]`'s rules and each site's).
+    fn check_always_headers(&self) -> Result<(), ConfigError> {
+        let narrowed = |rules: &[crate::HeaderRule]| {
+            rules
+                .iter()
+                .position(|r| r.always && !(r.prefix.is_empty() && r.suffix.is_empty()))
+        };
+        const WHY: &str = "an always rule is on every answer: it has no prefix or suffix";
+        if let Some(i) = narrowed(&self.files.headers) {
+            return Err(self
+                .source
+                .error(&format!("files.headers[{}].always", i + 1), WHY));
+        }
+        for (n, s) in self.site.iter().enumerate() {
+            if let Some(i) = s.headers.as_deref().and_then(narrowed) {
+                return Err(self.site_error(n, ".headers", format!("rule {}: {WHY}", i + 1)));
+            }
         }
         Ok(())
     }

@@ -52,7 +52,18 @@ fn errant_action(e: Option<&Errant>) -> usize {
     }
 }
 
+/// The answer to a parsed request: the phases below, then the site's headers for
+/// every answer (its `always` header rules: `Strict-Transport-Security` and the
+/// like), whichever phase answered.
 pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
+    let mut r = phases(ctx, head);
+    if !ctx.site.always_headers.is_empty() {
+        r.headers.add_lines(&ctx.site.always_headers);
+    }
+    r
+}
+
+fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     // 1. Methods: a static server answers GET and HEAD; everything else is refused
     //    here, before any rule or file-system work (405 for methods we know, 501 else).
     if let Some(r) = methods(head) {

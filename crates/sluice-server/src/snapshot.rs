@@ -38,6 +38,9 @@ pub struct Site {
     /// The root as the rules' `%{REQUEST_FILENAME}` and `%{DOCUMENT_ROOT}` show
     /// it: canonical, as the file handler opens it.
     pub canon_root: std::path::PathBuf,
+    /// The header lines of the site's `always` header rules (the first rule for
+    /// a name), added to every answer the request phases make (`phases::respond`).
+    pub always_headers: Vec<u8>,
 }
 
 impl Snapshot {
@@ -90,11 +93,13 @@ impl Snapshot {
             }
             let canon_root = std::fs::canonicalize(root)
                 .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
+            let always_headers = always_lines(&conf.files.headers);
             sites.push(Site {
                 conf,
                 rules,
                 status_shadowed,
                 canon_root,
+                always_headers,
             });
         }
         use sluice_condition::Cidr;
@@ -188,6 +193,20 @@ impl Snapshot {
         }
         (lines, warnings)
     }
+}
+
+/// `Name: value\r\n` for each `always` header rule, the first for each name.
+fn always_lines(rules: &[sluice_config::HeaderRule]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        let first = rules[..i]
+            .iter()
+            .all(|o| !(o.always && o.name.eq_ignore_ascii_case(&r.name)));
+        if r.always && first {
+            out.extend_from_slice(format!("{}: {}\r\n", r.name, r.value).as_bytes());
+        }
+    }
+    out
 }
 
 /// The file handler for one site of `config`, as a worker has it (and as

@@ -32,8 +32,10 @@ impl PathHeaders {
                 .iter()
                 .map(|r| (bare(&r.prefix), r.suffix.clone(), r.value.clone()))
                 .collect(),
+            // `always` rules are the site's, on every answer (the server adds them).
             headers: headers
                 .iter()
+                .filter(|r| !r.always)
                 .map(|r| {
                     let first = headers
                         .iter()
@@ -116,6 +118,7 @@ mod tests {
             suffix: suffix.into(),
             name: name.into(),
             value: value.into(),
+            always: false,
         };
         let h = PathHeaders::new(
             &[],

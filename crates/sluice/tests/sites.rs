@@ -449,6 +449,10 @@ value = "max-age=86400"
 [[files.headers]]
 name = "Access-Control-Allow-Origin"
 value = "*"
+[[files.headers]]
+name = "Strict-Transport-Security"
+value = "max-age=63072000"
+always = true
 
 [[site]]
 names = ["www.example.org"]
@@ -513,6 +517,20 @@ value = "noindex"
         r.contains("x-robots-tag: noindex\n") && !r.contains("access-control"),
         "{r}"
     );
+    // An `always` rule: on every answer of the site (a file's once, a listing, a
+    // 404, a redirect to a directory), not on the site whose list replaces it.
+    let hsts = "strict-transport-security: max-age=63072000\n";
+    for (path, status) in [
+        ("/a.deb", "200"),
+        ("/assets/", "200"),
+        ("/missing", "404"),
+        ("/assets", "301"),
+    ] {
+        let r = ask(m, path, &[]);
+        assert!(r.starts_with(&format!("http/1.1 {status}")), "{path}: {r}");
+        assert_eq!(r.matches(hsts).count(), 1, "{path}: {r}");
+    }
+    assert!(!ask(w, "/a.deb", &[]).contains("strict-transport"));
     // Error pages: merged; the site's 404, the main's 403 path in the site's root.
     let r = ask(w, "/missing", &[]);
     assert!(
