@@ -215,8 +215,9 @@ pub struct FilesSection {
     /// More headers for files' answers (200, 206, 304), by path: every rule whose
     /// `prefix` and `suffix` match adds its header (the first such rule for a name
     /// wins), e.g. `Access-Control-Allow-Origin: *` on a mirror's trees (nginx's
-    /// `add_header`, Apache's `Header set`); an `always` rule, on every answer. Headers sluice writes itself are
-    /// refused (`de::header_name`). At most 64 rules.
+    /// `add_header`, Apache's `Header set`); an `always` rule, on every answer.
+    /// Headers sluice writes itself are refused (`de::header_name`). At most 64
+    /// rules.
     #[serde(deserialize_with = "crate::de::header_rules")]
     pub headers: Vec<HeaderRule>,
     /// The body of a 403, 404 or 410 from a file under the site's root, keyed by
@@ -264,6 +265,13 @@ pub struct HeaderRule {
     /// nginx's `add_header … always`. Such a rule has no `prefix` or `suffix`.
     #[serde(default)]
     pub always: bool,
+}
+
+impl HeaderRule {
+    /// The header line it adds, `Name: value\r\n`, as answers carry it.
+    pub fn line(&self) -> Vec<u8> {
+        format!("{}: {}\r\n", self.name, self.value).into_bytes()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

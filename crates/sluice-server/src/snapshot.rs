@@ -203,7 +203,7 @@ fn always_lines(rules: &[sluice_config::HeaderRule]) -> Vec<u8> {
             .iter()
             .all(|o| !(o.always && o.name.eq_ignore_ascii_case(&r.name)));
         if r.always && first {
-            out.extend_from_slice(format!("{}: {}\r\n", r.name, r.value).as_bytes());
+            out.extend_from_slice(&r.line());
         }
     }
     out

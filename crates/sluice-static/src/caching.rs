@@ -41,8 +41,7 @@ impl PathHeaders {
                         .iter()
                         .position(|o| o.name.eq_ignore_ascii_case(&r.name))
                         .unwrap_or(0);
-                    let line = format!("{}: {}\r\n", r.name, r.value).into_bytes();
-                    (bare(&r.prefix), r.suffix.clone(), line, first)
+                    (bare(&r.prefix), r.suffix.clone(), r.line(), first)
                 })
                 .collect(),
         }
