@@ -165,6 +165,13 @@ impl Snapshot {
             } else {
                 ""
             };
+            // A site from an included file says which (site i is the config's
+            // site i - 1; the top level is 0).
+            let from = i
+                .checked_sub(1)
+                .and_then(|n| self.config.site_sources.get(n))
+                .filter(|(src, _)| src.origin != self.config.source.origin)
+                .map_or(String::new(), |(src, _)| format!(" (from {})", src.origin));
             let rules = match &site.rules {
                 Some(r) => {
                     warnings.extend(r.warnings.iter().map(|w| format!("{}: {w}", c.label)));
@@ -173,7 +180,7 @@ impl Snapshot {
                 None => "no rules".into(),
             };
             lines.push(format!(
-                "site {}{default}: names {names}; root {}; {rules}; log {}",
+                "site {}{default}{from}: names {names}; root {}; {rules}; log {}",
                 c.label,
                 c.root.display(),
                 c.access_log.as_deref().unwrap_or("off")

@@ -582,6 +582,19 @@ fn sites_from_included_files_and_a_reload_that_adds_one() {
     .unwrap();
     let toml = "include = [\".sites.d/*.toml\"]\n";
     let srv = Server::start_with_config(d, toml, &[]);
+    // `sluice check` names the file each included site comes from.
+    let cfg = base.join(".test-config.toml");
+    let out = Command::new(bin())
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let from = format!(
+        "site a.example.org (from {}): ",
+        base.join(".sites.d/a.toml").display()
+    );
+    assert!(text.contains(&from), "{text}");
     assert_eq!(
         get(&srv, Some("a.example.org"), "/who.txt").text(),
         "site a\n",
