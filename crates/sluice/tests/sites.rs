@@ -712,3 +712,56 @@ listing_readme = "README.txt"
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The operator's HTML note in a browser: shown, its image from the site loaded
+/// (the listing's policy allows images from the site), its script not run (the
+/// policy allows none).
+#[test]
+fn a_listing_header_renders_in_chromium_without_running_script() {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("chromium is needed (scripts/test.sh installs Debian's chromium)");
+    let d = docroot();
+    let base = d.path().to_path_buf();
+    std::fs::create_dir_all(base.join("pub")).unwrap();
+    std::fs::write(
+        base.join("pub/HEADER.html"),
+        "<p id=\"note\">Welcome to the mirror</p><img src=\"/logo.svg\" alt=\"logo\">\
+         <script>document.body.setAttribute('data-ran', 'yes')</script>",
+    )
+    .unwrap();
+    std::fs::write(
+        base.join("logo.svg"),
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"8\" height=\"8\"/>",
+    )
+    .unwrap();
+    let log = log_path("sites-note-chromium");
+    let toml = format!(
+        "[files]\nlisting_header = \"HEADER.html\"\n[log]\naccess = \"{}\"\n",
+        log.display()
+    );
+    let srv = Server::start_with_config(d, &toml, &[]);
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(srv.url("/pub/"))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("<p id=\"note\">Welcome to the mirror</p>"),
+        "{dom}"
+    );
+    // Had the script run, the body would carry its attribute.
+    assert!(dom.contains("</head><body>\n"), "the script ran: {dom}");
+    wait_for_lines(&log, 1, Duration::from_secs(10), |l| {
+        l.contains("\"GET /logo.svg HTTP/1.1\" 200") && l.contains("Chrome")
+    });
+}
