@@ -184,3 +184,26 @@ pub fn proxy_v2(src: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     h.extend_from_slice(&dport.to_be_bytes());
     h
 }
+
+/// The DOM headless Chromium has after loading `url` and running its scripts for
+/// `budget_ms` of virtual time (`--dump-dom`). Panics if Chromium is missing
+/// (scripts/test.sh installs Debian's `chromium`).
+pub fn chromium_dom(url: &str, budget_ms: u32) -> String {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("chromium is needed (scripts/test.sh installs Debian's chromium)");
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            &format!("--virtual-time-budget={budget_ms}"),
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -718,10 +718,6 @@ listing_readme = "README.txt"
 /// policy allows none).
 #[test]
 fn a_listing_header_renders_in_chromium_without_running_script() {
-    let chromium = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok())
-        .expect("chromium is needed (scripts/test.sh installs Debian's chromium)");
     let d = docroot();
     let base = d.path().to_path_buf();
     std::fs::create_dir_all(base.join("pub")).unwrap();
@@ -742,19 +738,7 @@ fn a_listing_header_renders_in_chromium_without_running_script() {
         log.display()
     );
     let srv = Server::start_with_config(d, &toml, &[]);
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=3000",
-            "--dump-dom",
-        ])
-        .arg(srv.url("/pub/"))
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = chromium_dom(&srv.url("/pub/"), 3000);
     assert!(
         dom.contains("<p id=\"note\">Welcome to the mirror</p>"),
         "{dom}"

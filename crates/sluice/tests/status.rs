@@ -248,10 +248,6 @@ root = "site-b"
 
 #[test]
 fn the_html_page_draws_and_updates_its_charts_in_chromium() {
-    let chromium = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok())
-        .expect("chromium is needed (scripts/test.sh installs Debian's chromium)");
     let srv = Server::start(&[]);
     // Some traffic over a few seconds, so the per-second series has points.
     for _ in 0..3 {
@@ -268,19 +264,7 @@ fn the_html_page_draws_and_updates_its_charts_in_chromium() {
         html.contains("data-k=\"requests_total\""),
         "figures are in the markup"
     );
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-        ])
-        .arg(srv.url("/server-status"))
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = chromium_dom(&srv.url("/server-status"), 5000);
     let updates: u32 = dom
         .split("data-updates=\"")
         .nth(1)
