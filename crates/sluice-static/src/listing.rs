@@ -54,8 +54,11 @@ pub struct Note {
 impl Note {
     /// The note for a file named `name` holding `bytes`: HTML by its name.
     pub fn new(name: &str, bytes: Rc<[u8]>) -> Note {
-        let lower = name.to_ascii_lowercase();
-        let html = lower.ends_with(".html") || lower.ends_with(".htm");
+        // Compared as bytes, in place: no lowercased copy of the name per listing.
+        let n = name.as_bytes();
+        let ends =
+            |sfx: &[u8]| n.len() >= sfx.len() && n[n.len() - sfx.len()..].eq_ignore_ascii_case(sfx);
+        let html = ends(b".html") || ends(b".htm");
         Note { bytes, html }
     }
 
@@ -378,6 +381,9 @@ mod tests {
         let head = Note::new("HEADER.HTML", Rc::from(&b"<p>Hi</p>"[..]));
         let readme = Note::new("README", Rc::from(&b"<b> & co"[..]));
         assert!(head.html && !readme.html);
+        assert!(
+            Note::new("a.Htm", Rc::from(&b""[..])).html && !Note::new("é", Rc::from(&b""[..])).html
+        );
         let h = String::from_utf8(html(
             b"/x/",
             &[it("a", false, 1, 0)],
