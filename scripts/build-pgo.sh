@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The release binary, built with profile-guided optimization (PGO): the build for production and
-# for benchmarks against the peers. It takes about as long as three plain release builds (5-6 minutes
-# on 2 cores) and 9-14% off the server CPU per keep-alive small-file request (docs/BENCHMARKS.md,
-# "Profile-guided optimization").
+# for benchmarks against the peers. It takes about as long as three plain release builds (5-6
+# minutes on 2 cores) and takes about 11% (9-19% in ten runs) off the server CPU per keep-alive
+# small-file request (docs/BENCHMARKS.md, "Profile-guided optimization").
 #
 #   scripts/build-pgo.sh            writes target/release/sluice (PGO); prints its path
 #

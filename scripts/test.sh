@@ -16,7 +16,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)   # status page test (he
 command -v wget >/dev/null 2>&1 || need+=(wget)   # errant-client test (loop), resumed download
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)   # parallel range downloads (clients test)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)   # the apt test builds its packages
-command -v ab >/dev/null 2>&1 || need+=(apache2-utils)   # kept answers without keep-alive (ab)
+command -v ab >/dev/null 2>&1 || need+=(apache2-utils)   # kept answers without keep-alive (ab); PGO training
+command -v wrk >/dev/null 2>&1 || need+=(wrk)   # the PGO build's training load (scripts/build-pgo.sh)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # HTTPS tests (test CA, s_client)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
@@ -62,7 +63,15 @@ fi
 echo "== fuzz targets (build only; run them with: cd fuzz && cargo +nightly fuzz run parse_head)"
 cargo build --quiet --manifest-path fuzz/Cargo.toml --bins
 
+echo "== the PGO build (scripts/build-pgo.sh: instrumented build, training, release build, a served file checked)"
+pgo=0
+bash scripts/build-pgo.sh || pgo=$?
+
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+if [ "$pgo" != 0 ]; then
+    echo "scripts/build-pgo.sh failed (exit $pgo)"
+    [ "$status" != 0 ] || status=$pgo
+fi
 exit "$status"
