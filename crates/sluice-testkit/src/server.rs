@@ -286,6 +286,25 @@ impl Server {
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
+    /// SIGHUP, then wait until every serving process has said it reloaded. Each
+    /// serving process reloads on its own and logs its own line, so with
+    /// `server.processes > 1` (two workers, by default) the first line does not mean
+    /// the other process serves the new configuration yet.
+    pub fn reload(&self) {
+        const LINE: &str = "reloaded configuration";
+        let want = self.stderr().matches(LINE).count() + self.serving_pids().len();
+        self.signal(libc::SIGHUP);
+        let t = Instant::now();
+        while self.stderr().matches(LINE).count() < want {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "not every serving process said {LINE:?}: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM and wait; returns the exit code.
     pub fn stop(mut self) -> Option<i32> {
         self.signal(libc::SIGTERM);

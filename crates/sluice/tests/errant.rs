@@ -208,8 +208,7 @@ fn a_reload_that_changes_the_rules_keeps_serving_connections() {
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).unwrap().status, 200);
     std::fs::write(srv.root().join(".errant.rules"), "exact /hello.txt deny\n").unwrap();
-    srv.signal(libc::SIGHUP);
-    wait_for_stderr(&srv, "reloaded configuration");
+    srv.reload();
     // Workers pick the new rules up at their next loop turn (at most a tick).
     std::thread::sleep(Duration::from_millis(300));
     // The same keep-alive connection, now under the new rules.

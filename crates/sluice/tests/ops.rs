@@ -115,8 +115,7 @@ fn the_log_level_is_applied_at_start_and_by_a_reload_and_restart_only_keys_are_n
         "[log]\nlevel = \"info\"\n[files]\nlisting = false\ndisk_threads = 2\n",
     )
     .unwrap();
-    srv.signal(libc::SIGHUP);
-    wait_for_stderr(&srv, "reloaded configuration");
+    srv.reload();
     let err = srv.stderr();
     assert!(
         err.contains("files.disk_threads changed and take effect only after a restart"),

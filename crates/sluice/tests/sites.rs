@@ -607,8 +607,7 @@ fn sites_from_included_files_and_a_reload_that_adds_one() {
         "[[site]]\nnames = [\"b.example.org\"]\nroot = \"www-b\"\n",
     )
     .unwrap();
-    srv.signal(libc::SIGHUP);
-    wait_for_stderr(&srv, "reloaded configuration");
+    srv.reload();
     assert_eq!(
         get(&srv, Some("b.example.org"), "/who.txt").text(),
         "site b\n"
