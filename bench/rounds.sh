@@ -1,5 +1,5 @@
 # Interleaved rounds of `wrk` against several servers, with server CPU per request from /proc; sourced by
-# bench/ab_sluice.sh and bench/floor_uring.sh. The caller fills P[NAME]=port and PID[NAME]=pid.
+# bench/ab_sluice.sh, bench/ab_many.sh, bench/floor_uring.sh and bench/floor_builds.sh. The caller fills P[NAME]=port and PID[NAME]=pid.
 #   rounds ROUNDS SECONDS CONNS PATH NAME...   one line per server per round: NAME req/s CPU-µs-per-request
 #                                               (WRK_SCRIPT=FILE: wrk's Lua script picks the paths)
 #   summarize FILE BASE                         medians, every round, and each median ÷ BASE's
