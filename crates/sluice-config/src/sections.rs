@@ -215,7 +215,8 @@ pub struct FilesSection {
     /// More headers for files' answers (200, 206, 304), by path: every rule whose
     /// `prefix` and `suffix` match adds its header (the first such rule for a name
     /// wins), e.g. `Access-Control-Allow-Origin: *` on a mirror's trees (nginx's
-    /// `add_header`, Apache's `Header set`); an `always` rule, on every answer.
+    /// `add_header`, Apache's `Header set`); an `always` rule, on every answer
+    /// (where a path rule for its name comes first and matches, that rule's value).
     /// Headers sluice writes itself are refused (`de::header_name`). At most 64
     /// rules.
     #[serde(deserialize_with = "crate::de::header_rules")]

@@ -99,6 +99,15 @@ impl HeaderBuf {
         self.0.extend_from_slice(lines);
         self
     }
+    /// Whether a line for `name` (any case) is already here. One pass over the
+    /// lines; used only where a config makes a header conditional on another.
+    pub fn has(&self, name: &str) -> bool {
+        self.0.split(|&b| b == b'\n').any(|line| {
+            line.len() > name.len()
+                && line[name.len()] == b':'
+                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+        })
+    }
     pub fn add_u64(&mut self, name: &str, value: u64) -> &mut Self {
         let mut b = itoa::Buffer::new();
         self.add(name, b.format(value))
@@ -215,6 +224,15 @@ mod tests {
         let mut c = HeaderBuf::default();
         c.add("X", "y");
         assert_eq!(c.0.capacity(), 256);
+    }
+
+    #[test]
+    fn a_header_is_found_by_its_whole_name_in_any_case() {
+        let mut h = HeaderBuf::default();
+        assert!(!h.has("X-Frame-Options"));
+        h.add("Content-Length", "3").add("x-frame-options", "DENY");
+        assert!(h.has("X-Frame-Options") && h.has("content-length"));
+        assert!(!h.has("X-Frame") && !h.has("Frame-Options") && !h.has("DENY"));
     }
 
     #[test]

@@ -54,11 +54,17 @@ fn errant_action(e: Option<&Errant>) -> usize {
 
 /// The answer to a parsed request: the phases below, then the site's headers for
 /// every answer (its `always` header rules: `Strict-Transport-Security` and the
-/// like), whichever phase answered.
+/// like), whichever phase answered; one that a path rule for its name comes
+/// before yields to that rule where it matched.
 pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     let mut r = phases(ctx, head);
     if !ctx.site.always_headers.is_empty() {
         r.headers.add_lines(&ctx.site.always_headers);
+    }
+    for (name, line) in &ctx.site.always_unless_set {
+        if !r.headers.has(name) {
+            r.headers.add_lines(line);
+        }
     }
     r
 }

@@ -41,6 +41,10 @@ pub struct Site {
     /// The header lines of the site's `always` header rules (the first rule for
     /// a name), added to every answer the request phases make (`phases::respond`).
     pub always_headers: Vec<u8>,
+    /// `always` rules that a path rule for the same name comes before: (name,
+    /// line), added unless the answer has the name already (the path rule
+    /// matched: the first rule for a name wins). Empty unless a config does that.
+    pub always_unless_set: Vec<(String, Vec<u8>)>,
 }
 
 impl Snapshot {
@@ -93,13 +97,14 @@ impl Snapshot {
             }
             let canon_root = std::fs::canonicalize(root)
                 .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
-            let always_headers = always_lines(&conf.files.headers);
+            let (always_headers, always_unless_set) = always_lines(&conf.files.headers);
             sites.push(Site {
                 conf,
                 rules,
                 status_shadowed,
                 canon_root,
                 always_headers,
+                always_unless_set,
             });
         }
         use sluice_condition::Cidr;
@@ -202,18 +207,28 @@ impl Snapshot {
     }
 }
 
-/// `Name: value\r\n` for each `always` header rule, the first for each name.
-fn always_lines(rules: &[sluice_config::HeaderRule]) -> Vec<u8> {
-    let mut out = Vec::new();
+/// `Name: value\r\n` for each `always` header rule that is the first rule for
+/// its name (the site's `always_headers`), and (name, line) for each that comes
+/// after path rules for its name only (`always_unless_set`); an `always` rule
+/// after another for its name is never sent.
+fn always_lines(rules: &[sluice_config::HeaderRule]) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let (mut first, mut unless_set) = (Vec::new(), Vec::new());
     for (i, r) in rules.iter().enumerate() {
-        let first = rules[..i]
-            .iter()
-            .all(|o| !(o.always && o.name.eq_ignore_ascii_case(&r.name)));
-        if r.always && first {
-            out.extend_from_slice(&r.line());
+        let before = || {
+            rules[..i]
+                .iter()
+                .filter(|o| o.name.eq_ignore_ascii_case(&r.name))
+        };
+        if !r.always || before().any(|o| o.always) {
+            continue;
+        }
+        if before().next().is_none() {
+            first.extend_from_slice(&r.line());
+        } else {
+            unless_set.push((r.name.clone(), r.line()));
         }
     }
-    out
+    (first, unless_set)
 }
 
 /// The file handler for one site of `config`, as a worker has it (and as

@@ -5,7 +5,8 @@
 //! `Header set`).
 //!
 //! Owns: both rule lists, in their order, and which rules match a path: the first
-//! `cache_control` rule; every `headers` rule, the first for each name.
+//! `cache_control` rule; every `headers` rule, the first for each name (an
+//! `always` rule for a name before it takes the name from every path rule).
 //! Must not: add them to anything but a file's own answers (200, 206, 304:
 //! RFC 9110 §15.4.5 has a 304 carry what its 200 would); listings, errors and
 //! redirects keep theirs.
@@ -32,16 +33,17 @@ impl PathHeaders {
                 .iter()
                 .map(|r| (bare(&r.prefix), r.suffix.clone(), r.value.clone()))
                 .collect(),
-            // `always` rules are the site's, on every answer (the server adds them).
+            // `always` rules are the site's, on every answer (the server adds them);
+            // a path rule after an `always` rule for its name never decides.
             headers: headers
                 .iter()
-                .filter(|r| !r.always)
-                .map(|r| {
+                .filter_map(|r| {
                     let first = headers
                         .iter()
                         .position(|o| o.name.eq_ignore_ascii_case(&r.name))
                         .unwrap_or(0);
-                    (bare(&r.prefix), r.suffix.clone(), r.line(), first)
+                    (!headers[first].always)
+                        .then(|| (bare(&r.prefix), r.suffix.clone(), r.line(), first))
                 })
                 .collect(),
         }
@@ -156,5 +158,27 @@ mod tests {
             ]
         );
         assert!(PathHeaders::default().headers("x").next().is_none());
+    }
+
+    #[test]
+    fn an_always_rule_before_a_path_rule_takes_its_name() {
+        let rule = |prefix: &str, name: &str, value: &str, always: bool| HeaderRule {
+            prefix: prefix.into(),
+            suffix: String::new(),
+            name: name.into(),
+            value: value.into(),
+            always,
+        };
+        let h = PathHeaders::new(
+            &[],
+            &[
+                rule("/embed/", "Referrer-Policy", "origin", false),
+                rule("", "X-Frame-Options", "DENY", true),
+                rule("", "referrer-policy", "no-referrer", true),
+                rule("/embed/", "x-frame-options", "SAMEORIGIN", false),
+            ],
+        );
+        let lines: Vec<_> = h.headers("embed/a.html").collect();
+        assert_eq!(lines, [b"Referrer-Policy: origin\r\n".as_slice()]);
     }
 }

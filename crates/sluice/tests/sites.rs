@@ -564,6 +564,66 @@ value = "noindex"
     );
 }
 
+/// A path rule and an `always` rule for one name: the first rule for the name wins,
+/// on fresh and on kept answers, and each answer carries the name once.
+#[test]
+fn the_first_rule_for_a_name_wins_between_path_and_always_rules() {
+    let d = docroot();
+    let base = d.path();
+    std::fs::create_dir_all(base.join("embed")).unwrap();
+    std::fs::write(base.join("embed/player.html"), b"player\n").unwrap();
+    std::fs::write(base.join("page.html"), b"page\n").unwrap();
+    let toml = r#"
+[[files.headers]]
+prefix = "/embed/"
+name = "X-Frame-Options"
+value = "SAMEORIGIN"
+[[files.headers]]
+name = "x-frame-options"
+value = "DENY"
+always = true
+[[files.headers]]
+name = "Referrer-Policy"
+value = "no-referrer"
+always = true
+[[files.headers]]
+prefix = "/embed/"
+name = "Referrer-Policy"
+value = "origin"
+"#;
+    let srv = Server::start_with_config(d, toml, &[]);
+    let ask =
+        |path: &str, extra: &[&str]| curl_site(&srv, "localhost", path, extra).to_ascii_lowercase();
+    // Twice each: the second answer is a kept one where the server keeps it.
+    for _ in 0..2 {
+        for (path, extra, status, frame) in [
+            ("/embed/player.html", &[][..], "200", "sameorigin"),
+            ("/embed/player.html", &["-I"][..], "200", "sameorigin"),
+            (
+                "/embed/player.html",
+                &["-r", "0-1"][..],
+                "206",
+                "sameorigin",
+            ),
+            ("/page.html", &[][..], "200", "deny"),
+            ("/embed/", &[][..], "200", "deny"),
+            ("/embed/missing", &[][..], "404", "deny"),
+            ("/embed", &[][..], "301", "deny"),
+        ] {
+            let r = ask(path, extra);
+            assert!(r.starts_with(&format!("http/1.1 {status}")), "{path}: {r}");
+            assert_eq!(r.matches("x-frame-options:").count(), 1, "{path}: {r}");
+            assert!(
+                r.contains(&format!("x-frame-options: {frame}\n")),
+                "{path}: {r}"
+            );
+            // The `always` rule came first for this name: the path rule never applies.
+            assert_eq!(r.matches("referrer-policy:").count(), 1, "{path}: {r}");
+            assert!(r.contains("referrer-policy: no-referrer\n"), "{path}: {r}");
+        }
+    }
+}
+
 /// The way a box with many sites is run: one file per site in `sites.d/`, named by
 /// `include`; a new file and a reload add its site, a broken one is refused with
 /// its own name and line while the sites already serving go on.
