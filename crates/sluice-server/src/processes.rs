@@ -22,7 +22,9 @@
 //! Signals to the master: SIGHUP checks the configuration (an error is logged and
 //! nothing changes; otherwise the master keeps the new snapshot for processes it
 //! forks later) and passes SIGHUP on, so each process reloads as a single process
-//! does; SIGUSR1 is passed on (each process reopens its logs); SIGTERM/SIGINT are
+//! does, and tells systemd `READY=1` once every process has confirmed it in its
+//! shared slot (`shm::ProcSlot::reload_done`), so `systemctl reload` returns when
+//! the whole server serves the new configuration; SIGUSR1 is passed on (each process reopens its logs); SIGTERM/SIGINT are
 //! passed on as SIGTERM, and the master waits for every process to finish (SIGQUIT:
 //! passed on as SIGQUIT, responses in flight get `upgrade_grace`); SIGUSR2 starts a
 //! new binary on the listeners (`upgrade`), and once it serves this server quits. A
@@ -39,8 +41,14 @@ use crate::start::{Deaths, Part, Start};
 use crate::systemd;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How long the master waits for every serving process to make a reload before
+/// it tells systemd the reload is done anyway (a rules file of a million rules
+/// compiles in seconds; a process stuck longer is logged).
+const RELOAD_WAIT: Duration = Duration::from_secs(60);
 
 /// The signals the master handles (blocked in it, and in a process until that
 /// process has its own handlers).
@@ -111,10 +119,15 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     let mut upgrading: Option<crate::upgrade::Pending> = None;
     let mut handed_over = false;
     let mut stop_with = libc::SIGTERM;
+    // Reloads asked of the serving processes so far, and the one not yet made by
+    // all of them with how long the master waits for it (`READY=1` waits too).
+    let mut reloads = 0u64;
+    let mut confirming: Option<(u64, std::time::Instant)> = None;
     'main: loop {
-        let within = match upgrading {
-            Some(_) => Duration::from_millis(100),
-            None => Duration::from_secs(1),
+        let within = match (&upgrading, &confirming) {
+            (_, Some(_)) => Duration::from_millis(20),
+            (Some(_), None) => Duration::from_millis(100),
+            (None, None) => Duration::from_secs(1),
         };
         let sig = wait_signal(&set, within);
         match sig {
@@ -128,13 +141,20 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                         start.snap.warn_restart_only(&snap);
                         crate::logging::apply(&snap.config.log.level);
                         start.snap = Arc::new(snap);
+                        reloads += 1;
+                        for p in start.region.procs {
+                            p.reload_asked.store(reloads, Ordering::Release);
+                        }
                         signal_all(&children, libc::SIGHUP);
+                        confirming = Some((reloads, std::time::Instant::now() + RELOAD_WAIT));
                     }
                     Err(e) => tracing::error!(
                         "reload failed, still serving the previous configuration: {e}"
                     ),
                 }
-                systemd::notify("READY=1");
+                if confirming.is_none() {
+                    systemd::notify("READY=1");
+                }
             }
             Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
             Some(libc::SIGUSR2) => start.start_upgrade(&mut upgrading),
@@ -148,6 +168,25 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 break 'main;
             }
             _ => {}
+        }
+        if let Some((n, until)) = confirming {
+            let behind: Vec<libc::pid_t> = children
+                .iter()
+                .filter(|c| {
+                    start.region.procs[c.part.process]
+                        .reload_done
+                        .load(Ordering::Acquire)
+                        < n
+                })
+                .map(|c| c.pid)
+                .collect();
+            if behind.is_empty() || std::time::Instant::now() >= until {
+                if !behind.is_empty() {
+                    tracing::warn!(pids = ?behind, "serving processes have not reloaded within {RELOAD_WAIT:?}; telling systemd the reload is done");
+                }
+                systemd::notify("READY=1");
+                confirming = None;
+            }
         }
         if crate::upgrade::served(&mut upgrading) {
             handed_over = true;
@@ -226,6 +265,10 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
 /// Fork one serving process for `part` and wait until it reports that it serves
 /// (or why it cannot).
 fn fork_serving(start: &mut Start, part: Part, serve: Serve) -> Result<libc::pid_t, String> {
+    // It starts from the master's newest snapshot: every reload asked is made.
+    let slot = &start.region.procs[part.process];
+    slot.reload_done
+        .store(slot.reload_asked.load(Ordering::Acquire), Ordering::Release);
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     // SAFETY: the master is single-threaded (it never starts a thread), so the child
     // is a complete copy and may run any code.

@@ -3,7 +3,8 @@
 //! whole server's per-worker counters ([`Stats`], for the status page) and top-list
 //! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
 //! [`ProcSlot`] per process (its pid, open connections and regex failures, so the
-//! status page sums them, and its tarpits, so `tarpit_max` caps their sum), the
+//! status page sums them, its tarpits, so `tarpit_max` caps their sum, and which
+//! reload it has made, so the master knows when a reload is done), the
 //! three range-cap tables and the address-cap table (`sluice_condition::RangeCaps`,
 //! so a /24's cap, and one address's, holds across processes as it holds across
 //! threads) and the rate cells of the
@@ -42,6 +43,11 @@ pub struct ProcSlot {
     /// Tarpits and oversize replies it is dripping (`[rules] tarpit_max` caps the
     /// sum over every process: `Shared::drips_open`).
     pub drips: AtomicUsize,
+    /// The master's reload it was last asked to make (written before the master's
+    /// SIGHUP), and the last it has made (written after its reload, failed or
+    /// not): the master tells systemd `READY=1` once every process has caught up.
+    pub reload_asked: AtomicU64,
+    pub reload_done: AtomicU64,
 }
 
 /// The shared mapping's contents.

@@ -366,7 +366,13 @@ pub(crate) fn run_process(
                     if managed.is_none() {
                         systemd::reloading();
                     }
+                    // Under a master: which of its reloads this is (it wrote that
+                    // before its signal; two signals may arrive as one), confirmed
+                    // once made, so that its `READY=1` waits for every process.
+                    let slot = &start.region.procs[part.process];
+                    let asked = slot.reload_asked.load(Ordering::Acquire);
                     reload(&shared, start.config_path.as_deref(), ov, managed.is_none());
+                    slot.reload_done.store(asked, Ordering::Release);
                     if managed.is_none() {
                         systemd::notify("READY=1");
                     }

@@ -98,21 +98,25 @@ fn recv_until(sock: &UnixDatagram, want: &str) -> String {
     }
 }
 
-/// A server started with `NOTIFY_SOCKET` naming a datagram socket the test reads
-/// (each read waits at most 500 ms); the directory holds the socket.
-fn notified_server() -> (tempfile::TempDir, UnixDatagram, Server) {
+/// A server on `root` (with `extra` arguments) started with `NOTIFY_SOCKET` naming a
+/// datagram socket the test reads (each read waits at most 500 ms); the directory
+/// holds the socket.
+fn notified_server(
+    root: tempfile::TempDir,
+    extra: &[&str],
+) -> (tempfile::TempDir, UnixDatagram, Server) {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("notify.sock");
     let sock = UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let srv = Server::start_in_env(docroot(), &[("NOTIFY_SOCKET", path.to_str().unwrap())], &[]);
+    let srv = Server::start_in_env(root, &[("NOTIFY_SOCKET", path.to_str().unwrap())], extra);
     (d, sock, srv)
 }
 
 #[test]
 fn sd_notify_ready_reloading_stopping() {
-    let (_d, sock, srv) = notified_server();
+    let (_d, sock, srv) = notified_server(docroot(), &[]);
     let ready = recv_until(&sock, "READY=1");
     assert!(ready.contains("STATUS=serving"), "{ready:?}");
     srv.signal(libc::SIGHUP);
@@ -132,9 +136,39 @@ fn sd_notify_ready_reloading_stopping() {
     recv_until(&sock, "READY=1");
 }
 
+/// With several serving processes (two workers run two by default) the master's
+/// `READY=1` after a reload waits until each of them serves the new configuration,
+/// so `systemctl reload` returns then: each one's "reloaded configuration" line is
+/// in the log when it arrives. 50,000 rules keep every process compiling for a
+/// while after the master has checked the configuration (before, `READY=1` came
+/// as the master passed the signal on).
+#[test]
+fn ready_after_a_reload_waits_for_every_serving_process() {
+    let root = docroot();
+    let rules = root.path().join(".rules.conf");
+    let text: String = (0..50_000)
+        .map(|i| format!("Redirect 301 /old/{i}/ /new/{i}/\n"))
+        .collect();
+    std::fs::write(&rules, text).unwrap();
+    let (_d, sock, srv) = notified_server(root, &["--rules", rules.to_str().unwrap()]);
+    recv_until(&sock, "READY=1");
+    let processes = srv.serving_pids().len();
+    assert!(processes >= 2, "two workers run as two serving processes");
+    const LINE: &str = "reloaded configuration";
+    for round in 1..=2 {
+        srv.signal(libc::SIGHUP);
+        recv_until(&sock, "RELOADING=1");
+        recv_until(&sock, "READY=1");
+        let log = srv.stderr();
+        assert_eq!(log.matches(LINE).count(), round * processes, "{log}");
+    }
+    let r = srv.get("GET /old/7/x HTTP/1.0\r\n\r\n");
+    assert_eq!(r.status, 301, "{}", r.text());
+}
+
 #[test]
 fn an_upgrade_makes_the_new_server_the_main_process() {
-    let (_d, sock, srv) = notified_server();
+    let (_d, sock, srv) = notified_server(docroot(), &[]);
     recv_until(&sock, "READY=1");
     srv.signal(libc::SIGUSR2);
     let main = recv_until(&sock, "MAINPID=");
