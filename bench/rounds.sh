@@ -1,5 +1,6 @@
 # Interleaved rounds of `wrk` against several servers, with server CPU per request from /proc; sourced by
-# bench/ab_sluice.sh, bench/ab_many.sh, bench/floor_uring.sh and bench/floor_builds.sh. The caller fills P[NAME]=port and PID[NAME]=pid.
+# bench/ab_sluice.sh, bench/ab_many.sh, bench/floor_uring.sh, bench/floor_builds.sh and bench/build_paths.sh. The caller fills
+# P[NAME]=port and PID[NAME]=pid, and SCHEME[NAME]=https for a server wrk should reach over TLS.
 #   rounds ROUNDS SECONDS CONNS PATH NAME...   one line per server per round: NAME req/s CPU-µs-per-request
 #                                               user-µs-per-request (WRK_SCRIPT=FILE: wrk's Lua script picks the paths)
 #   summarize FILE BASE                         medians, every round, each median ÷ BASE's, and the median user
@@ -21,7 +22,7 @@ rounds() {
   hz=$(getconf CLK_TCK)
   for r in $(seq 1 "$n_rounds"); do
     for s in "$@"; do
-      read -r c0 u0 < <(ticks "${PID[$s]}"); out=$(wrk -t1 -c"$conns" -d"${dur}s" ${WRK_SCRIPT:+-s "$WRK_SCRIPT"} "http://127.0.0.1:${P[$s]}$path" 2>&1); read -r c1 u1 < <(ticks "${PID[$s]}")
+      read -r c0 u0 < <(ticks "${PID[$s]}"); out=$(wrk -t1 -c"$conns" -d"${dur}s" ${WRK_SCRIPT:+-s "$WRK_SCRIPT"} "${SCHEME[$s]:-http}://127.0.0.1:${P[$s]}$path" 2>&1); read -r c1 u1 < <(ticks "${PID[$s]}")
       n=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out"); rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       echo "$s $rps $(python3 -c "n=max(${n:-0},1); print(($c1-$c0)/$hz*1e6/n, ($u1-$u0)/$hz*1e6/n)")"
     done
