@@ -273,6 +273,15 @@ impl HeaderRule {
     pub fn line(&self) -> Vec<u8> {
         format!("{}: {}\r\n", self.name, self.value).into_bytes()
     }
+
+    /// The index of the first rule of `rules` for the name of rule `i` (any case):
+    /// the rule that decides that name where it applies (`i` itself, or earlier).
+    pub fn first_for_name(rules: &[HeaderRule], i: usize) -> usize {
+        rules[..i]
+            .iter()
+            .position(|o| o.name.eq_ignore_ascii_case(&rules[i].name))
+            .unwrap_or(i)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

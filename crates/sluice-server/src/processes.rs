@@ -24,12 +24,13 @@
 //! forks later) and passes SIGHUP on, so each process reloads as a single process
 //! does, and tells systemd `READY=1` once every process has confirmed it in its
 //! shared slot (`shm::ProcSlot::reload_done`), so `systemctl reload` returns when
-//! the whole server serves the new configuration; SIGUSR1 is passed on (each process reopens its logs); SIGTERM/SIGINT are
-//! passed on as SIGTERM, and the master waits for every process to finish (SIGQUIT:
-//! passed on as SIGQUIT, responses in flight get `upgrade_grace`); SIGUSR2 starts a
-//! new binary on the listeners (`upgrade`), and once it serves this server quits. A
-//! process that exits on its own is forked again (more than five times in a minute
-//! stops the server). A serving process whose master is killed gets SIGTERM
+//! the whole server serves the new configuration; SIGUSR1 is passed on (each
+//! process reopens its logs); SIGTERM/SIGINT are passed on as SIGTERM, and the
+//! master waits for every process to finish (SIGQUIT: passed on as SIGQUIT,
+//! responses in flight get `upgrade_grace`); SIGUSR2 starts a new binary on the
+//! listeners (`upgrade`), and once it serves this server quits. A process that
+//! exits on its own is forked again (more than five times in a minute stops the
+//! server). A serving process whose master is killed gets SIGTERM
 //! (`PR_SET_PDEATHSIG`) and drains.
 //!
 //! Cost: nothing on the request path. Memory: after a reload each process holds its

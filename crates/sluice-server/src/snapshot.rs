@@ -208,27 +208,19 @@ impl Snapshot {
 }
 
 /// `Name: value\r\n` for each `always` header rule that is the first rule for
-/// its name (the site's `always_headers`), and (name, line) for each that comes
-/// after path rules for its name only (`always_unless_set`); an `always` rule
-/// after another for its name is never sent.
+/// its name (the site's `always_headers`), and (name, line) for each whose name a
+/// path rule takes first (`always_unless_set`); one after an `always` rule for
+/// its name is never sent.
 fn always_lines(rules: &[sluice_config::HeaderRule]) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
-    let (mut first, mut unless_set) = (Vec::new(), Vec::new());
-    for (i, r) in rules.iter().enumerate() {
-        let before = || {
-            rules[..i]
-                .iter()
-                .filter(|o| o.name.eq_ignore_ascii_case(&r.name))
-        };
-        if !r.always || before().any(|o| o.always) {
-            continue;
-        }
-        if before().next().is_none() {
-            first.extend_from_slice(&r.line());
-        } else {
-            unless_set.push((r.name.clone(), r.line()));
+    let (mut lines, mut unless_set) = (Vec::new(), Vec::new());
+    for (i, r) in rules.iter().enumerate().filter(|(_, r)| r.always) {
+        match sluice_config::HeaderRule::first_for_name(rules, i) {
+            first if first == i => lines.extend_from_slice(&r.line()),
+            first if !rules[first].always => unless_set.push((r.name.clone(), r.line())),
+            _ => {}
         }
     }
-    (first, unless_set)
+    (lines, unless_set)
 }
 
 /// The file handler for one site of `config`, as a worker has it (and as

@@ -37,11 +37,9 @@ impl PathHeaders {
             // a path rule after an `always` rule for its name never decides.
             headers: headers
                 .iter()
-                .filter_map(|r| {
-                    let first = headers
-                        .iter()
-                        .position(|o| o.name.eq_ignore_ascii_case(&r.name))
-                        .unwrap_or(0);
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let first = HeaderRule::first_for_name(headers, i);
                     (!headers[first].always)
                         .then(|| (bare(&r.prefix), r.suffix.clone(), r.line(), first))
                 })
