@@ -86,6 +86,59 @@ fn the_fin_rides_in_the_last_segment_of_a_closing_answer() {
     );
 }
 
+/// A deferred listener (`defer_accept`, on by default) hands a connection over with
+/// its request, and the worker answers it before registering it with epoll
+/// (`Worker::answer_at_accept`); whatever still needs an event afterwards must get
+/// it: a keep-alive connection's next request, a body larger than the socket takes
+/// at once, the rest of a head that came in two pieces, and a close that waits for
+/// nothing.
+#[test]
+fn connections_answered_at_accept_still_get_their_later_events() {
+    let srv = Server::start(&[]);
+    // Keep-alive: the second request needs a readable event.
+    let mut s = srv.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s, false).unwrap().text(),
+        "hello world\n"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+    // A body the socket cannot take at once, read only after a pause: writable events.
+    let mut s = srv.connect();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!((r.status, r.body.len()), (200, 300_000));
+    // A head in two pieces, the first handed over by the kernel alone.
+    let mut s = srv.connect();
+    s.set_nodelay(true).unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(b"Host: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+    // Answered and closed at accept: the status page counts each connection once.
+    let before = srv.status_json()["connections_accepted_total"]
+        .as_u64()
+        .unwrap();
+    for _ in 0..20 {
+        let mut s = srv.connect();
+        s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+        assert!(closed_within(&mut s, Duration::from_secs(2)));
+    }
+    let after = srv.status_json()["connections_accepted_total"]
+        .as_u64()
+        .unwrap();
+    assert!(after - before >= 20, "{before} -> {after}");
+}
+
 #[test]
 fn request_split_byte_by_byte() {
     let srv = Server::start(&[]);

@@ -61,7 +61,13 @@ impl Worker {
                     }
                     let proxy = self.proxy_listeners.get(li).copied().unwrap_or(false);
                     let tls = self.tls_listeners.get(li).copied().unwrap_or(false);
-                    self.adopt(sock, addr.ip(), proxy, tls);
+                    // A deferred listener hands a plain connection over with its
+                    // request: answer it before registering it (`answer_at_accept`).
+                    let now = !proxy && !tls && self.deferred.get(li).copied().unwrap_or(false);
+                    match self.adopt(sock, addr.ip(), proxy, tls, !now) {
+                        Some(key) if now => self.answer_at_accept(key),
+                        _ => {}
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -84,6 +90,7 @@ impl Worker {
         peer: IpAddr,
         proxy: bool,
         tls: bool,
+        register: bool,
     ) -> Option<usize> {
         if proxy && !self.snap.proxy_trusted.iter().any(|c| c.contains(peer)) {
             // Only a trusted balancer may say who the client is.
@@ -153,11 +160,12 @@ impl Worker {
         } else {
             Interest::READABLE
         };
-        if self
-            .poll
-            .registry()
-            .register(&mut conn.sock, Token(key), interest)
-            .is_err()
+        if register
+            && self
+                .poll
+                .registry()
+                .register(&mut conn.sock, Token(key), interest)
+                .is_err()
         {
             self.release_range(peer, cap);
             return None;
@@ -177,6 +185,36 @@ impl Worker {
         self.conns.contains(key).then_some(key)
     }
 
+    /// A connection from a deferred listener (`TCP_DEFER_ACCEPT`: the kernel hands
+    /// it over once its first bytes are in), adopted without registering it with
+    /// epoll: it is driven at once, and registered only if it is still open
+    /// afterwards (keep-alive, a head still arriving, a response that did not fit,
+    /// a linger) or when its response asks for writable edges (`arm_writable`). A
+    /// `Connection: close` request answered in full then costs no `epoll_ctl` and
+    /// no event, which is what a new connection per request (ab, siege, scripts)
+    /// pays for every request. Closing a socket that was never registered is an
+    /// ordinary close.
+    fn answer_at_accept(&mut self, key: usize) {
+        let gen = self.conns[key].gen;
+        self.unregistered = Some(key);
+        self.conns[key].flags.set(Flags::READ_BLOCKED, false);
+        self.drive(key);
+        if self.unregistered.take().is_none() {
+            return; // `arm_writable` registered it
+        }
+        let Some(c) = self.conns.get_mut(key).filter(|c| c.gen == gen) else {
+            return; // answered and closed
+        };
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut c.sock, Token(key), Interest::READABLE)
+        {
+            tracing::debug!(peer = %c.peer, error = %e, "could not register a connection");
+            self.close(key, CloseReason::ClientGone);
+        }
+    }
+
     /// `serve --from`: adopt the connections a `sluice condition` front process
     /// handed over, each with exactly one complete request, through the same entry
     /// point as accepted ones. Their sockets are never read here (the front reads
@@ -190,7 +228,7 @@ impl Worker {
             match proto::recv_handoff(fd, &mut self.front_buf) {
                 Ok(Some(h)) => {
                     let sock = TcpStream::from_std(std::net::TcpStream::from(h.fd));
-                    match self.adopt(sock, h.peer.ip(), false, false) {
+                    match self.adopt(sock, h.peer.ip(), false, false, true) {
                         Some(key) => {
                             let c = &mut self.conns[key];
                             c.via = Some(Box::new(Via::Front(h.id)));

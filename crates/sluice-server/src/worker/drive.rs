@@ -448,11 +448,16 @@ impl Worker {
     /// kernel reports the socket at once if it became writable meanwhile.
     fn arm_writable(&mut self, key: usize) {
         let c = &mut self.conns[key];
-        if let Err(e) = self.poll.registry().reregister(
-            &mut c.sock,
-            mio::Token(key),
-            mio::Interest::READABLE | mio::Interest::WRITABLE,
-        ) {
+        let both = mio::Interest::READABLE | mio::Interest::WRITABLE;
+        let registry = self.poll.registry();
+        let armed = if self.unregistered == Some(key) {
+            // Answered at accept and not registered yet (`answer_at_accept`).
+            self.unregistered = None;
+            registry.register(&mut c.sock, mio::Token(key), both)
+        } else {
+            registry.reregister(&mut c.sock, mio::Token(key), both)
+        };
+        if let Err(e) = armed {
             // Without writable edges the response stalls; its send deadline closes it.
             tracing::debug!(peer = %c.peer, error = %e, "could not wait for writability");
         }

@@ -161,6 +161,10 @@ pub struct Worker {
     proxy_listeners: Vec<bool>,
     /// Which listeners are HTTPS (`tls.listen`).
     tls_listeners: Vec<bool>,
+    /// Listeners with `TCP_DEFER_ACCEPT` on (kept as `auto_defer` switches them).
+    deferred: Vec<bool>,
+    /// The connection `answer_at_accept` drives before registering it with epoll.
+    unregistered: Option<usize>,
     /// `serve --from`: the Unix socket to the front process, and scratch for it.
     front: Option<std::os::fd::OwnedFd>,
     front_buf: Vec<u8>,
@@ -200,7 +204,6 @@ impl Worker {
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let auto_defer = auto_defer.map(|secs| {
-            use std::os::fd::AsRawFd;
             let fds = listeners.iter().map(|l| l.as_raw_fd()).collect();
             crate::listener::AutoDefer::new(fds, secs, 0)
         });
@@ -212,6 +215,10 @@ impl Worker {
                 .map(|l| l.local_addr().is_ok_and(|a| addrs.contains(&a)))
                 .collect()
         };
+        let deferred = listeners
+            .iter()
+            .map(|l| crate::listener::defer_accept_is_on(l.as_raw_fd()))
+            .collect();
         let proxy_listeners = marked(&snap.config.server.proxy_protocol);
         let tls_listeners = marked(&snap.config.tls.listen);
         let front = match &shared.from {
@@ -282,6 +289,8 @@ impl Worker {
             drips: Default::default(),
             proxy_listeners,
             tls_listeners,
+            deferred,
+            unregistered: None,
             front,
             front_buf: Vec::new(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
@@ -394,8 +403,9 @@ impl Worker {
                 }
             }
             self.log.tick(self.now);
-            if let Some(false) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now_ms)) {
-                Counters::add(&self.shared.stats[self.id].defer_offs, 1);
+            if let Some(on) = self.auto_defer.as_mut().and_then(|a| a.poll(self.now_ms)) {
+                self.deferred.fill(on);
+                Counters::add(&self.shared.stats[self.id].defer_offs, u64::from(!on));
             }
             if self.now_ms >= self.next_expire_ms {
                 self.next_expire_ms = self.now_ms + 1000;
