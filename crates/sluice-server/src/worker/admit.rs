@@ -63,9 +63,9 @@ impl Worker {
                     let tls = self.tls_listeners.get(li).copied().unwrap_or(false);
                     // A deferred listener hands a plain connection over with its
                     // request: answer it before registering it (`answer_at_accept`).
-                    let now = !proxy && !tls && self.deferred.get(li).copied().unwrap_or(false);
-                    match self.adopt(sock, addr.ip(), proxy, tls, !now) {
-                        Some(key) if now => self.answer_at_accept(key),
+                    let at_once = !proxy && !tls && self.deferred.get(li).copied().unwrap_or(false);
+                    match self.adopt(sock, addr.ip(), proxy, tls, !at_once) {
+                        Some(key) if at_once => self.answer_at_accept(key),
                         _ => {}
                     }
                 }
