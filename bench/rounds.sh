@@ -5,6 +5,9 @@
 #                                               user-µs-per-request (WRK_SCRIPT=FILE: wrk's Lua script picks the paths)
 #   summarize FILE BASE                         medians, every round, each median ÷ BASE's, and the median user
 #                                               time as a share of system time (the floor target's "user space")
+# Callers that reach no server over TLS need not declare SCHEME (under `set -u` an undeclared array's
+# subscript would be read as arithmetic on the server's name).
+declare -p SCHEME >/dev/null 2>&1 || declare -gA SCHEME
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 up() { for i in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
 # A server's CPU ticks, user + system and user alone: the process and its children (a master's serving
