@@ -262,8 +262,10 @@ pub struct HeaderRule {
     #[serde(deserialize_with = "crate::de::extra_header_value")]
     pub value: String,
     /// On every answer of the site, not only its files' (listings, redirects,
-    /// errors, the status page): `Strict-Transport-Security` and the like, as
-    /// nginx's `add_header … always`. Such a rule has no `prefix` or `suffix`.
+    /// errors, 503s, the status page): `Strict-Transport-Security` and the like, as
+    /// nginx's `add_header … always`; the default site's also on the 400, 414,
+    /// 431 and 408 answers to heads that never named a site. Such a rule has no
+    /// `prefix` or `suffix`.
     #[serde(default)]
     pub always: bool,
 }

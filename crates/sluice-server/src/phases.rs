@@ -58,14 +58,7 @@ fn errant_action(e: Option<&Errant>) -> usize {
 /// before yields to that rule where it matched.
 pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     let mut r = phases(ctx, head);
-    if !ctx.site.always_headers.is_empty() {
-        r.headers.add_lines(&ctx.site.always_headers);
-    }
-    for (name, line) in &ctx.site.always_unless_set {
-        if !r.headers.has(name) {
-            r.headers.add_lines(line);
-        }
-    }
+    ctx.site.add_always(&mut r.headers);
     r
 }
 

@@ -39,12 +39,31 @@ pub struct Site {
     /// it: canonical, as the file handler opens it.
     pub canon_root: std::path::PathBuf,
     /// The header lines of the site's `always` header rules (the first rule for
-    /// a name), added to every answer the request phases make (`phases::respond`).
+    /// a name), added to every answer: the request phases' (`phases::respond`),
+    /// a range cap's or a busy server's 503, and, on the default site, the 400s
+    /// and 408s of heads that named no site ([`Site::add_always`]).
     pub always_headers: Vec<u8>,
     /// `always` rules that a path rule for the same name comes before: (name,
     /// line), added unless the answer has the name already (the path rule
     /// matched: the first rule for a name wins). Empty unless a config does that.
     pub always_unless_set: Vec<(String, Vec<u8>)>,
+}
+
+impl Site {
+    /// Put the site's `always` headers on an answer: its lines, then each one a
+    /// path rule comes before unless the answer carries that name already (the
+    /// path rule matched: the first rule for a name wins). Costs an empty check
+    /// per answer on a site without `always` rules.
+    pub fn add_always(&self, h: &mut sluice_http::response::HeaderBuf) {
+        if !self.always_headers.is_empty() {
+            h.add_lines(&self.always_headers);
+        }
+        for (name, line) in &self.always_unless_set {
+            if !h.has(name) {
+                h.add_lines(line);
+            }
+        }
+    }
 }
 
 impl Snapshot {

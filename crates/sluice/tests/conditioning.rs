@@ -117,7 +117,8 @@ fn deferred_accept_keeps_silent_connections_out_of_the_server() {
 fn a_range_over_its_cap_gets_503_and_others_do_not() {
     let srv = Server::start_with_config(
         docroot(),
-        "[condition]\nmax_connections = 40\ncap_8 = 1.0\ncap_16 = 1.0\ncap_24 = 0.1\ncap_exempt = []\n",
+        "[condition]\nmax_connections = 40\ncap_8 = 1.0\ncap_16 = 1.0\ncap_24 = 0.1\ncap_exempt = []\n\
+         [[files.headers]]\nname = \"X-Always\"\nvalue = \"yes\"\nalways = true\n",
         &[],
     );
     // A /24 may hold 10% of 40 = 4 connections.
@@ -134,6 +135,8 @@ fn a_range_over_its_cap_gets_503_and_others_do_not() {
     let r = read_response(&mut fifth, false).unwrap();
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("10"));
+    // The site's `always` headers are on this answer too.
+    assert_eq!(r.header("x-always"), Some("yes"), "{}", r.text());
     // Another /24 is not affected.
     let mut other = connect_from("127.77.1.1", &srv.addr).unwrap();
     assert_eq!(keepalive_get(&mut other, "/hello.txt"), Some(200));
@@ -474,7 +477,11 @@ fn past_max_active_requests_wait_and_go_least_recently_served_range_first() {
 
 #[test]
 fn a_request_that_waits_past_its_deadline_gets_503_with_retry_after() {
-    let (srv, mut blocker) = held_by_a_download("[http]\nheader_timeout = \"1s\"\n", &[]);
+    let (srv, mut blocker) = held_by_a_download(
+        "[http]\nheader_timeout = \"1s\"\n\
+         [[files.headers]]\nname = \"X-Always\"\nvalue = \"yes\"\nalways = true\n",
+        &[],
+    );
     let mut b = [0u8; 1000];
     let mut s = srv.connect();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -484,6 +491,7 @@ fn a_request_that_waits_past_its_deadline_gets_503_with_retry_after() {
     let r = read_response(&mut s, false).expect("an answer at the deadline");
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("5"));
+    assert_eq!(r.header("x-always"), Some("yes"), "{}", r.text());
     assert!(
         t.elapsed() >= Duration::from_millis(900),
         "{:?}",

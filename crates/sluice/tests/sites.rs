@@ -627,6 +627,64 @@ value = "origin"
 /// The way a box with many sites is run: one file per site in `sites.d/`, named by
 /// `include`; a new file and a reload add its site, a broken one is refused with
 /// its own name and line while the sites already serving go on.
+/// Answers made before a request names its site (a head that does not parse, a
+/// request line over the limit, a head that stops arriving) carry the default
+/// site's `always` headers, and only those: another site's are not the default's.
+#[test]
+fn answers_before_a_site_is_named_carry_the_default_sites_always_headers() {
+    let d = docroot();
+    std::fs::create_dir(d.path().join("other")).unwrap();
+    let toml = r#"
+[http]
+header_timeout = "1s"
+max_request_line = 1024
+[[files.headers]]
+name = "Strict-Transport-Security"
+value = "max-age=63072000"
+always = true
+
+[[site]]
+names = ["other.example"]
+root = "other"
+[[site.headers]]
+name = "X-Other"
+value = "1"
+always = true
+"#;
+    let srv = Server::start_with_config(d, toml, &[]);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(2000));
+    for (raw, status) in [
+        // A header line without a colon.
+        (
+            "GET / HTTP/1.1\r\nHost: other.example\r\nno colon\r\n\r\n",
+            400,
+        ),
+        (long.as_str(), 414),
+        // Half a head, then nothing until the head deadline.
+        ("GET / HTTP/1.1\r\nHost: other.example\r\n", 408),
+    ] {
+        let mut s = srv.connect();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
+        let r = read_response(&mut s, false).expect("an answer");
+        assert_eq!(r.status, status, "{r:?}");
+        let hsts: Vec<_> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("strict-transport-security"))
+            .collect();
+        assert_eq!(hsts.len(), 1, "{r:?}");
+        assert_eq!(hsts[0].1, "max-age=63072000", "{r:?}");
+        assert_eq!(r.header("x-other"), None, "{r:?}");
+    }
+    // The other site's own answers carry its own.
+    let r = curl_site(&srv, "other.example", "/missing", &[]).to_ascii_lowercase();
+    assert!(
+        r.starts_with("http/1.1 404") && r.contains("x-other: 1"),
+        "{r}"
+    );
+}
+
 #[test]
 fn sites_from_included_files_and_a_reload_that_adds_one() {
     let d = docroot();

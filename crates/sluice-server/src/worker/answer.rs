@@ -141,7 +141,10 @@ impl Worker {
         resp.close = true;
         c.why = CloseReason::BadRequest;
         c.flags.set(Flags::LINGER, true);
-        let default_log = self.site_log[self.snap.hosts.default_site()];
+        // No site was named: the default site's, as for the log.
+        let default = self.snap.hosts.default_site();
+        self.snap.sites[default].add_always(&mut resp.headers);
+        let default_log = self.site_log[default];
         let log = self
             .log
             .enabled()
@@ -203,12 +206,14 @@ impl Worker {
             r.headers.add("Retry-After", "10");
             r.close = true;
             c.why = CloseReason::RangeCap;
+            ctx.site.add_always(&mut r.headers);
             r
         } else if c.why == CloseReason::Busy {
             // It waited behind `condition.max_active` past its deadline.
             let mut r = Response::text(503, Some("server busy"));
             r.headers.add("Retry-After", "5");
             r.close = true;
+            ctx.site.add_always(&mut r.headers);
             r
         } else {
             phases::respond(&mut ctx, head)

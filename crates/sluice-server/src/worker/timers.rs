@@ -10,6 +10,7 @@ use crate::accesslog::Pending;
 use crate::io::{abort_on_close, recycle};
 use sluice_condition::slowread::RateVerdict;
 use sluice_condition::{Class, CloseReason};
+use sluice_http::response::HeaderBuf;
 use sluice_status::Counters;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -75,17 +76,17 @@ impl Worker {
             if matches!(c.phase, Phase::Head { .. }) && c.out.is_none() && !c.rbuf.is_empty() {
                 // Part of a head arrived, and the rest did not in time: say so
                 // (best effort, one non-blocking send) and log it. A connection that
-                // sent nothing at all is closed silently.
-                conn_send(
-                    c,
-                    b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-                );
+                // sent nothing at all is closed silently. No site was named yet:
+                // the default site's `always` headers.
+                const LINE: &[u8] = b"HTTP/1.1 408 Request Timeout\r\n";
+                const REST: &[u8] = b"Connection: close\r\nContent-Length: 0\r\n\r\n";
+                let default = self.snap.hosts.default_site();
+                let mut always = HeaderBuf::default();
+                self.snap.sites[default].add_always(&mut always);
+                conn_send(c, &[LINE, always.as_bytes(), REST].concat());
+                always.recycle();
                 if self.log.enabled() {
-                    let p = Pending::rejected(
-                        &c.rbuf,
-                        408,
-                        self.site_log[self.snap.hosts.default_site()],
-                    );
+                    let p = Pending::rejected(&c.rbuf, 408, self.site_log[default]);
                     self.log.line(self.wall, c.peer, &p, 0);
                 }
             }
