@@ -4,8 +4,12 @@
 //! counted those syscalls as most of a static request's cost). Entries are trusted
 //! for `cache_validity` (default 1 s), then looked up again: a file replaced on disk
 //! is seen within that time. Small files (≤ `small_file_max`) are kept as bytes and
-//! their fd closed; larger ones keep their fd open for `sendfile`, bounded by
-//! `MAX_CACHED_FDS` so the cache cannot eat the process's descriptor limit.
+//! their fd closed; larger ones keep their fd open for `sendfile`, at most
+//! `MAX_CACHED_FDS` per cache. That bound is per site and worker, not the
+//! process's: a process out of descriptors (`EMFILE`) has every cache give back
+//! the descriptors no response is sending from ([`FileCache::shed_descriptors`],
+//! `SHED`), and what still cannot be opened for a reason of the server's is
+//! [`Entry::Unavailable`] (a 503, never kept), not a 403.
 //! Misses (404) are cached too, so a scan for absent files costs one hash lookup;
 //! a full table drops them first (after what expired), so such a scan cannot push
 //! out the files asked for (`bench/miss_flood.sh`: 8% less CPU per request).
@@ -36,10 +40,12 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAX_CACHED_FDS: usize = 1024;
+
 /// Bytes of small-file content one worker may keep.
 const MAX_CACHED_BYTES: usize = 64 << 20;
 
@@ -146,58 +152,6 @@ fn head_lines(last_modified: &str, etag: &str, mime: &str, len: u64) -> (Inline<
     }
 }
 
-/// Up to `N` bytes of text kept inside its owner.
-#[derive(Clone, Copy)]
-struct Inline<const N: usize> {
-    len: u8,
-    bytes: [u8; N],
-}
-
-impl<const N: usize> Inline<N> {
-    fn new(s: &str) -> Option<Self> {
-        if s.len() > N || N > u8::MAX as usize {
-            return None;
-        }
-        let mut bytes = [0u8; N];
-        bytes[..s.len()].copy_from_slice(s.as_bytes());
-        Some(Inline {
-            len: s.len() as u8,
-            bytes,
-        })
-    }
-
-    fn as_str(&self) -> &str {
-        let b = &self.bytes[..self.len as usize];
-        // SAFETY: `new` copied exactly these bytes from a `&str`, whole.
-        unsafe { std::str::from_utf8_unchecked(b) }
-    }
-}
-
-impl<const N: usize> std::fmt::Debug for Inline<N> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.as_str().fmt(f)
-    }
-}
-
-/// A cached path: kept inline up to 62 bytes (most mirror paths), else on the heap.
-#[derive(Debug)]
-enum Key {
-    Short(Inline<62>),
-    Long(Box<str>),
-}
-
-impl Key {
-    fn new(s: &str) -> Key {
-        Inline::new(s).map_or_else(|| Key::Long(s.into()), Key::Short)
-    }
-    fn as_str(&self) -> &str {
-        match self {
-            Key::Short(k) => k.as_str(),
-            Key::Long(k) => k,
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub enum Entry {
     File(Rc<FileInfo>),
@@ -209,6 +163,11 @@ pub enum Entry {
     /// and the cache was told not to wait ([`FileCache::set_disk`]; see
     /// [`crate::cold`]). Never kept.
     Cold,
+    /// Could not be looked up for a reason of the server's, not the file's: the
+    /// process is out of descriptors or the kernel out of memory, or the disk
+    /// failed ([`unavailable`]). Answered 503, never kept: a moment later the
+    /// same path may open.
+    Unavailable,
 }
 
 /// One table slot, 16 bytes, so the table of a worker caching 10,000 files fits in
@@ -298,6 +257,8 @@ pub struct FileCache {
     small_file_max: usize,
     fds: usize,
     bytes: usize,
+    /// The last [`SHED`] this cache has answered.
+    shed_seen: u32,
     /// Whether a load may wait for the disk, and how it looks up without
     /// waiting when not ([`cold::Gate`]).
     gate: cold::Gate,
@@ -315,6 +276,7 @@ impl FileCache {
             small_file_max,
             fds: 0,
             bytes: 0,
+            shed_seen: SHED.load(Ordering::Relaxed),
             gate: cold::Gate::new(Duration::from_millis(1)),
             types: mime::Types::default(),
         }
@@ -396,7 +358,7 @@ impl FileCache {
             }
         }
         let entry = self.load(root, rel);
-        if matches!(entry, Entry::Cold) {
+        if matches!(entry, Entry::Cold | Entry::Unavailable) {
             return (entry, now);
         }
         if self.max_entries > 0 && self.insert(hash, rel, entry.clone(), now) {
@@ -411,6 +373,9 @@ impl FileCache {
     /// ISO on a mirror) would stay open, its disk space unreclaimed, until the same
     /// path was requested again. O(entries); a few microseconds per thousand.
     pub fn expire(&mut self, now: Instant) {
+        if SHED.load(Ordering::Relaxed) != self.shed_seen {
+            self.shed_descriptors();
+        }
         let before = self.table.len();
         self.table
             .retain(|s| s.until() > now || kept_for_revalidation(s, now));
@@ -422,7 +387,17 @@ impl FileCache {
     /// Open and read `rel`; unless the cache may wait, only as far as the kernel
     /// can without the disk ([`crate::cold`]), else [`Entry::Cold`].
     fn load(&mut self, root: &Root, rel: &str) -> Entry {
-        let file = match self.gate.open(root, rel) {
+        let mut opened = self.gate.open(root, rel);
+        if opened.as_ref().is_err_and(out_of_descriptors) {
+            // The process's descriptors are all in use: this cache gives back
+            // those no response is sending from, tells the process's other caches
+            // to (`SHED`), and tries once more.
+            shed_everywhere();
+            if self.shed_descriptors() > 0 {
+                opened = self.gate.open(root, rel);
+            }
+        }
+        let file = match opened {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Entry::Cold,
             Err(e) => return classify(&e),
@@ -547,6 +522,21 @@ impl FileCache {
         true
     }
 
+    /// Drop every entry that holds a descriptor: each closes now, unless a
+    /// response is sending from it (that one closes when the response ends). The
+    /// files are opened again when next asked for. Returns how many entries held
+    /// one.
+    pub fn shed_descriptors(&mut self) -> usize {
+        self.shed_seen = SHED.load(Ordering::Relaxed);
+        let held = self.fds;
+        if held > 0 {
+            self.table
+                .retain(|s| !matches!(s, Slot::File(f) if f.file.is_some()));
+            self.recount();
+        }
+        held
+    }
+
     fn recount(&mut self) {
         self.fds = 0;
         self.bytes = 0;
@@ -587,9 +577,16 @@ fn file_cost(f: &FileInfo) -> (usize, usize) {
 fn classify(e: &io::Error) -> Entry {
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => Entry::NotFound,
+        _ if unavailable(e) => Entry::Unavailable,
         _ => Entry::Forbidden,
     }
 }
+
+mod failed;
+mod inline;
+use failed::{out_of_descriptors, SHED};
+pub use failed::{shed_everywhere, unavailable};
+use inline::{Inline, Key};
 
 #[cfg(test)]
 mod tests;

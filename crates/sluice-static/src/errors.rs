@@ -56,6 +56,8 @@ impl StaticHandler {
                 r
             }
             Entry::Cold => cold_answer(),
+            // The page cannot be opened now: the plain text, not kept.
+            Entry::Unavailable => Response::text(status, msg),
             Entry::Dir | Entry::NotFound | Entry::Forbidden => {
                 let mut r = text(now);
                 r.reuse_until = Some(until);

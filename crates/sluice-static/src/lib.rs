@@ -166,7 +166,7 @@ impl StaticHandler {
             // "/file.txt/" names a directory that is not there, as for an answer.
             Entry::File(_) => !dir && !norm.trailing_slash,
             Entry::Dir => dir,
-            Entry::NotFound | Entry::Forbidden | Entry::Cold => false,
+            Entry::NotFound | Entry::Forbidden | Entry::Cold | Entry::Unavailable => false,
         };
         (is, until)
     }
@@ -188,6 +188,15 @@ impl StaticHandler {
     /// Close cached files whose validity has passed (call about once a second).
     pub fn expire(&mut self, now: Instant) {
         self.cache.expire(now);
+    }
+
+    /// The process is out of descriptors: close the cached files no response is
+    /// sending from (they are opened again when asked for), and have every other
+    /// cache of the process do the same at its next [`StaticHandler::expire`].
+    /// Returns how many cached entries held a descriptor here.
+    pub fn shed_descriptors(&mut self) -> usize {
+        cache::shed_everywhere();
+        self.cache.shed_descriptors()
     }
 
     /// Answer `head` for `raw_path` (percent-encoded; the request's own path, or the
@@ -252,6 +261,7 @@ impl StaticHandler {
             Entry::NotFound => self.error(404, None, head, now),
             Entry::Forbidden => self.error(403, None, head, now),
             Entry::Cold => return cold_answer(),
+            Entry::Unavailable => return unavailable_answer(),
         };
         // The redirect to the directory, a 404, a 403: the request, this entry
         // (and an error page's).
@@ -281,6 +291,8 @@ impl StaticHandler {
                     return keep_until(r, read_until);
                 }
                 Entry::Cold => return cold_answer(),
+                // Not a reason to list the directory instead.
+                Entry::Unavailable => return unavailable_answer(),
                 _ => {}
             }
             read_until = read_until.min(until);
@@ -337,6 +349,7 @@ impl StaticHandler {
                         notes[i] = info.data.clone().map(|d| listing::Note::new(&name, d));
                     }
                     Entry::Cold => return cold_answer(),
+                    Entry::Unavailable => return unavailable_answer(),
                     _ => {}
                 }
             }
@@ -344,13 +357,13 @@ impl StaticHandler {
         let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
         let (gate, ready) = (self.cache.gate(), &self.read_listings);
-        let mut stopped = false;
+        let (mut stopped, mut failed) = (false, None);
         let built = self.listings.get(rel, form, gzip, now, || {
             let Some(read) = gate.list(root, rel, hidden, ready) else {
                 stopped = true;
                 return None;
             };
-            let mut items = read.ok()?;
+            let mut items = read.map_err(|e| failed = Some(e)).ok()?;
             listing::sort(&mut items, key, desc);
             Some(if json {
                 listing::json(&items)
@@ -375,6 +388,9 @@ impl StaticHandler {
             return cold_answer();
         }
         let Some((body, built_until)) = built else {
+            if failed.as_ref().is_some_and(cache::unavailable) {
+                return unavailable_answer();
+            }
             // A directory this server may not read: not kept (it may be fixed).
             let mut r = self.error(403, None, head, now);
             r.reuse_until = None;
@@ -519,7 +535,18 @@ const UNBOUNDED: Duration = Duration::from_secs(3600);
 /// a disk thread has read what it needs, and sends this only if it cannot; then it
 /// is the truth: come back in a moment.
 pub fn cold_answer() -> Response {
-    let mut r = Response::text(503, Some("reading the disk"));
+    retry_soon("reading the disk")
+}
+
+/// The answer when a lookup failed for a reason of the server's
+/// ([`cache::Entry::Unavailable`]: out of descriptors or memory, a disk error):
+/// not the file's fault, so a 503 to come back in a moment, never kept.
+pub fn unavailable_answer() -> Response {
+    retry_soon("server busy")
+}
+
+fn retry_soon(why: &str) -> Response {
+    let mut r = Response::text(503, Some(why));
     r.headers.add("Retry-After", "1");
     r
 }

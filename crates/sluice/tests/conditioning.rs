@@ -691,3 +691,53 @@ fn many_connections_share_the_unsent_budget() {
         "control: only {control} bytes queued with the budget covering unsent_max"
     );
 }
+
+/// At the descriptor limit the file cache's descriptors give way. Each large file
+/// asked for stays open in the cache for `cache_validity` (here a minute), so a
+/// process with 300 descriptors runs out after some 200 files: the cache then
+/// closes the files no response is sending from and opens the new one (never a
+/// 403, which a client takes as final, kept for the next asker too), and a new
+/// connection that finds no descriptor is accepted once the caches give theirs
+/// back (before any connection is evicted).
+#[test]
+fn cached_descriptors_give_way_at_the_descriptor_limit() {
+    let dir = docroot();
+    let body = vec![b'x'; 20_000]; // past small_file_max: kept open, not in memory
+    for i in 0..800 {
+        std::fs::write(dir.path().join(format!("f{i}.bin")), &body).unwrap();
+    }
+    let cfg = dir.path().join(".fd-config.toml");
+    std::fs::write(&cfg, "[files]\ncache_validity = \"60s\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let srv = Server::start_with_nofile(
+        dir,
+        300,
+        &["--config", &cfg, "--workers", "1", "--processes", "1"],
+    );
+    let mut c = srv.client();
+    // Past the limit once (the cache gives way), then on until the cache holds
+    // all but a few of the process's descriptors again.
+    let mut i = 0;
+    while i < 400 || srv.open_fds() < 297 {
+        assert!(i < 800, "the cache never filled the process's descriptors");
+        c.send(format!("GET /f{i}.bin HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+        let r = c.response(false).expect("an answer");
+        assert_eq!((i, r.status), (i, 200), "{}", r.text());
+        assert_eq!(r.body.len(), body.len());
+        i += 1;
+    }
+    // New connections find no descriptor: they still get in, and the idle one
+    // is not evicted for them.
+    let mut more: Vec<_> = (0..40).map(|_| srv.connect()).collect();
+    for (i, s) in more.iter_mut().enumerate() {
+        assert_eq!(keepalive_get(s, "/f0.bin"), Some(200), "connection {i}");
+    }
+    c.send(b"GET /f0.bin HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response(false).map(|r| r.status), Some(200));
+    let v = srv.status_json();
+    assert_eq!(
+        v["closes_by_reason"]["evicted_idle"].as_u64(),
+        Some(0),
+        "{v}"
+    );
+}

@@ -73,7 +73,20 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: out of descriptors or memory (the limit is
-                    // shared with the other workers). Free one and retry.
+                    // shared with the other workers). The file caches' idle
+                    // descriptors go first (this worker's now, the process's other
+                    // caches within a second), a connection only if they held none.
+                    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    if out_of_fds
+                        && self
+                            .files
+                            .iter_mut()
+                            .map(|f| f.shed_descriptors())
+                            .sum::<usize>()
+                            > 0
+                    {
+                        continue;
+                    }
                     if !self.make_room(&format!("accept failed: {e}")) {
                         return;
                     }

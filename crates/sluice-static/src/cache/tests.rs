@@ -287,3 +287,61 @@ fn a_flood_of_misses_does_not_push_out_the_files_asked_for() {
     assert!(c.len() <= 8);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Out of descriptors, a cache gives back the ones no response holds at once
+/// (`shed_descriptors`), and every other cache of the process at its next sweep
+/// once told (`shed_everywhere`); a descriptor a response still holds stays open
+/// until the response lets it go, and files kept in memory stay.
+#[test]
+fn out_of_descriptors_every_cache_gives_back_its_idle_ones() {
+    let d = std::env::temp_dir().join(format!("sluice-shed-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for f in ["big1", "big2"] {
+        std::fs::write(d.join(f), vec![0u8; 100_000]).unwrap();
+    }
+    std::fs::write(d.join("small"), b"x").unwrap();
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let now = Instant::now();
+    let mut a = FileCache::new(Duration::from_secs(60), 100, 1024);
+    let mut b = FileCache::new(Duration::from_secs(60), 100, 1024);
+    // A response sending from big1 holds its entry.
+    let sending = info(a.lookup(&root, "big1", now));
+    a.lookup(&root, "big2", now);
+    a.lookup(&root, "small", now);
+    b.lookup(&root, "big1", now);
+    assert_eq!((a.fds, b.fds), (2, 1));
+    assert_eq!(a.shed_descriptors(), 2);
+    assert_eq!((a.len(), a.fds, a.bytes), (1, 0, 1), "the small file stays");
+    let held = sending.file.as_ref().expect("a descriptor");
+    assert!(
+        held.metadata().is_ok(),
+        "the response's descriptor is still open"
+    );
+    // The other cache: untouched by a sweep until told, then at its next sweep.
+    b.expire(now);
+    assert_eq!(b.fds, 1);
+    shed_everywhere();
+    b.expire(now);
+    assert_eq!((b.len(), b.fds), (0, 0));
+    // Asked again, the files open again.
+    assert!(matches!(a.lookup(&root, "big2", now), Entry::File(f) if f.file.is_some()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A lookup that fails for a reason of the server's is not the file's answer.
+#[test]
+fn failures_of_the_servers_own_are_unavailable_not_forbidden() {
+    let e = std::io::Error::from_raw_os_error;
+    for errno in [
+        libc::EMFILE,
+        libc::ENFILE,
+        libc::ENOMEM,
+        libc::ENOBUFS,
+        libc::EIO,
+    ] {
+        assert!(matches!(classify(&e(errno)), Entry::Unavailable), "{errno}");
+    }
+    assert!(matches!(classify(&e(libc::EACCES)), Entry::Forbidden));
+    assert!(matches!(classify(&e(libc::ELOOP)), Entry::Forbidden));
+    assert!(matches!(classify(&e(libc::ENOENT)), Entry::NotFound));
+}
