@@ -4,8 +4,10 @@
 
     bench/ramp_nstat.py [--max 10800] [--rounds 2] [--servers sluice,nginx]
                         [--sluice-toml '[condition]\\ndefer_accept = "0"']
+                        [--duration 10s] [--stagger]
 
-Each round runs `sluice bench run concurrency --max-concurrency MAX -d 10s` against
+Each round runs `sluice bench run concurrency --max-concurrency MAX -d DURATION`
+(with --stagger, `--download-stagger`: the downloads out of step) against
 one server at a time (servers as in bench/compare.py, 2 workers each), reads
 `nstat` before and after, and prints the counters that moved with the server's CPU
 (utime + stime from /proc) per GiB of finished downloads. A SYN cookie caps a
@@ -32,6 +34,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servers", default="sluice,nginx")
     ap.add_argument("--sluice-toml", default="", help="TOML appended to sluice's config (\\n for a newline)")
+    ap.add_argument("--duration", default="10s", help="each step's length")
+    ap.add_argument("--stagger", action="store_true", help="the downloads out of step")
     a = ap.parse_args()
     compare.make_files()
     compare.configs()
@@ -46,8 +50,10 @@ def main():
             p = compare.start(s, sluice)
             try:
                 cmd = [sluice, "bench", "run", "concurrency", "--docroot", compare.WWW,
-                       "--out", f"{compare.WORK}/ramp-out", "--max-concurrency", str(a.max), "-d", "10s",
+                       "--out", f"{compare.WORK}/ramp-out", "--max-concurrency", str(a.max), "-d", a.duration,
                        "--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
+                if a.stagger:
+                    cmd.append("--download-stagger")
                 n0, c0 = nstat(), compare.cpu_seconds(p.pid)
                 run = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=compare.raise_nofile)
                 n1, c1 = nstat(), compare.cpu_seconds(p.pid)

@@ -77,14 +77,7 @@ impl Worker {
                     // descriptors go first (this worker's now, the process's other
                     // caches within a second), a connection only if they held none.
                     let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
-                    if out_of_fds
-                        && self
-                            .files
-                            .iter_mut()
-                            .map(|f| f.shed_descriptors())
-                            .sum::<usize>()
-                            > 0
-                    {
+                    if out_of_fds && self.shed_file_descriptors() > 0 {
                         continue;
                     }
                     if !self.make_room(&format!("accept failed: {e}")) {
@@ -375,6 +368,13 @@ impl Worker {
             );
         }
         victim.is_some()
+    }
+
+    /// The process is out of descriptors: this worker's file caches close the
+    /// files no response is sending from, and the process's other caches do at
+    /// their next sweep. How many of this worker's cached entries held one.
+    fn shed_file_descriptors(&mut self) -> usize {
+        self.files.iter_mut().map(|f| f.shed_descriptors()).sum()
     }
 
     pub(super) fn release_range(&self, peer: IpAddr, cap: Cap) {
