@@ -4,7 +4,9 @@
 //! counted those syscalls as most of a static request's cost). Entries are trusted
 //! for `cache_validity` (default 1 s), then looked up again: a file replaced on disk
 //! is seen within that time. Small files (≤ `small_file_max`) are kept as bytes and
-//! their fd closed; larger ones keep their fd open for `sendfile`, at most
+//! their fd closed, up to 64 MiB over all the caches of a worker (one per site:
+//! `budget`; past it a small file is kept open like a large one); larger ones keep
+//! their fd open for `sendfile`, at most
 //! `MAX_CACHED_FDS` per cache. That bound is per site and worker, not the
 //! process's: a process out of descriptors (`EMFILE`) has every cache give back
 //! the descriptors no response is sending from ([`FileCache::shed_descriptors`],
@@ -46,7 +48,8 @@ use std::time::{Duration, Instant};
 
 const MAX_CACHED_FDS: usize = 1024;
 
-/// Bytes of small-file content one worker may keep.
+/// Bytes of small-file content one worker may keep, over all its sites' caches
+/// ([`budget`]).
 const MAX_CACHED_BYTES: usize = 64 << 20;
 
 /// What the handler needs to answer for a regular file.
@@ -101,10 +104,6 @@ pub struct Siblings {
     pub until: Instant,
 }
 
-/// `Last-Modified: ` + an HTTP date (29 bytes) + `\r\n` + `ETag: `.
-const LM_AT: usize = 15;
-const ETAG_AT: usize = LM_AT + 29 + 2 + 6;
-
 impl FileInfo {
     /// `"<mtime>.<nanoseconds>-<size>"` in hex, quoted.
     pub fn etag(&self) -> &str {
@@ -125,30 +124,6 @@ impl FileInfo {
     pub fn whole_file_lines(&self) -> Option<&[u8]> {
         let end = self.full_end as usize;
         (end > 0).then(|| &self.lines.as_str().as_bytes()[..end])
-    }
-}
-
-/// The lines kept in [`FileInfo::lines`], and the ETag's and the whole set's ends.
-fn head_lines(last_modified: &str, etag: &str, mime: &str, len: u64) -> (Inline<255>, u8, u8) {
-    use std::fmt::Write;
-    debug_assert_eq!(last_modified.len(), 29);
-    let mut s = String::with_capacity(256);
-    let _ = write!(s, "Last-Modified: {last_modified}\r\nETag: {etag}");
-    let etag_end = s.len();
-    s.push_str("\r\n");
-    let validators = s.len();
-    let _ = write!(
-        s,
-        "Accept-Ranges: bytes\r\nContent-Type: {mime}\r\nContent-Length: {len}\r\n"
-    );
-    match Inline::new(&s) {
-        Some(lines) => (lines, etag_end as u8, s.len() as u8),
-        // At most 98 bytes: an HTTP date and a 44-byte ETag.
-        None => (
-            Inline::new(&s[..validators]).expect("the validators' lines fit in 255 bytes"),
-            etag_end as u8,
-            0,
-        ),
     }
 }
 
@@ -435,7 +410,9 @@ impl FileCache {
             compressed: mime::is_compressed(rel),
             siblings: Cell::new(None),
         };
-        if (len as usize) <= self.small_file_max && self.bytes + len as usize <= MAX_CACHED_BYTES {
+        if (len as usize) <= self.small_file_max
+            && budget::kept() + len as usize <= MAX_CACHED_BYTES
+        {
             let mut buf = vec![0u8; len as usize];
             // Not waiting: asked first (`cachestat` starts no read), then read
             // without waiting (the pages may go in between). A read with
@@ -505,11 +482,12 @@ impl FileCache {
             })),
         };
         let hasher = &self.hasher;
+        let mut freed = 0;
         match self.table.find_mut(hash, |s| s.key() == rel) {
             Some(old) => {
                 let (f, b) = old.cost();
                 self.fds -= f;
-                self.bytes -= b;
+                freed = b;
                 *old = slot;
             }
             None => {
@@ -518,7 +496,7 @@ impl FileCache {
             }
         }
         self.fds += added.0;
-        self.bytes += added.1;
+        self.set_bytes(self.bytes - freed + added.1);
         true
     }
 
@@ -538,13 +516,26 @@ impl FileCache {
     }
 
     fn recount(&mut self) {
-        self.fds = 0;
-        self.bytes = 0;
+        let (mut fds, mut bytes) = (0, 0);
         for s in self.table.iter() {
             let (f, b) = s.cost();
-            self.fds += f;
-            self.bytes += b;
+            fds += f;
+            bytes += b;
         }
+        self.fds = fds;
+        self.set_bytes(bytes);
+    }
+
+    /// This cache's bytes of content, counted in its worker's total too.
+    fn set_bytes(&mut self, bytes: usize) {
+        budget::changed(self.bytes, bytes);
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for FileCache {
+    fn drop(&mut self) {
+        self.set_bytes(0);
     }
 }
 
@@ -582,11 +573,12 @@ fn classify(e: &io::Error) -> Entry {
     }
 }
 
+mod budget;
 mod failed;
 mod inline;
 use failed::{out_of_descriptors, SHED};
 pub use failed::{shed_everywhere, unavailable};
-use inline::{Inline, Key};
+use inline::{head_lines, Inline, Key, ETAG_AT, LM_AT};
 
 #[cfg(test)]
 mod tests;

@@ -345,3 +345,33 @@ fn failures_of_the_servers_own_are_unavailable_not_forbidden() {
     assert!(matches!(classify(&e(libc::ELOOP)), Entry::Forbidden));
     assert!(matches!(classify(&e(libc::ENOENT)), Entry::NotFound));
 }
+
+/// A worker's caches (one per site) share one bound on the small-file bytes they
+/// keep in memory: what one keeps, another cannot, until it gives it back.
+#[test]
+fn a_workers_caches_share_one_byte_bound() {
+    let d = std::env::temp_dir().join(format!("sluice-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let body = vec![7u8; 40 << 20];
+    for f in ["a.bin", "b.bin"] {
+        std::fs::write(d.join(f), &body).unwrap();
+    }
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let now = Instant::now();
+    let base = budget::kept();
+    let cache = || FileCache::new(Duration::from_secs(60), 100, 48 << 20);
+    let (mut a, mut b) = (cache(), cache());
+    // 40 MiB fit the worker's 64 MiB: kept in memory.
+    assert!(matches!(a.lookup(&root, "a.bin", now), Entry::File(f) if f.data.is_some()));
+    assert_eq!(budget::kept(), base + (40 << 20));
+    // 40 MiB more would pass it: the other site's cache keeps its file open instead.
+    let f = info(b.lookup(&root, "b.bin", now));
+    assert!(f.data.is_none() && f.file.is_some());
+    assert_eq!(budget::kept(), base + (40 << 20));
+    // The first cache gone (a reload builds new ones), its bytes are free again.
+    drop(a);
+    assert_eq!(budget::kept(), base);
+    let mut c = cache();
+    assert!(matches!(c.lookup(&root, "b.bin", now), Entry::File(f) if f.data.is_some()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
