@@ -364,11 +364,9 @@ impl FileCache {
     fn load(&mut self, root: &Root, rel: &str) -> Entry {
         let mut opened = self.gate.open(root, rel);
         if opened.as_ref().is_err_and(out_of_descriptors) {
-            // The process's descriptors are all in use: this cache gives back
-            // those no response is sending from, tells the process's other caches
-            // to (`SHED`), and tries once more.
-            shed_everywhere();
-            if self.shed_descriptors() > 0 {
+            // The process's descriptors are all in use: give back the idle
+            // ones, and try once more.
+            if self.shed_for_the_process() > 0 {
                 opened = self.gate.open(root, rel);
             }
         }
@@ -500,6 +498,15 @@ impl FileCache {
         true
     }
 
+    /// The process is out of descriptors: this cache gives back the ones no
+    /// response is sending from now ([`FileCache::shed_descriptors`]), and every
+    /// other cache of the process at its next [`FileCache::expire`] (`SHED`).
+    /// Returns how many of this cache's entries held one.
+    pub fn shed_for_the_process(&mut self) -> usize {
+        shed_everywhere();
+        self.shed_descriptors()
+    }
+
     /// Drop every entry that holds a descriptor: each closes now, unless a
     /// response is sending from it (that one closes when the response ends). The
     /// files are opened again when next asked for. Returns how many entries held
@@ -576,8 +583,8 @@ fn classify(e: &io::Error) -> Entry {
 mod budget;
 mod failed;
 mod inline;
-use failed::{out_of_descriptors, SHED};
-pub use failed::{shed_everywhere, unavailable};
+pub use failed::unavailable;
+use failed::{out_of_descriptors, shed_everywhere, SHED};
 use inline::{head_lines, Inline, Key, ETAG_AT, LM_AT};
 
 #[cfg(test)]

@@ -192,11 +192,11 @@ impl StaticHandler {
 
     /// The process is out of descriptors: close the cached files no response is
     /// sending from (they are opened again when asked for), and have every other
-    /// cache of the process do the same at its next [`StaticHandler::expire`].
-    /// Returns how many cached entries held a descriptor here.
+    /// cache of the process do the same at its next [`StaticHandler::expire`]
+    /// ([`cache::FileCache::shed_for_the_process`]). Returns how many cached
+    /// entries held a descriptor here.
     pub fn shed_descriptors(&mut self) -> usize {
-        cache::shed_everywhere();
-        self.cache.shed_descriptors()
+        self.cache.shed_for_the_process()
     }
 
     /// Answer `head` for `raw_path` (percent-encoded; the request's own path, or the

@@ -19,7 +19,7 @@ pub(super) static SHED: AtomicU32 = AtomicU32::new(0);
 
 /// Have every cache of the process give back its idle descriptors at its next
 /// [`FileCache::expire`](super::FileCache::expire) (the caller sheds its own at once).
-pub fn shed_everywhere() {
+pub(super) fn shed_everywhere() {
     SHED.fetch_add(1, Ordering::Relaxed);
 }
 
