@@ -92,32 +92,46 @@ impl Page {
             return self.body.clone();
         }
         let body = &self.body;
-        self.gz
-            .get_or_insert_with(|| gzipped.get(body).clone())
-            .clone()
+        self.gz.get_or_insert_with(|| gzipped.get(body)).clone()
     }
 }
 
 /// gzipped listings, keyed by a hash of the uncompressed page: a listing rebuilt
 /// unchanged is compressed once, not once per build.
-/// Bounded: at most [`GzipCache::MAX`] pages per worker, dropped together when full.
+/// Bounded: at most [`GzipCache::MAX`] pages and [`GzipCache::MAX_BYTES`] per
+/// worker, dropped together when full; a larger gzipped page is not kept (it is
+/// kept by its [`Page`] while that lives). Without the byte bound, 256 directories
+/// of 100,000 entries each (a listing that large is built every time, but its
+/// gzipped form was kept here) could hold hundreds of MiB per worker.
 #[derive(Default)]
 pub struct GzipCache {
-    map: std::collections::HashMap<(u64, usize), std::rc::Rc<[u8]>>,
+    map: HashMap<(u64, usize), Rc<[u8]>>,
+    bytes: usize,
 }
 
 impl GzipCache {
     pub const MAX: usize = 256;
+    pub const MAX_BYTES: usize = 4 << 20;
 
-    pub fn get(&mut self, page: &[u8]) -> &std::rc::Rc<[u8]> {
+    pub fn get(&mut self, page: &[u8]) -> Rc<[u8]> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         page.hash(&mut h);
         let key = (h.finish(), page.len());
-        if self.map.len() >= Self::MAX && !self.map.contains_key(&key) {
-            self.map.clear();
+        if let Some(gz) = self.map.get(&key) {
+            return gz.clone();
         }
-        self.map.entry(key).or_insert_with(|| gzip(page).into())
+        let gz: Rc<[u8]> = gzip(page).into();
+        if gz.len() > Self::MAX_BYTES {
+            return gz;
+        }
+        if self.map.len() >= Self::MAX || self.bytes + gz.len() > Self::MAX_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        self.bytes += gz.len();
+        self.map.insert(key, gz.clone());
+        gz
     }
 }
 
@@ -208,5 +222,38 @@ mod tests {
         let (huge, until) = huge.unwrap();
         assert_eq!((huge.len(), until), (PageCache::MAX_BYTES + 1, t0));
         assert!(!c.map.keys().any(|(u, _)| u == "/huge/"));
+    }
+
+    #[test]
+    fn the_gzipped_pages_kept_are_bounded_in_bytes() {
+        // Pseudo-random bytes barely compress: each gzipped page is about its size.
+        let noise = |seed: u64, len: usize| {
+            let mut x = seed | 1;
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect::<Vec<u8>>()
+        };
+        let mut g = GzipCache::default();
+        let page = GzipCache::MAX_BYTES / 3;
+        for i in 0..10 {
+            let text = noise(i, page);
+            let gz = g.get(&text);
+            assert!(gz.len() >= page, "noise compressed to {}", gz.len());
+            assert!(g.bytes <= GzipCache::MAX_BYTES, "{} bytes kept", g.bytes);
+            assert_eq!(g.bytes, g.map.values().map(|z| z.len()).sum::<usize>());
+            // Asked again while kept: the same allocation, not compressed again.
+            assert!(Rc::ptr_eq(&gz, &g.get(&text)));
+        }
+        // Larger than the bound once gzipped: given, not kept.
+        let huge = noise(99, GzipCache::MAX_BYTES + 1);
+        let before = (g.bytes, g.map.len());
+        assert!(g.get(&huge).len() > GzipCache::MAX_BYTES);
+        assert_eq!((g.bytes, g.map.len()), before);
+        assert!(!g.map.keys().any(|&(_, len)| len == huge.len()));
     }
 }
