@@ -5,7 +5,7 @@
 //! for `cache_validity` (default 1 s), then looked up again: a file replaced on disk
 //! is seen within that time. Small files (≤ `small_file_max`) are kept as bytes and
 //! their fd closed, up to 64 MiB over all the caches of a worker (one per site:
-//! `budget`; past it a small file is kept open like a large one); larger ones keep
+//! `crate::budget`; past it a small file is kept open like a large one); larger ones keep
 //! their fd open for `sendfile`, at most
 //! `MAX_CACHED_FDS` per cache. That bound is per site and worker, not the
 //! process's: a process out of descriptors (`EMFILE`) has every cache give back
@@ -30,6 +30,7 @@
 //!
 //! The cache is per worker (no locks); its cost per hit is one hash of the path.
 
+use crate::budget::Share;
 use crate::cold;
 use crate::mime;
 use crate::open::{Root, Stamp};
@@ -49,8 +50,13 @@ use std::time::{Duration, Instant};
 const MAX_CACHED_FDS: usize = 1024;
 
 /// Bytes of small-file content one worker may keep, over all its sites' caches
-/// ([`budget`]).
+/// ([`crate::budget`]).
 const MAX_CACHED_BYTES: usize = 64 << 20;
+
+thread_local! {
+    /// The small-file bytes every file cache on this thread keeps.
+    static KEPT: Cell<usize> = const { Cell::new(0) };
+}
 
 /// What the handler needs to answer for a regular file.
 ///
@@ -231,7 +237,8 @@ pub struct FileCache {
     max_entries: usize,
     small_file_max: usize,
     fds: usize,
-    bytes: usize,
+    /// Its small files' bytes, counted in the worker's total (`KEPT`).
+    bytes: Share,
     /// The last [`SHED`] this cache has answered.
     shed_seen: u32,
     /// Whether a load may wait for the disk, and how it looks up without
@@ -250,7 +257,7 @@ impl FileCache {
             max_entries,
             small_file_max,
             fds: 0,
-            bytes: 0,
+            bytes: Share::new(&KEPT),
             shed_seen: SHED.load(Ordering::Relaxed),
             gate: cold::Gate::new(Duration::from_millis(1)),
             types: mime::Types::default(),
@@ -409,7 +416,7 @@ impl FileCache {
             siblings: Cell::new(None),
         };
         if (len as usize) <= self.small_file_max
-            && budget::kept() + len as usize <= MAX_CACHED_BYTES
+            && self.bytes.all() + len as usize <= MAX_CACHED_BYTES
         {
             let mut buf = vec![0u8; len as usize];
             // Not waiting: asked first (`cachestat` starts no read), then read
@@ -494,7 +501,7 @@ impl FileCache {
             }
         }
         self.fds += added.0;
-        self.set_bytes(self.bytes - freed + added.1);
+        self.bytes.set(self.bytes.mine() - freed + added.1);
         true
     }
 
@@ -530,19 +537,7 @@ impl FileCache {
             bytes += b;
         }
         self.fds = fds;
-        self.set_bytes(bytes);
-    }
-
-    /// This cache's bytes of content, counted in its worker's total too.
-    fn set_bytes(&mut self, bytes: usize) {
-        budget::changed(self.bytes, bytes);
-        self.bytes = bytes;
-    }
-}
-
-impl Drop for FileCache {
-    fn drop(&mut self) {
-        self.set_bytes(0);
+        self.bytes.set(bytes);
     }
 }
 
@@ -580,7 +575,6 @@ fn classify(e: &io::Error) -> Entry {
     }
 }
 
-mod budget;
 mod failed;
 mod inline;
 pub use failed::unavailable;

@@ -20,6 +20,7 @@
 //! or never (ranges, and pages larger than a file kept in memory).
 
 pub mod answers;
+mod budget;
 pub mod cache;
 pub mod caching;
 pub mod cold;
@@ -185,9 +186,11 @@ impl StaticHandler {
         self.cache.len()
     }
 
-    /// Close cached files whose validity has passed (call about once a second).
+    /// Close cached files whose validity has passed, and drop the listing pages
+    /// that expired (call about once a second).
     pub fn expire(&mut self, now: Instant) {
         self.cache.expire(now);
+        self.listings.expire(now);
     }
 
     /// The process is out of descriptors: close the cached files no response is

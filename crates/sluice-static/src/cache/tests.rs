@@ -56,10 +56,10 @@ fn expiry_closes_cached_descriptors() {
     c.expire(t0 + Duration::from_millis(150));
     // The descriptor is closed and the miss dropped; the small file's bytes stay,
     // to be revalidated by its next request.
-    assert_eq!((c.len(), c.fds, c.bytes), (1, 0, 1));
+    assert_eq!((c.len(), c.fds, c.bytes.mine()), (1, 0, 1));
     // Unused for longer than that, it goes too.
     c.expire(t0 + Duration::from_millis(100) + KEEP_UNUSED + Duration::from_secs(1));
-    assert_eq!((c.len(), c.fds, c.bytes), (0, 0, 0));
+    assert_eq!((c.len(), c.fds, c.bytes.mine()), (0, 0, 0));
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -311,7 +311,11 @@ fn out_of_descriptors_every_cache_gives_back_its_idle_ones() {
     b.lookup(&root, "big1", now);
     assert_eq!((a.fds, b.fds), (2, 1));
     assert_eq!(a.shed_descriptors(), 2);
-    assert_eq!((a.len(), a.fds, a.bytes), (1, 0, 1), "the small file stays");
+    assert_eq!(
+        (a.len(), a.fds, a.bytes.mine()),
+        (1, 0, 1),
+        "the small file stays"
+    );
     let held = sending.file.as_ref().expect("a descriptor");
     assert!(
         held.metadata().is_ok(),
@@ -358,19 +362,19 @@ fn a_workers_caches_share_one_byte_bound() {
     }
     let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
     let now = Instant::now();
-    let base = budget::kept();
+    let base = KEPT.get();
     let cache = || FileCache::new(Duration::from_secs(60), 100, 48 << 20);
     let (mut a, mut b) = (cache(), cache());
     // 40 MiB fit the worker's 64 MiB: kept in memory.
     assert!(matches!(a.lookup(&root, "a.bin", now), Entry::File(f) if f.data.is_some()));
-    assert_eq!(budget::kept(), base + (40 << 20));
+    assert_eq!(KEPT.get(), base + (40 << 20));
     // 40 MiB more would pass it: the other site's cache keeps its file open instead.
     let f = info(b.lookup(&root, "b.bin", now));
     assert!(f.data.is_none() && f.file.is_some());
-    assert_eq!(budget::kept(), base + (40 << 20));
+    assert_eq!(KEPT.get(), base + (40 << 20));
     // The first cache gone (a reload builds new ones), its bytes are free again.
     drop(a);
-    assert_eq!(budget::kept(), base);
+    assert_eq!(KEPT.get(), base);
     let mut c = cache();
     assert!(matches!(c.lookup(&root, "b.bin", now), Entry::File(f) if f.data.is_some()));
     std::fs::remove_dir_all(&d).unwrap();

@@ -2,26 +2,40 @@
 //! ([`GzipCache`]), so a listing is built at most once per `cache_validity` per
 //! URL and form, and compressed once per distinct page. Owns only the keeping: the
 //! reading and rendering are `listing`'s, the disk threads' reads `cold`'s.
-//! Costs: one hash lookup per listing request; memory bounded per worker.
+//! Costs: one hash lookup per listing request; memory bounded per worker over all
+//! its sites (`crate::budget`), and a pass over each site's pages once a second
+//! ([`PageCache::expire`]), which gives back what no request asked for again.
 
+use crate::budget::Share;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Built listings, per worker: a page is built once per `cache_validity` for each
-/// URL and form (sort order, HTML or JSON), not once per request. Building one reads
-/// and stats every entry and renders it, on the worker, while the worker's other
-/// connections wait (~20 ms for 5,000 entries on this machine: docs/BENCHMARKS.md),
-/// so a crawler asking again and again for a mirror's big directories costs one
-/// build per directory a second, not one per request. A new or changed entry shows
-/// within `cache_validity`, as a replaced file does. The gzipped form is made on the
-/// first request that accepts it, from [`GzipCache`].
-/// Bounded: at most [`PageCache::MAX`] pages and [`PageCache::MAX_BYTES`] per worker
-/// (all dropped together when full; a larger page is built every time).
+thread_local! {
+    /// The bytes of the pages every site's [`PageCache`] on this thread keeps.
+    static PAGES: Cell<usize> = const { Cell::new(0) };
+    /// The bytes of the gzipped pages every site's [`GzipCache`] on this thread keeps.
+    static GZIPPED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Built listings, per site and worker: a page is built once per `cache_validity`
+/// for each URL and form (sort order, HTML or JSON), not once per request. Building
+/// one reads and stats every entry and renders it, on the worker, while the worker's
+/// other connections wait (~20 ms for 5,000 entries on this machine:
+/// docs/BENCHMARKS.md), so a crawler asking again and again for a mirror's big
+/// directories costs one build per directory a second, not one per request. A new
+/// or changed entry shows within `cache_validity`, as a replaced file does. The
+/// gzipped form is made on the first request that accepts it, from [`GzipCache`].
+/// Bounded: at most [`PageCache::MAX`] pages per site and [`PageCache::MAX_BYTES`]
+/// over all the sites of a worker. A page past its validity is dropped at the next
+/// [`PageCache::expire`]; a cache that meets the bound drops its own pages (what
+/// expired, then all), and a page that still does not fit, or is larger than the
+/// bound, is built every time.
 pub struct PageCache {
     validity: Duration,
     map: HashMap<(String, u8), Page>,
-    bytes: usize,
+    bytes: Share,
     gzipped: GzipCache,
 }
 
@@ -39,7 +53,7 @@ impl PageCache {
         PageCache {
             validity,
             map: HashMap::new(),
-            bytes: 0,
+            bytes: Share::new(&PAGES),
             gzipped: GzipCache::default(),
         }
     }
@@ -59,79 +73,141 @@ impl PageCache {
         let key = (url.to_string(), form);
         if let Some(p) = self.map.get_mut(&key) {
             if now.saturating_duration_since(p.built) < self.validity {
-                return Some((p.encoded(gzip, &mut self.gzipped), p.built + self.validity));
+                return Some((
+                    p.encoded(gzip, &mut self.gzipped, now),
+                    p.built + self.validity,
+                ));
             }
         }
         if let Some(old) = self.map.remove(&key) {
-            self.bytes -= old.body.len();
+            self.bytes.set(self.bytes.mine() - old.body.len());
         }
         let mut page = Page {
             built: now,
             body: build()?.into(),
             gz: None,
         };
-        let out = page.encoded(gzip, &mut self.gzipped);
+        let out = page.encoded(gzip, &mut self.gzipped, now);
         let len = page.body.len();
+        let fits =
+            |c: &PageCache| c.map.len() < Self::MAX && c.bytes.all() + len <= Self::MAX_BYTES;
         if len > Self::MAX_BYTES {
             return Some((out, now));
         }
-        if self.map.len() >= Self::MAX || self.bytes + len > Self::MAX_BYTES {
-            self.map.clear();
-            self.bytes = 0;
+        if !fits(self) {
+            self.expire(now);
         }
-        self.bytes += len;
+        if !fits(self) {
+            self.map.clear();
+            self.bytes.set(0);
+        }
+        if !fits(self) {
+            // The worker's other sites keep the rest: this page is not kept.
+            return Some((out, now));
+        }
+        self.bytes.set(self.bytes.mine() + len);
         self.map.insert(key, page);
         Some((out, now + self.validity))
+    }
+
+    /// Drop the pages past their validity, and the gzipped pages no request has
+    /// used for a while (call about once a second): what they held counts for the
+    /// worker's other sites again.
+    pub fn expire(&mut self, now: Instant) {
+        let validity = self.validity;
+        self.map
+            .retain(|_, p| now.saturating_duration_since(p.built) < validity);
+        let kept = self.map.values().map(|p| p.body.len()).sum();
+        self.bytes.set(kept);
+        self.gzipped
+            .expire(now, 2 * validity + Duration::from_secs(1));
     }
 }
 
 impl Page {
     /// The page as sent: itself, or gzipped (once per build, through `gzipped`).
-    fn encoded(&mut self, gzip: bool, gzipped: &mut GzipCache) -> Rc<[u8]> {
+    fn encoded(&mut self, gzip: bool, gzipped: &mut GzipCache, now: Instant) -> Rc<[u8]> {
         if !gzip {
             return self.body.clone();
         }
         let body = &self.body;
-        self.gz.get_or_insert_with(|| gzipped.get(body)).clone()
+        self.gz
+            .get_or_insert_with(|| gzipped.get(body, now))
+            .clone()
     }
 }
 
 /// gzipped listings, keyed by a hash of the uncompressed page: a listing rebuilt
 /// unchanged is compressed once, not once per build.
-/// Bounded: at most [`GzipCache::MAX`] pages and [`GzipCache::MAX_BYTES`] per
-/// worker, dropped together when full; a larger gzipped page is not kept (it is
-/// kept by its [`Page`] while that lives). Without the byte bound, 256 directories
+/// Bounded: at most [`GzipCache::MAX`] pages per site and [`GzipCache::MAX_BYTES`]
+/// over all the sites of a worker; one not used for a while goes at the next
+/// [`PageCache::expire`]; a cache that meets the bound drops all its own, and a
+/// gzipped page that still does not fit, or is larger than the bound, is not kept
+/// (its [`Page`] holds it while it lives). Without the byte bound, 256 directories
 /// of 100,000 entries each (a listing that large is built every time, but its
 /// gzipped form was kept here) could hold hundreds of MiB per worker.
-#[derive(Default)]
 pub struct GzipCache {
-    map: HashMap<(u64, usize), Rc<[u8]>>,
-    bytes: usize,
+    map: HashMap<(u64, usize), Gzipped>,
+    bytes: Share,
+}
+
+struct Gzipped {
+    gz: Rc<[u8]>,
+    used: Instant,
+}
+
+impl Default for GzipCache {
+    fn default() -> GzipCache {
+        GzipCache {
+            map: HashMap::new(),
+            bytes: Share::new(&GZIPPED),
+        }
+    }
 }
 
 impl GzipCache {
     pub const MAX: usize = 256;
     pub const MAX_BYTES: usize = 4 << 20;
 
-    pub fn get(&mut self, page: &[u8]) -> Rc<[u8]> {
+    pub fn get(&mut self, page: &[u8], now: Instant) -> Rc<[u8]> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         page.hash(&mut h);
         let key = (h.finish(), page.len());
-        if let Some(gz) = self.map.get(&key) {
-            return gz.clone();
+        if let Some(z) = self.map.get_mut(&key) {
+            z.used = now;
+            return z.gz.clone();
         }
         let gz: Rc<[u8]> = gzip(page).into();
+        let fits =
+            |c: &GzipCache| c.map.len() < Self::MAX && c.bytes.all() + gz.len() <= Self::MAX_BYTES;
         if gz.len() > Self::MAX_BYTES {
             return gz;
         }
-        if self.map.len() >= Self::MAX || self.bytes + gz.len() > Self::MAX_BYTES {
+        if !fits(self) {
             self.map.clear();
-            self.bytes = 0;
+            self.bytes.set(0);
         }
-        self.bytes += gz.len();
-        self.map.insert(key, gz.clone());
+        if !fits(self) {
+            return gz;
+        }
+        self.bytes.set(self.bytes.mine() + gz.len());
+        self.map.insert(
+            key,
+            Gzipped {
+                gz: gz.clone(),
+                used: now,
+            },
+        );
         gz
+    }
+
+    /// Drop the gzipped pages not used for `unused`.
+    fn expire(&mut self, now: Instant, unused: Duration) {
+        self.map
+            .retain(|_, z| now.saturating_duration_since(z.used) < unused);
+        let kept = self.map.values().map(|z| z.gz.len()).sum();
+        self.bytes.set(kept);
     }
 }
 
@@ -211,8 +287,15 @@ mod tests {
         let big = PageCache::MAX_BYTES / 3 + 1;
         for i in 0..10 {
             c.get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'x'; big]));
-            assert!(c.bytes <= PageCache::MAX_BYTES, "{} bytes kept", c.bytes);
-            assert_eq!(c.bytes, c.map.values().map(|p| p.body.len()).sum::<usize>());
+            assert!(
+                c.bytes.mine() <= PageCache::MAX_BYTES,
+                "{} bytes kept",
+                c.bytes.mine()
+            );
+            assert_eq!(
+                c.bytes.mine(),
+                c.map.values().map(|p| p.body.len()).sum::<usize>()
+            );
         }
         // Larger than the bound: served, never kept.
         let huge = c.get("/huge/", 0, false, t0, || {
@@ -239,21 +322,89 @@ mod tests {
                 .collect::<Vec<u8>>()
         };
         let mut g = GzipCache::default();
+        let now = Instant::now();
         let page = GzipCache::MAX_BYTES / 3;
         for i in 0..10 {
             let text = noise(i, page);
-            let gz = g.get(&text);
+            let gz = g.get(&text, now);
             assert!(gz.len() >= page, "noise compressed to {}", gz.len());
-            assert!(g.bytes <= GzipCache::MAX_BYTES, "{} bytes kept", g.bytes);
-            assert_eq!(g.bytes, g.map.values().map(|z| z.len()).sum::<usize>());
+            assert!(
+                g.bytes.mine() <= GzipCache::MAX_BYTES,
+                "{} bytes kept",
+                g.bytes.mine()
+            );
+            assert_eq!(
+                g.bytes.mine(),
+                g.map.values().map(|z| z.gz.len()).sum::<usize>()
+            );
             // Asked again while kept: the same allocation, not compressed again.
-            assert!(Rc::ptr_eq(&gz, &g.get(&text)));
+            assert!(Rc::ptr_eq(&gz, &g.get(&text, now)));
         }
         // Larger than the bound once gzipped: given, not kept.
         let huge = noise(99, GzipCache::MAX_BYTES + 1);
-        let before = (g.bytes, g.map.len());
-        assert!(g.get(&huge).len() > GzipCache::MAX_BYTES);
-        assert_eq!((g.bytes, g.map.len()), before);
+        let before = (g.bytes.mine(), g.map.len());
+        assert!(g.get(&huge, now).len() > GzipCache::MAX_BYTES);
+        assert_eq!((g.bytes.mine(), g.map.len()), before);
         assert!(!g.map.keys().any(|&(_, len)| len == huge.len()));
+    }
+
+    /// A worker's sites share one bound on the listing pages they keep: what one
+    /// site keeps, another cannot, until its pages expire at the sweep.
+    #[test]
+    fn a_workers_sites_share_one_bound_on_pages() {
+        let t0 = Instant::now();
+        let validity = Duration::from_secs(5);
+        let (mut a, mut b) = (PageCache::new(validity), PageCache::new(validity));
+        let third = PageCache::MAX_BYTES / 3;
+        for i in 0..3 {
+            let (_, until) = a
+                .get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'a'; third]))
+                .unwrap();
+            assert_eq!(until, t0 + validity, "site a's page {i} is kept");
+        }
+        // The other site's page does not fit beside them: served, not kept, and
+        // site a's pages stay.
+        let (_, until) = b
+            .get("/x/", 0, false, t0, || Some(vec![b'b'; third]))
+            .unwrap();
+        assert_eq!(until, t0, "kept past the worker's bound");
+        assert_eq!((a.map.len(), b.map.len()), (3, 0));
+        assert_eq!(a.bytes.all(), 3 * third);
+        // Within the validity the sweep keeps a's pages...
+        a.expire(t0 + Duration::from_secs(1));
+        assert_eq!(a.map.len(), 3);
+        // ...and past it gives their bytes back, so b's page is kept now.
+        a.expire(t0 + validity);
+        assert_eq!((a.map.len(), a.bytes.all()), (0, 0));
+        let t1 = t0 + validity;
+        let (_, until) = b
+            .get("/x/", 0, false, t1, || Some(vec![b'b'; third]))
+            .unwrap();
+        assert_eq!(until, t1 + validity);
+        // A cache dropped (a reload) gives its bytes back too.
+        drop(b);
+        assert_eq!(a.bytes.all(), 0);
+    }
+
+    /// A gzipped page no request used for a while goes at the sweep.
+    #[test]
+    fn gzipped_pages_not_used_go_at_the_sweep() {
+        let t0 = Instant::now();
+        let mut g = GzipCache::default();
+        let (one, two) = (b"one ".repeat(100), b"two ".repeat(100));
+        let first = g.get(&one, t0);
+        g.get(&two, t0);
+        // `one` used again a second later; `two` not.
+        assert!(Rc::ptr_eq(
+            &first,
+            &g.get(&one, t0 + Duration::from_secs(1))
+        ));
+        g.expire(t0 + Duration::from_secs(3), Duration::from_secs(3));
+        assert_eq!(g.map.len(), 1);
+        assert!(Rc::ptr_eq(
+            &first,
+            &g.get(&one, t0 + Duration::from_secs(3))
+        ));
+        assert_eq!(g.bytes.mine(), first.len());
     }
 }
