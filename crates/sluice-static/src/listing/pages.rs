@@ -143,7 +143,7 @@ impl Page {
 /// over all the sites of a worker; one not used for a while goes at the next
 /// [`PageCache::expire`]; a cache that meets the bound drops all its own, and a
 /// gzipped page that still does not fit, or is larger than the bound, is not kept
-/// (its [`Page`] holds it while it lives). Without the byte bound, 256 directories
+/// (its page holds it while it lives). Without the byte bound, 256 directories
 /// of 100,000 entries each (a listing that large is built every time, but its
 /// gzipped form was kept here) could hold hundreds of MiB per worker.
 pub struct GzipCache {
