@@ -34,19 +34,6 @@ fn sha256(path: &Path) -> String {
     String::from_utf8_lossy(&out.stdout)[..64].to_string()
 }
 
-/// Bytes that do not compress and are not all alike (xorshift).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// The access log's lines about `path` from `agent`, as (status, bytes), sorted.
 fn answers(log: &str, path: &str, agent: &str) -> Vec<(u16, String)> {
     let mut a: Vec<(u16, String)> = log

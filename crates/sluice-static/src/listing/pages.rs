@@ -6,9 +6,10 @@
 //! its sites (`crate::budget`), and a pass over each site's pages once a second
 //! ([`PageCache::expire`]), which gives back what no request asked for again.
 
-use crate::budget::Share;
+use crate::budget::{Share, Total};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -34,8 +35,7 @@ thread_local! {
 /// bound, is built every time.
 pub struct PageCache {
     validity: Duration,
-    map: HashMap<(String, u8), Page>,
-    bytes: Share,
+    pages: Kept<(String, u8), Page>,
     gzipped: GzipCache,
 }
 
@@ -52,8 +52,7 @@ impl PageCache {
     pub fn new(validity: Duration) -> PageCache {
         PageCache {
             validity,
-            map: HashMap::new(),
-            bytes: Share::new(&PAGES),
+            pages: Kept::new(&PAGES, Self::MAX, Self::MAX_BYTES),
             gzipped: GzipCache::default(),
         }
     }
@@ -71,7 +70,7 @@ impl PageCache {
         build: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Option<(Rc<[u8]>, Instant)> {
         let key = (url.to_string(), form);
-        if let Some(p) = self.map.get_mut(&key) {
+        if let Some(p) = self.pages.map.get_mut(&key) {
             if now.saturating_duration_since(p.built) < self.validity {
                 return Some((
                     p.encoded(gzip, &mut self.gzipped, now),
@@ -79,9 +78,7 @@ impl PageCache {
                 ));
             }
         }
-        if let Some(old) = self.map.remove(&key) {
-            self.bytes.set(self.bytes.mine() - old.body.len());
-        }
+        self.pages.remove(&key);
         let mut page = Page {
             built: now,
             body: build()?.into(),
@@ -89,25 +86,16 @@ impl PageCache {
         };
         let out = page.encoded(gzip, &mut self.gzipped, now);
         let len = page.body.len();
-        let fits =
-            |c: &PageCache| c.map.len() < Self::MAX && c.bytes.all() + len <= Self::MAX_BYTES;
-        if len > Self::MAX_BYTES {
-            return Some((out, now));
-        }
-        if !fits(self) {
+        if len <= Self::MAX_BYTES && !self.pages.fits(len) {
+            // What expired goes before what is still good.
             self.expire(now);
         }
-        if !fits(self) {
-            self.map.clear();
-            self.bytes.set(0);
-        }
-        if !fits(self) {
-            // The worker's other sites keep the rest: this page is not kept.
-            return Some((out, now));
-        }
-        self.bytes.set(self.bytes.mine() + len);
-        self.map.insert(key, page);
-        Some((out, now + self.validity))
+        let until = if self.pages.keep(key, page) {
+            now + self.validity
+        } else {
+            now
+        };
+        Some((out, until))
     }
 
     /// Drop the pages past their validity, and the gzipped pages no request has
@@ -115,10 +103,8 @@ impl PageCache {
     /// worker's other sites again.
     pub fn expire(&mut self, now: Instant) {
         let validity = self.validity;
-        self.map
-            .retain(|_, p| now.saturating_duration_since(p.built) < validity);
-        let kept = self.map.values().map(|p| p.body.len()).sum();
-        self.bytes.set(kept);
+        self.pages
+            .retain(|p| now.saturating_duration_since(p.built) < validity);
         self.gzipped
             .expire(now, 2 * validity + Duration::from_secs(1));
     }
@@ -147,8 +133,7 @@ impl Page {
 /// of 100,000 entries each (a listing that large is built every time, but its
 /// gzipped form was kept here) could hold hundreds of MiB per worker.
 pub struct GzipCache {
-    map: HashMap<(u64, usize), Gzipped>,
-    bytes: Share,
+    kept: Kept<(u64, usize), Gzipped>,
 }
 
 struct Gzipped {
@@ -159,8 +144,7 @@ struct Gzipped {
 impl Default for GzipCache {
     fn default() -> GzipCache {
         GzipCache {
-            map: HashMap::new(),
-            bytes: Share::new(&GZIPPED),
+            kept: Kept::new(&GZIPPED, Self::MAX, Self::MAX_BYTES),
         }
     }
 }
@@ -174,40 +158,23 @@ impl GzipCache {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         page.hash(&mut h);
         let key = (h.finish(), page.len());
-        if let Some(z) = self.map.get_mut(&key) {
+        if let Some(z) = self.kept.map.get_mut(&key) {
             z.used = now;
             return z.gz.clone();
         }
         let gz: Rc<[u8]> = gzip(page).into();
-        let fits =
-            |c: &GzipCache| c.map.len() < Self::MAX && c.bytes.all() + gz.len() <= Self::MAX_BYTES;
-        if gz.len() > Self::MAX_BYTES {
-            return gz;
-        }
-        if !fits(self) {
-            self.map.clear();
-            self.bytes.set(0);
-        }
-        if !fits(self) {
-            return gz;
-        }
-        self.bytes.set(self.bytes.mine() + gz.len());
-        self.map.insert(
-            key,
-            Gzipped {
-                gz: gz.clone(),
-                used: now,
-            },
-        );
+        let z = Gzipped {
+            gz: gz.clone(),
+            used: now,
+        };
+        self.kept.keep(key, z);
         gz
     }
 
     /// Drop the gzipped pages not used for `unused`.
     fn expire(&mut self, now: Instant, unused: Duration) {
-        self.map
-            .retain(|_, z| now.saturating_duration_since(z.used) < unused);
-        let kept = self.map.values().map(|z| z.gz.len()).sum();
-        self.bytes.set(kept);
+        self.kept
+            .retain(|z| now.saturating_duration_since(z.used) < unused);
     }
 }
 
@@ -222,9 +189,93 @@ fn gzip(page: &[u8]) -> Vec<u8> {
     e.finish().unwrap_or_default()
 }
 
+/// An entry's size, as its cache's bound counts it.
+trait Weighs {
+    fn bytes(&self) -> usize;
+}
+
+impl Weighs for Page {
+    fn bytes(&self) -> usize {
+        self.body.len()
+    }
+}
+
+impl Weighs for Gzipped {
+    fn bytes(&self) -> usize {
+        self.gz.len()
+    }
+}
+
+/// The entries one cache keeps: at most `max` of them, and at most `max_bytes` over
+/// every cache of the kind on the worker's thread (`bytes`, a [`Share`] of their
+/// total). The one keeping rule of both caches above: a cache that meets the bound
+/// drops all its own entries, and an entry that still does not fit (the worker's
+/// other sites keep the rest), or is larger than the bound, is not kept.
+struct Kept<K, V> {
+    map: HashMap<K, V>,
+    bytes: Share,
+    max: usize,
+    max_bytes: usize,
+}
+
+impl<K: Hash + Eq, V: Weighs> Kept<K, V> {
+    fn new(total: &'static Total, max: usize, max_bytes: usize) -> Self {
+        Kept {
+            map: HashMap::new(),
+            bytes: Share::new(total),
+            max,
+            max_bytes,
+        }
+    }
+
+    /// Whether an entry of `len` bytes fits beside what the worker keeps.
+    fn fits(&self, len: usize) -> bool {
+        self.map.len() < self.max && self.bytes.all() + len <= self.max_bytes
+    }
+
+    /// Keep `v` under a key not kept now; `false` (and `v` dropped) if it does not fit.
+    fn keep(&mut self, k: K, v: V) -> bool {
+        let len = v.bytes();
+        if len > self.max_bytes {
+            return false;
+        }
+        if !self.fits(len) {
+            self.map.clear();
+            self.bytes.set(0);
+        }
+        if !self.fits(len) {
+            return false;
+        }
+        self.bytes.set(self.bytes.mine() + len);
+        self.map.insert(k, v);
+        true
+    }
+
+    fn remove(&mut self, k: &K) {
+        if let Some(old) = self.map.remove(k) {
+            self.bytes.set(self.bytes.mine() - old.bytes());
+        }
+    }
+
+    /// Keep only the entries `keep` says to, and count what is left.
+    fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.map.retain(|_, v| keep(v));
+        self.bytes.set(self.map.values().map(V::bytes).sum());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<K, V: Weighs> Kept<K, V> {
+        /// The count is what the entries weigh, and within the bound.
+        fn assert_counted(&self) {
+            let sum: usize = self.map.values().map(V::bytes).sum();
+            assert_eq!(self.bytes.mine(), sum);
+            assert!(sum <= self.max_bytes, "{sum} bytes kept");
+        }
+    }
 
     #[test]
     fn a_page_is_built_once_per_validity_and_per_form() {
@@ -287,15 +338,7 @@ mod tests {
         let big = PageCache::MAX_BYTES / 3 + 1;
         for i in 0..10 {
             c.get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'x'; big]));
-            assert!(
-                c.bytes.mine() <= PageCache::MAX_BYTES,
-                "{} bytes kept",
-                c.bytes.mine()
-            );
-            assert_eq!(
-                c.bytes.mine(),
-                c.map.values().map(|p| p.body.len()).sum::<usize>()
-            );
+            c.pages.assert_counted();
         }
         // Larger than the bound: served, never kept.
         let huge = c.get("/huge/", 0, false, t0, || {
@@ -304,48 +347,30 @@ mod tests {
         // Not kept: the page only for now.
         let (huge, until) = huge.unwrap();
         assert_eq!((huge.len(), until), (PageCache::MAX_BYTES + 1, t0));
-        assert!(!c.map.keys().any(|(u, _)| u == "/huge/"));
+        assert!(!c.pages.map.keys().any(|(u, _)| u == "/huge/"));
     }
 
     #[test]
     fn the_gzipped_pages_kept_are_bounded_in_bytes() {
         // Pseudo-random bytes barely compress: each gzipped page is about its size.
-        let noise = |seed: u64, len: usize| {
-            let mut x = seed | 1;
-            (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect::<Vec<u8>>()
-        };
+        use sluice_testkit::noise;
         let mut g = GzipCache::default();
         let now = Instant::now();
         let page = GzipCache::MAX_BYTES / 3;
         for i in 0..10 {
-            let text = noise(i, page);
+            let text = noise(page, i);
             let gz = g.get(&text, now);
             assert!(gz.len() >= page, "noise compressed to {}", gz.len());
-            assert!(
-                g.bytes.mine() <= GzipCache::MAX_BYTES,
-                "{} bytes kept",
-                g.bytes.mine()
-            );
-            assert_eq!(
-                g.bytes.mine(),
-                g.map.values().map(|z| z.gz.len()).sum::<usize>()
-            );
+            g.kept.assert_counted();
             // Asked again while kept: the same allocation, not compressed again.
             assert!(Rc::ptr_eq(&gz, &g.get(&text, now)));
         }
         // Larger than the bound once gzipped: given, not kept.
-        let huge = noise(99, GzipCache::MAX_BYTES + 1);
-        let before = (g.bytes.mine(), g.map.len());
+        let huge = noise(GzipCache::MAX_BYTES + 1, 99);
+        let before = (g.kept.bytes.mine(), g.kept.map.len());
         assert!(g.get(&huge, now).len() > GzipCache::MAX_BYTES);
-        assert_eq!((g.bytes.mine(), g.map.len()), before);
-        assert!(!g.map.keys().any(|&(_, len)| len == huge.len()));
+        assert_eq!((g.kept.bytes.mine(), g.kept.map.len()), before);
+        assert!(!g.kept.map.keys().any(|&(_, len)| len == huge.len()));
     }
 
     /// A worker's sites share one bound on the listing pages they keep: what one
@@ -368,14 +393,14 @@ mod tests {
             .get("/x/", 0, false, t0, || Some(vec![b'b'; third]))
             .unwrap();
         assert_eq!(until, t0, "kept past the worker's bound");
-        assert_eq!((a.map.len(), b.map.len()), (3, 0));
-        assert_eq!(a.bytes.all(), 3 * third);
+        assert_eq!((a.pages.map.len(), b.pages.map.len()), (3, 0));
+        assert_eq!(a.pages.bytes.all(), 3 * third);
         // Within the validity the sweep keeps a's pages...
         a.expire(t0 + Duration::from_secs(1));
-        assert_eq!(a.map.len(), 3);
+        assert_eq!(a.pages.map.len(), 3);
         // ...and past it gives their bytes back, so b's page is kept now.
         a.expire(t0 + validity);
-        assert_eq!((a.map.len(), a.bytes.all()), (0, 0));
+        assert_eq!((a.pages.map.len(), a.pages.bytes.all()), (0, 0));
         let t1 = t0 + validity;
         let (_, until) = b
             .get("/x/", 0, false, t1, || Some(vec![b'b'; third]))
@@ -383,7 +408,7 @@ mod tests {
         assert_eq!(until, t1 + validity);
         // A cache dropped (a reload) gives its bytes back too.
         drop(b);
-        assert_eq!(a.bytes.all(), 0);
+        assert_eq!(a.pages.bytes.all(), 0);
     }
 
     /// A gzipped page no request used for a while goes at the sweep.
@@ -400,11 +425,11 @@ mod tests {
             &g.get(&one, t0 + Duration::from_secs(1))
         ));
         g.expire(t0 + Duration::from_secs(3), Duration::from_secs(3));
-        assert_eq!(g.map.len(), 1);
+        assert_eq!(g.kept.map.len(), 1);
         assert!(Rc::ptr_eq(
             &first,
             &g.get(&one, t0 + Duration::from_secs(3))
         ));
-        assert_eq!(g.bytes.mine(), first.len());
+        assert_eq!(g.kept.bytes.mine(), first.len());
     }
 }
