@@ -1,12 +1,13 @@
-//! Bytes that the caches of one worker keep, counted together over its sites.
+//! What the caches of one worker keep, counted together over its sites.
 //!
 //! A worker has one file handler per site, and with it one file cache and one
 //! listing cache per site. Each was bounded on its own, so a server with twenty
 //! sites could keep twenty times a bound per worker, and a client asking across
-//! the sites could make it. A [`Share`] is one cache's bytes, counted in a total
-//! for its kind that every cache of that kind on the worker's thread reads: the
-//! file cache's small files (`cache::MAX_CACHED_BYTES` over them), the listing
-//! pages and their gzipped forms (`listing::pages`). The caches of a worker live on
+//! the sites could make it. A [`Share`] is one cache's count, in a total for its
+//! kind that every cache of that kind on the worker's thread reads: the file
+//! cache's small files' bytes (`cache::MAX_CACHED_BYTES`) and open descriptors
+//! (`cache::MAX_CACHED_FDS`), the listing pages' bytes and their gzipped forms'
+//! (`listing::pages`). The caches of a worker live on
 //! its thread (built and dropped there: a reload builds new ones and drops the old),
 //! so the totals are thread-locals: no atomics, nothing shared between workers.
 //!
@@ -16,10 +17,10 @@
 use std::cell::Cell;
 use std::thread::LocalKey;
 
-/// A total of bytes kept by the caches of one kind on a thread (`thread_local!`).
+/// What the caches of one kind on a thread keep, in all (`thread_local!`).
 pub(crate) type Total = LocalKey<Cell<usize>>;
 
-/// One cache's bytes, counted in its thread's [`Total`]; given back when dropped.
+/// One cache's count, in its thread's [`Total`] too; given back when dropped.
 pub(crate) struct Share {
     mine: usize,
     total: &'static Total,
@@ -30,23 +31,23 @@ impl Share {
         Share { mine: 0, total }
     }
 
-    /// This cache's bytes.
+    /// This cache's count.
     pub(crate) fn mine(&self) -> usize {
         self.mine
     }
 
-    /// The bytes every cache of this kind on this thread keeps, this one's too.
+    /// What every cache of this kind on this thread keeps, this one's too.
     pub(crate) fn all(&self) -> usize {
         self.total.get()
     }
 
-    /// This cache now keeps `bytes`.
-    pub(crate) fn set(&mut self, bytes: usize) {
+    /// This cache now keeps `n`.
+    pub(crate) fn set(&mut self, n: usize) {
         // Saturating: a count can only be wrong if a cache moved threads, and that
         // must not panic a server.
         self.total
-            .set(self.total.get().saturating_sub(self.mine) + bytes);
-        self.mine = bytes;
+            .set(self.total.get().saturating_sub(self.mine) + n);
+        self.mine = n;
     }
 }
 

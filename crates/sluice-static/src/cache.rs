@@ -6,9 +6,10 @@
 //! is seen within that time. Small files (≤ `small_file_max`) are kept as bytes and
 //! their fd closed, up to 64 MiB over all the caches of a worker (one per site:
 //! `crate::budget`; past it a small file is kept open like a large one); larger ones keep
-//! their fd open for `sendfile`, at most
-//! `MAX_CACHED_FDS` per cache. That bound is per site and worker, not the
-//! process's: a process out of descriptors (`EMFILE`) has every cache give back
+//! their fd open for `sendfile`, at most `MAX_CACHED_FDS` over all the caches of
+//! a worker (past it a large file is opened for its response and closed after).
+//! That bound is per worker, not the process's: a process out of descriptors
+//! (`EMFILE`) has every cache give back
 //! the descriptors no response is sending from ([`FileCache::shed_descriptors`],
 //! `SHED`), and what still cannot be opened for a reason of the server's is
 //! [`Entry::Unavailable`] (a 503, never kept), not a 403.
@@ -47,6 +48,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Descriptors one worker's caches keep open, over all its sites ([`crate::budget`]).
 const MAX_CACHED_FDS: usize = 1024;
 
 /// Bytes of small-file content one worker may keep, over all its sites' caches
@@ -56,6 +58,8 @@ const MAX_CACHED_BYTES: usize = 64 << 20;
 thread_local! {
     /// The small-file bytes every file cache on this thread keeps.
     static KEPT: Cell<usize> = const { Cell::new(0) };
+    /// The descriptors every file cache on this thread keeps open.
+    static FDS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// What the handler needs to answer for a regular file.
@@ -236,7 +240,10 @@ pub struct FileCache {
     validity: Duration,
     max_entries: usize,
     small_file_max: usize,
-    fds: usize,
+    /// Its open descriptors, counted in the worker's total (`FDS`).
+    fds: Share,
+    /// The most descriptors the worker's caches keep ([`MAX_CACHED_FDS`]).
+    max_fds: usize,
     /// Its small files' bytes, counted in the worker's total (`KEPT`).
     bytes: Share,
     /// The last [`SHED`] this cache has answered.
@@ -256,7 +263,8 @@ impl FileCache {
             validity,
             max_entries,
             small_file_max,
-            fds: 0,
+            fds: Share::new(&FDS),
+            max_fds: MAX_CACHED_FDS,
             bytes: Share::new(&KEPT),
             shed_seen: SHED.load(Ordering::Relaxed),
             gate: cold::Gate::new(Duration::from_millis(1)),
@@ -469,7 +477,7 @@ impl FileCache {
             self.recount();
         }
         if let Entry::File(f) = &entry {
-            if f.file.is_some() && self.fds >= MAX_CACHED_FDS {
+            if f.file.is_some() && self.fds.all() >= self.max_fds {
                 return false; // served, just not kept: the descriptor closes after the response
             }
         }
@@ -491,7 +499,7 @@ impl FileCache {
         match self.table.find_mut(hash, |s| s.key() == rel) {
             Some(old) => {
                 let (f, b) = old.cost();
-                self.fds -= f;
+                self.fds.set(self.fds.mine() - f);
                 freed = b;
                 *old = slot;
             }
@@ -500,7 +508,7 @@ impl FileCache {
                     .insert_unique(hash, slot, |s| hasher.hash_one(s.key()));
             }
         }
-        self.fds += added.0;
+        self.fds.set(self.fds.mine() + added.0);
         self.bytes.set(self.bytes.mine() - freed + added.1);
         true
     }
@@ -520,7 +528,7 @@ impl FileCache {
     /// one.
     pub fn shed_descriptors(&mut self) -> usize {
         self.shed_seen = SHED.load(Ordering::Relaxed);
-        let held = self.fds;
+        let held = self.fds.mine();
         if held > 0 {
             self.table
                 .retain(|s| !matches!(s, Slot::File(f) if f.file.is_some()));
@@ -536,7 +544,7 @@ impl FileCache {
             fds += f;
             bytes += b;
         }
-        self.fds = fds;
+        self.fds.set(fds);
         self.bytes.set(bytes);
     }
 }

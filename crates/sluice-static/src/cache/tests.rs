@@ -50,16 +50,16 @@ fn expiry_closes_cached_descriptors() {
     assert!(matches!(c.lookup(&root, "big", t0), Entry::File(f) if f.file.is_some()));
     assert!(matches!(c.lookup(&root, "small", t0), Entry::File(f) if f.data.is_some()));
     assert!(matches!(c.lookup(&root, "missing", t0), Entry::NotFound));
-    assert_eq!((c.len(), c.fds), (3, 1));
+    assert_eq!((c.len(), c.fds.mine()), (3, 1));
     c.expire(t0 + Duration::from_millis(50));
     assert_eq!(c.len(), 3, "still valid");
     c.expire(t0 + Duration::from_millis(150));
     // The descriptor is closed and the miss dropped; the small file's bytes stay,
     // to be revalidated by its next request.
-    assert_eq!((c.len(), c.fds, c.bytes.mine()), (1, 0, 1));
+    assert_eq!((c.len(), c.fds.mine(), c.bytes.mine()), (1, 0, 1));
     // Unused for longer than that, it goes too.
     c.expire(t0 + Duration::from_millis(100) + KEEP_UNUSED + Duration::from_secs(1));
-    assert_eq!((c.len(), c.fds, c.bytes.mine()), (0, 0, 0));
+    assert_eq!((c.len(), c.fds.mine(), c.bytes.mine()), (0, 0, 0));
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -309,10 +309,10 @@ fn out_of_descriptors_every_cache_gives_back_its_idle_ones() {
     a.lookup(&root, "big2", now);
     a.lookup(&root, "small", now);
     b.lookup(&root, "big1", now);
-    assert_eq!((a.fds, b.fds), (2, 1));
+    assert_eq!((a.fds.mine(), b.fds.mine()), (2, 1));
     assert_eq!(a.shed_descriptors(), 2);
     assert_eq!(
-        (a.len(), a.fds, a.bytes.mine()),
+        (a.len(), a.fds.mine(), a.bytes.mine()),
         (1, 0, 1),
         "the small file stays"
     );
@@ -323,10 +323,10 @@ fn out_of_descriptors_every_cache_gives_back_its_idle_ones() {
     );
     // The other cache: untouched by a sweep until told, then at its next sweep.
     b.expire(now);
-    assert_eq!(b.fds, 1);
+    assert_eq!(b.fds.mine(), 1);
     shed_everywhere();
     b.expire(now);
-    assert_eq!((b.len(), b.fds), (0, 0));
+    assert_eq!((b.len(), b.fds.mine()), (0, 0));
     // Asked again, the files open again.
     assert!(matches!(a.lookup(&root, "big2", now), Entry::File(f) if f.file.is_some()));
     std::fs::remove_dir_all(&d).unwrap();
@@ -377,5 +377,43 @@ fn a_workers_caches_share_one_byte_bound() {
     assert_eq!(KEPT.get(), base);
     let mut c = cache();
     assert!(matches!(c.lookup(&root, "b.bin", now), Entry::File(f) if f.data.is_some()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A worker's caches (one per site) share one bound on the descriptors they keep
+/// open: past it a large file is served but not kept, until the sweep closes what
+/// expired.
+#[test]
+fn a_workers_caches_share_one_descriptor_bound() {
+    let d = std::env::temp_dir().join(format!("sluice-fds-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for f in ["a1", "a2", "a3", "b1"] {
+        std::fs::write(d.join(f), b"large: past small_file_max = 0").unwrap();
+    }
+    let root = Root::new(&d, SymlinkPolicy::InsideRoot).unwrap();
+    let t0 = Instant::now();
+    let base = FDS.get();
+    // Every file kept open (`small_file_max` 0); a bound of three for the worker.
+    let cache = || {
+        let mut c = FileCache::new(Duration::from_secs(1), 100, 0);
+        c.max_fds = base + 3;
+        c
+    };
+    let (mut a, mut b) = (cache(), cache());
+    for f in ["a1", "a2", "a3"] {
+        assert!(info(a.lookup(&root, f, t0)).file.is_some());
+    }
+    assert_eq!((a.fds.mine(), FDS.get()), (3, base + 3));
+    // The other site's large file: served (its descriptor is the response's), not kept.
+    assert!(info(b.lookup(&root, "b1", t0)).file.is_some());
+    assert_eq!((b.len(), b.fds.mine()), (0, 0));
+    // Past the validity the sweep closes the first site's; the second's is kept now.
+    let t1 = t0 + Duration::from_secs(1);
+    a.expire(t1);
+    assert_eq!(FDS.get(), base);
+    assert!(info(b.lookup(&root, "b1", t1)).file.is_some());
+    assert_eq!((b.len(), b.fds.mine()), (1, 1));
+    drop(b);
+    assert_eq!(FDS.get(), base);
     std::fs::remove_dir_all(&d).unwrap();
 }
