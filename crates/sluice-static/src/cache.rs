@@ -495,12 +495,10 @@ impl FileCache {
             })),
         };
         let hasher = &self.hasher;
-        let mut freed = 0;
+        let mut freed = (0, 0);
         match self.table.find_mut(hash, |s| s.key() == rel) {
             Some(old) => {
-                let (f, b) = old.cost();
-                self.fds.set(self.fds.mine() - f);
-                freed = b;
+                freed = old.cost();
                 *old = slot;
             }
             None => {
@@ -508,8 +506,8 @@ impl FileCache {
                     .insert_unique(hash, slot, |s| hasher.hash_one(s.key()));
             }
         }
-        self.fds.set(self.fds.mine() + added.0);
-        self.bytes.set(self.bytes.mine() - freed + added.1);
+        self.fds.set(self.fds.mine() - freed.0 + added.0);
+        self.bytes.set(self.bytes.mine() - freed.1 + added.1);
         true
     }
 
