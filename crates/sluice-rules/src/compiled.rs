@@ -137,8 +137,16 @@ impl LiteralIndex {
         }
     }
 
+    #[inline]
     fn candidates(&self, path: &str, out: &mut Vec<u32>) {
-        let Some(ac) = &self.ac else { return };
+        if let Some(ac) = &self.ac {
+            self.search(ac, path, out);
+        }
+    }
+
+    /// The rules of every literal the automaton finds in `path` (out of line: most
+    /// rule sets leave some of the four literal indexes empty).
+    fn search(&self, ac: &AhoCorasick, path: &str, out: &mut Vec<u32>) {
         if self.anchored {
             if let Ok(Some(m)) = ac.try_find(Input::new(path).anchored(Anchored::Yes)) {
                 let mut k = m.pattern().as_usize() as u32;
@@ -271,8 +279,12 @@ impl Index {
 
     /// Candidate rule indices for `path`, ascending and without duplicates.
     pub fn candidates(&self, path: &str, out: &mut Vec<u32>) {
-        if let Some(ids) = self.exact.exact.get(&key(path)) {
-            ids.extend_into(out);
+        // Each structure is probed only when it holds rules: a set of "always"
+        // rules alone (`RewriteRule ^ …` behind a map) hashes nothing here.
+        if !self.exact.exact.is_empty() {
+            if let Some(ids) = self.exact.exact.get(&key(path)) {
+                ids.extend_into(out);
+            }
         }
         let lower = (!self.exact.nocase.is_empty() || !self.prefix.nocase.is_empty())
             .then(|| path.to_ascii_lowercase());

@@ -58,7 +58,7 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
                 substitute = Some(read_substitute(file, t).map_err(&err)?);
                 None
             } else {
-                Some(Template::parse(t, &|_| false).map_err(&err)?)
+                Some(Template::parse(t, &|_| None).map_err(&err)?)
             }
         } else {
             None

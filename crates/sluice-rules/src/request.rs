@@ -71,7 +71,39 @@ pub enum MapDef {
     ToUpper,
 }
 
-pub type Maps = FxHashMap<String, MapDef>;
+/// The `RewriteMap`s of a rule set. A template names its map by slot, found once
+/// when it is parsed: a lookup at request time (an "always" rule runs one on every
+/// request) indexes a vector instead of hashing and comparing the map's name. A
+/// map defined again under the same name replaces its slot, so every rule reads
+/// the last definition, as Apache's lookup by name does.
+#[derive(Debug, Default)]
+pub struct Maps {
+    defs: Vec<MapDef>,
+    names: FxHashMap<String, u32>,
+}
+
+impl Maps {
+    /// Defines (or redefines) map `name`.
+    pub fn define(&mut self, name: &str, def: MapDef) {
+        match self.names.get(name) {
+            Some(&slot) => self.defs[slot as usize] = def,
+            None => {
+                self.names.insert(name.to_string(), self.defs.len() as u32);
+                self.defs.push(def);
+            }
+        }
+    }
+
+    /// The slot of map `name`, if it is defined.
+    pub fn slot(&self, name: &str) -> Option<u32> {
+        self.names.get(name).copied()
+    }
+
+    /// The map in `slot`.
+    pub fn get(&self, slot: u32) -> Option<&MapDef> {
+        self.defs.get(slot as usize)
+    }
+}
 
 /// A variable a condition or a template can read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,8 @@ pub enum Part {
 
 #[derive(Debug, Clone)]
 pub struct MapRef {
-    pub name: String,
+    /// The map's slot in [`Maps`], found when the template was parsed.
+    pub slot: u32,
     pub key: Template,
     pub default: Option<Template>,
 }
@@ -51,7 +52,7 @@ impl Template {
         self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
     }
 
-    pub fn parse(s: &str, maps_known: &dyn Fn(&str) -> bool) -> Result<Template, String> {
+    pub fn parse(s: &str, map_slot: &dyn Fn(&str) -> Option<u32>) -> Result<Template, String> {
         let b = s.as_bytes();
         let mut parts = Vec::new();
         let mut lit = String::new();
@@ -102,19 +103,19 @@ impl Template {
                 let (name, rest) = inner
                     .split_once(':')
                     .ok_or_else(|| format!("${{{inner}}}: expected ${{map:key}}"))?;
-                if !maps_known(name) {
+                let Some(slot) = map_slot(name) else {
                     return Err(format!(
                         "${{{name}:...}}: no RewriteMap named {name:?} defined above"
                     ));
-                }
+                };
                 let (k, d) = match split_top_level_pipe(rest) {
-                    Some((k, d)) => (k, Some(Template::parse(d, maps_known)?)),
+                    Some((k, d)) => (k, Some(Template::parse(d, map_slot)?)),
                     None => (rest, None),
                 };
                 flush(&mut lit, &mut parts);
                 parts.push(Part::Map(Box::new(MapRef {
-                    name: name.to_string(),
-                    key: Template::parse(k, maps_known)?,
+                    slot,
+                    key: Template::parse(k, map_slot)?,
                     default: d,
                 })));
                 i = end + 1;
@@ -138,7 +139,7 @@ impl Template {
             Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) => true,
             Part::Var(v) => *v != Var::RemoteAddr,
             Part::Map(m) => {
-                !matches!(maps.get(&m.name), Some(MapDef::Rnd(_)))
+                !matches!(maps.get(m.slot), Some(MapDef::Rnd(_)))
                     && m.key.reads_request_only(maps)
                     && m.default
                         .as_ref()
@@ -189,7 +190,7 @@ impl Template {
                     // every request).
                     let (key, default) = (&m.key, &m.default);
                     let start = out.len();
-                    let def = ex.maps.get(m.name.as_str());
+                    let def = ex.maps.get(m.slot);
                     let direct = match def {
                         Some(MapDef::Txt(_) | MapDef::Rnd(_)) => key.direct(ex.req),
                         _ => None,

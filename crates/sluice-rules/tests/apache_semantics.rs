@@ -55,6 +55,36 @@ fn txt_and_rnd_maps_from_files() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A map defined twice under one name: every rule reads the last definition, also
+/// a rule written between the two (Apache looks maps up by name when a request
+/// comes; sluice finds the map's slot at load, and a new definition takes the slot).
+#[test]
+fn a_map_defined_again_is_read_by_every_rule() {
+    let d = std::env::temp_dir().join(format!("sluice-mapagain-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("one.txt"), "k /first\n").unwrap();
+    std::fs::write(d.join("two.txt"), "k /second\n").unwrap();
+    let conf = d.join("r.conf");
+    std::fs::write(
+        &conf,
+        "RewriteEngine On\nRewriteMap m txt:one.txt\n\
+         RewriteRule ^/a$ ${m:k} [R=301,L]\n\
+         RewriteMap m txt:two.txt\n\
+         RewriteRule ^/b$ ${m:k} [R=302,L]\n",
+    )
+    .unwrap();
+    let set = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    let get = |p: &str| {
+        set.lookup(&Request {
+            path: p,
+            ..Default::default()
+        })
+    };
+    assert_eq!(get("/a"), redirect(301, "/second"));
+    assert_eq!(get("/b"), redirect(302, "/second"));
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// Map keys that are one request field (`${map:%{REQUEST_URI}}`, the "always" rule)
 /// are looked up where they are, without a copy: the same answers as a key built
 /// from parts, for a hit, a miss with and without a default, an absent field (an

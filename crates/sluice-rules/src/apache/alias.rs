@@ -57,7 +57,7 @@ pub(super) fn directive(at: &Line, ctx: &mut Ctx) -> Result<(), LoadError> {
     };
     let action = if needs_url {
         let target = if is_match {
-            Template::parse(a[1], &|_| false).map_err(|m| at.err(m))?
+            Template::parse(a[1], &|_| None).map_err(|m| at.err(m))?
         } else {
             Template::literal(a[1])
         };

@@ -16,7 +16,7 @@ pub(super) fn directive(at: &Line, ctx: &mut Ctx) -> Result<(), LoadError> {
         return Err(at.err("RewriteMap needs a name and type:source"));
     };
     let def = load_map(spec, at.file).map_err(|m| at.err(m))?;
-    ctx.maps.insert(name.clone(), def);
+    ctx.maps.define(name, def);
     Ok(())
 }
 

@@ -63,8 +63,7 @@ impl Rewrite {
                 }
             }
         }
-        let subject =
-            Template::parse(&args[0], &|m| ctx.maps.contains_key(m)).map_err(|m| at.err(m))?;
+        let subject = Template::parse(&args[0], &|m| ctx.maps.slot(m)).map_err(|m| at.err(m))?;
         let (negate, pat) = match args[1].strip_prefix('!') {
             Some(p) => (true, p),
             None => (false, args[1].as_str()),
@@ -134,8 +133,7 @@ impl Rewrite {
             && args[0].starts_with('^')
             && args[0].as_bytes()[1].is_ascii_alphanumeric();
         let re = RegexPattern::new(args[0].clone(), flags.nocase, strip).map_err(|m| at.err(m))?;
-        let target =
-            Template::parse(&args[1], &|m| ctx.maps.contains_key(m)).map_err(|m| at.err(m))?;
+        let target = Template::parse(&args[1], &|m| ctx.maps.slot(m)).map_err(|m| at.err(m))?;
         let action = if rf.forbidden {
             Action::Forbidden
         } else if rf.gone {
