@@ -10,29 +10,33 @@ fn redirect(status: u16, loc: &str) -> Outcome {
     }
 }
 
+/// The rules in `conf`, loaded from a directory that holds `files` (name,
+/// contents) beside it: maps are read at load, so the directory goes after.
+fn load_with_files(files: &[(&str, &str)], conf: &str) -> RuleSet {
+    let d = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(d.path().join(name), text).unwrap();
+    }
+    let path = d.path().join("r.conf");
+    std::fs::write(&path, conf).unwrap();
+    RuleSet::load_files(&[path], &LoadOptions::default()).unwrap()
+}
+
 // Directive-by-directive cases (flags, conditions, hook order, maps) are data:
 // testdata/rules/*.conf with *.expect, run by tests/testdata.rs. What needs files
 // on disk, an address or a random choice stays here.
 
 #[test]
 fn txt_and_rnd_maps_from_files() {
-    let d = std::env::temp_dir().join(format!("sluice-maps-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(
-        d.join("m.txt"),
-        "# comment\nold new-page\nold second\nx y\n",
-    )
-    .unwrap();
-    std::fs::write(d.join("m.rnd"), "mirror a.example|b.example\n").unwrap();
-    let conf = d.join("r.conf");
-    std::fs::write(
-        &conf,
+    let set = load_with_files(
+        &[
+            ("m.txt", "# comment\nold new-page\nold second\nx y\n"),
+            ("m.rnd", "mirror a.example|b.example\n"),
+        ],
         "RewriteEngine On\nRewriteMap pages txt:m.txt\nRewriteMap mirrors rnd:m.rnd\n\
          RewriteRule ^/p/(.*)$ /${pages:$1|missing} [R=301]\n\
          RewriteRule ^/dl/(.*)$ http://${mirrors:mirror}/$1 [R]\n",
-    )
-    .unwrap();
-    let set = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    );
     let get = |p: &str| {
         set.lookup(&Request {
             path: p,
@@ -52,7 +56,6 @@ fn txt_and_rnd_maps_from_files() {
         }
     }
     assert!(a > 120 && b > 120, "rnd choices: a {a}, b {b}");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// A map defined twice under one name: every rule reads the last definition, also
@@ -60,20 +63,13 @@ fn txt_and_rnd_maps_from_files() {
 /// comes; sluice finds the map's slot at load, and a new definition takes the slot).
 #[test]
 fn a_map_defined_again_is_read_by_every_rule() {
-    let d = std::env::temp_dir().join(format!("sluice-mapagain-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("one.txt"), "k /first\n").unwrap();
-    std::fs::write(d.join("two.txt"), "k /second\n").unwrap();
-    let conf = d.join("r.conf");
-    std::fs::write(
-        &conf,
+    let set = load_with_files(
+        &[("one.txt", "k /first\n"), ("two.txt", "k /second\n")],
         "RewriteEngine On\nRewriteMap m txt:one.txt\n\
          RewriteRule ^/a$ ${m:k} [R=301,L]\n\
          RewriteMap m txt:two.txt\n\
          RewriteRule ^/b$ ${m:k} [R=302,L]\n",
-    )
-    .unwrap();
-    let set = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    );
     let get = |p: &str| {
         set.lookup(&Request {
             path: p,
@@ -82,7 +78,6 @@ fn a_map_defined_again_is_read_by_every_rule() {
     };
     assert_eq!(get("/a"), redirect(301, "/second"));
     assert_eq!(get("/b"), redirect(302, "/second"));
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Map keys that are one request field (`${map:%{REQUEST_URI}}`, the "always" rule)
@@ -91,17 +86,14 @@ fn a_map_defined_again_is_read_by_every_rule() {
 /// empty key), an `int:` function (which must still rewrite its copy) and `rnd:`.
 #[test]
 fn map_keys_that_are_one_request_field() {
-    let d = std::env::temp_dir().join(format!("sluice-mapkeys-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(
-        d.join("moved.txt"),
-        "/old/a.html /new/a.html\n/c.htmlx /built/c.html\nmirror.example /by-host\n",
-    )
-    .unwrap();
-    std::fs::write(d.join("moved.rnd"), "/r /one|/two\n").unwrap();
-    let conf = d.join("r.conf");
-    std::fs::write(
-        &conf,
+    let set = load_with_files(
+        &[
+            (
+                "moved.txt",
+                "/old/a.html /new/a.html\n/c.htmlx /built/c.html\nmirror.example /by-host\n",
+            ),
+            ("moved.rnd", "/r /one|/two\n"),
+        ],
         "RewriteEngine On\nRewriteMap moved txt:moved.txt\nRewriteMap pick rnd:moved.rnd\n\
          RewriteMap lower int:tolower\n\
          RewriteCond ${moved:%{REQUEST_URI}} !^$\n\
@@ -113,9 +105,7 @@ fn map_keys_that_are_one_request_field() {
          RewriteCond ${lower:%{HTTP_HOST}} =lower.example\n\
          RewriteRule ^/l /lowered [R=308,L]\n\
          RewriteRule ^/r$ ${pick:%{REQUEST_URI}} [R=303,L]\n",
-    )
-    .unwrap();
-    let set = RuleSet::load_files(&[conf], &LoadOptions::default()).unwrap();
+    );
     let get = |path: &str, host: Option<&str>| {
         set.lookup(&Request {
             path,
@@ -143,7 +133,6 @@ fn map_keys_that_are_one_request_field() {
         }
         o => panic!("{o:?}"),
     }
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
