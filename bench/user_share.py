@@ -24,26 +24,13 @@ its PID after its round.
 """
 import argparse, os, re, shutil, statistics, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FLOOR_SRC = os.path.join(ROOT, "..", "shared", "bench", "floor.c")
 PORT = 18183
-
-
-def wait_port(port):
-    import socket
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"port {port} never opened")
-
-
-def children(pid):
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
 
 
 MMAP = re.compile(r"PERF_RECORD_MMAP2? [^\[]*\[0x([0-9a-f]+)\(0x([0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*\]: r-xp (/\S+)")
@@ -93,15 +80,14 @@ def sample(name, pids, secs, work):
     return classify(data)
 
 
-def run_one(name, argv, secs, work, kids):
+def run_one(name, argv, secs, work):
     srv = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_port(PORT)
+        compare.wait_listening(srv, name, PORT)
         wrk = subprocess.Popen(["wrk", "-t1", "-c50", f"-d{secs + 4}s", f"http://127.0.0.1:{PORT}/f.bin"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         time.sleep(2)
-        pids = (children(srv.pid) if kids else []) or [srv.pid]
-        k, u, a = sample(name, pids, secs, work)
+        k, u, a = sample(name, compare.tree(srv.pid), secs, work)
         out = wrk.communicate()[0]
         rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
         return k, u, a, float(rps[1]) if rps else 0.0
@@ -129,14 +115,14 @@ def main():
     floor = os.path.join(work, "floor")
     subprocess.run(["cc", "-O2", "-pthread", FLOOR_SRC, "-o", floor], check=True)
     servers = {
-        "floor": ([floor, str(PORT), "2", str(a.body)], False),
-        "sluice": ([a.bin, "serve", www, "--listen", f"127.0.0.1:{PORT}", "--workers", "2",
-                    "--access-log", "off", "--allow-root"], True),
+        "floor": [floor, str(PORT), "2", str(a.body)],
+        "sluice": [a.bin, "serve", www, "--listen", f"127.0.0.1:{PORT}", "--workers", "2",
+                   "--access-log", "off", "--allow-root"],
     }
     got = {s: [] for s in servers}
     for r in range(1, a.rounds + 1):
-        for name, (argv, kids) in servers.items():
-            k, u, af, rps = run_one(name, argv, a.seconds, work, kids)
+        for name, argv in servers.items():
+            k, u, af, rps = run_one(name, argv, a.seconds, work)
             raw, moved = 100 * u / k, 100 * (u - af) / (k + af)
             got[name].append((raw, moved))
             print(f"round {r} {name:6}: {k + u} samples, {rps:,.0f} req/s; user {raw:.2f}% of the kernel's "
