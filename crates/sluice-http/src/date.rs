@@ -1,6 +1,6 @@
 //! HTTP dates (IMF-fixdate), via `httpdate`, plus a once-a-second cache for `Date:`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Format seconds since the epoch as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
 pub fn format(secs: u64) -> String {
@@ -26,9 +26,19 @@ pub fn secs(t: SystemTime) -> u64 {
 }
 
 /// The `Date:` value, re-rendered at most once per second. One per worker.
+///
+/// It also keeps the wall clock's second for everything else a worker stamps
+/// (access log lines), and reads the wall clock only when that second may have
+/// ended: a loop turn in mid-second costs one comparison of monotonic times, where
+/// reading the wall clock and converting it cost ~80 instructions a turn
+/// (`bench/user_instr.sh`). A step of the system clock shows at the end of the
+/// second the cache is in, within a second.
 pub struct DateCache {
     secs: u64,
     text: String,
+    /// When, on the monotonic clock, the second the cache says ends (`None`: read
+    /// the wall clock at the next tick).
+    ends: Option<Instant>,
 }
 
 impl Default for DateCache {
@@ -36,23 +46,44 @@ impl Default for DateCache {
         DateCache {
             secs: u64::MAX,
             text: String::new(),
+            ends: None,
         }
     }
 }
 
 impl DateCache {
-    /// Move to `now` (a worker does this once per loop turn, where it reads the
-    /// clock, so that a response reads [`DateCache::text`] without converting the
-    /// time again: ~50 instructions a response).
-    pub fn set(&mut self, now: SystemTime) {
-        let s = secs(now);
+    /// Bring the cache to the monotonic time `now` (a worker does this once per loop
+    /// turn, after it reads the clock, so that a response reads
+    /// [`DateCache::text`] without converting the time again).
+    #[inline]
+    pub fn tick(&mut self, now: Instant) {
+        self.tick_with(now, SystemTime::now);
+    }
+
+    /// [`DateCache::tick`] with the wall clock read by `wall`, called only when the
+    /// cached second may have ended. The end is computed from the wall clock read
+    /// after `now`, so it errs early (one more read), never late.
+    #[inline]
+    pub fn tick_with(&mut self, now: Instant, wall: impl FnOnce() -> SystemTime) {
+        if self.ends.is_some_and(|end| now < end) {
+            return;
+        }
+        self.reread(now, wall());
+    }
+
+    /// The wall clock read `wall` (after `now`): its second, and when it ends.
+    fn reread(&mut self, now: Instant, wall: SystemTime) {
+        let since = wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let s = since.as_secs();
         if s != self.secs {
             self.secs = s;
             self.text = format(s);
         }
+        let left = Duration::from_nanos(1_000_000_000 - u64::from(since.subsec_nanos()));
+        self.ends = now.checked_add(left);
     }
 
-    /// The value as of the last [`DateCache::set`].
+    /// The value as of the last [`DateCache::tick`].
     pub fn text(&self) -> &str {
         &self.text
     }
@@ -75,15 +106,32 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_says_the_second_it_was_set_to() {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(784_111_777_900);
+    fn the_cache_reads_the_wall_clock_only_when_its_second_ends() {
+        use std::time::{Duration, Instant};
+        // 900 ms into the second 784,111,777.
+        let wall0 = std::time::UNIX_EPOCH + Duration::from_millis(784_111_777_900);
+        let t0 = Instant::now();
         let mut c = super::DateCache::default();
-        c.set(t);
+        let mut reads = 0;
+        let mut tick = |c: &mut super::DateCache, after: u64| {
+            let wall = wall0 + Duration::from_millis(after);
+            c.tick_with(t0 + Duration::from_millis(after), || {
+                reads += 1;
+                wall
+            });
+        };
+        tick(&mut c, 0);
         assert_eq!(c.text(), "Sun, 06 Nov 1994 08:49:37 GMT");
-        c.set(t + std::time::Duration::from_millis(50)); // the same second
+        assert_eq!(c.secs(), 784_111_777);
+        tick(&mut c, 50); // the same second: the wall clock is not read
+        tick(&mut c, 99);
         assert_eq!(c.text(), "Sun, 06 Nov 1994 08:49:37 GMT");
-        c.set(t + std::time::Duration::from_millis(200)); // the next second
+        tick(&mut c, 100); // the second has ended
         assert_eq!(c.text(), "Sun, 06 Nov 1994 08:49:38 GMT");
+        tick(&mut c, 1_099);
+        tick(&mut c, 1_100);
+        assert_eq!(c.secs(), 784_111_779);
+        assert_eq!(reads, 3, "one read a second, not one a turn");
     }
 
     #[test]

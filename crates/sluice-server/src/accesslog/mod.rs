@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::TrySendError;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 mod writer;
 pub use writer::{Handle, LogFile, Writer};
@@ -234,16 +234,13 @@ impl WorkerLog {
             .map(|i| i as u8)
     }
 
-    /// Append one combined-format line to the output `p` was made for.
-    pub fn line(&mut self, now: SystemTime, peer: IpAddr, p: &Pending, bytes: u64) {
+    /// Append one combined-format line, stamped with the wall clock's second `secs`
+    /// (the worker's `DateCache::secs`), to the output `p` was made for.
+    pub fn line(&mut self, secs: u64, peer: IpAddr, p: &Pending, bytes: u64) {
         let Some(out) = p.out else { return };
         if usize::from(out) >= self.outs.len() {
             return;
         }
-        let secs = now
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         if secs != self.stamp_secs {
             self.stamp_secs = secs;
             self.stamp = clf_time(secs);
@@ -414,7 +411,7 @@ mod tests {
         let mut log = WorkerLog::new(vec![("a.log".into(), h.clone())]);
         let p = Pending::rejected(b"GET / HTTP/1.1", 400, Some(0));
         for _ in 0..3 {
-            log.line(UNIX_EPOCH, "192.0.2.10".parse().unwrap(), &p, 0);
+            log.line(0, "192.0.2.10".parse().unwrap(), &p, 0);
         }
         log.flush();
         assert_eq!(h.dropped.load(Ordering::Relaxed), 1);
@@ -431,7 +428,7 @@ mod tests {
             panic!("not parsed")
         };
         let p = Pending::new(&head, 200, Some(0));
-        let t = UNIX_EPOCH + Duration::from_secs(784111777);
+        let t = 784111777;
         log.line(t, "192.0.2.10".parse().unwrap(), &p, 1234);
         log.line(
             t,

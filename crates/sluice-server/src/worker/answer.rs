@@ -379,7 +379,7 @@ impl Worker {
         ready_at: Ms,
     ) {
         if let Some(p) = log {
-            self.log.line(self.wall, peer, &p, sent);
+            self.log.line(self.date.secs(), peer, &p, sent);
         }
         let st = &self.shared.stats[self.id];
         Counters::add(&st.bytes, sent);

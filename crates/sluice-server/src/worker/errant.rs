@@ -53,8 +53,12 @@ impl Worker {
                     // drop (asked for, or over the tarpit cap): no response at all.
                     let c = &mut self.conns[key];
                     if let Some(p) = log {
-                        self.log
-                            .line(self.wall, c.peer, &p.with_status(444).with_note("drop"), 0);
+                        self.log.line(
+                            self.date.secs(),
+                            c.peer,
+                            &p.with_status(444).with_note("drop"),
+                            0,
+                        );
                     }
                     c.why = CloseReason::Errant;
                     return Step::Close;

@@ -69,7 +69,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 const LISTENER_BASE: usize = usize::MAX / 2;
 /// The connection to a `sluice condition` front process (`serve --from`).
@@ -119,9 +119,6 @@ pub struct Worker {
     log: WorkerLog,
     gen: u32,
     now: Instant,
-    /// The wall clock at the same moment, for `Date` and log lines: read once per
-    /// loop turn, not once per response (a turn answers dozens under load).
-    wall: SystemTime,
     epoch: Instant,
     now_ms: Ms,
     /// Next sweep of the open-file cache.
@@ -271,7 +268,6 @@ impl Worker {
             log,
             gen: 0,
             now,
-            wall: SystemTime::now(),
             epoch: now,
             now_ms: 0,
             next_expire_ms: 1000,
@@ -337,8 +333,9 @@ impl Worker {
                 }
             }
             self.now = Instant::now();
-            self.wall = SystemTime::now();
-            self.date.set(self.wall);
+            // The wall clock's second, for `Date` and log lines: read when it ends,
+            // not once per turn or per response (a turn answers dozens under load).
+            self.date.tick(self.now);
             self.now_ms = self.now.duration_since(self.epoch).as_millis() as Ms;
             self.refresh_snapshot();
             for ev in events.iter() {

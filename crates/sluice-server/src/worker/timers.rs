@@ -87,7 +87,7 @@ impl Worker {
                 always.recycle();
                 if self.log.enabled() {
                     let p = Pending::rejected(&c.rbuf, 408, self.site_log[default]);
-                    self.log.line(self.wall, c.peer, &p, 0);
+                    self.log.line(self.date.secs(), c.peer, &p, 0);
                 }
             }
             self.close(key, reason);
@@ -233,7 +233,7 @@ impl Worker {
             self.shared.open.fetch_add(1, Ordering::Relaxed);
             self.shared.drips.fetch_sub(1, Ordering::Relaxed);
             if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
-                self.log.line(self.wall, c.peer, &p, d.sent);
+                self.log.line(self.date.secs(), c.peer, &p, d.sent);
             }
             Counters::add(&self.shared.stats[self.id].bytes, d.sent);
         }
@@ -274,7 +274,7 @@ impl Worker {
                 // over) is logged too, with the bytes that did go out: on a mirror
                 // these aborted downloads are the lines an operator looks for.
                 if let Some(p) = out.log.take() {
-                    self.log.line(self.wall, c.peer, &p, out.sent);
+                    self.log.line(self.date.secs(), c.peer, &p, out.sent);
                 }
                 Counters::add(&self.shared.stats[self.id].bytes, out.sent);
                 release(out, &mut self.pool, &mut self.out_pool);
