@@ -201,7 +201,9 @@ struct Output {
     path: String,
     handle: Handle,
     buf: Vec<u8>,
-    last_flush: Instant,
+    /// A second after the last flush: what is buffered then goes out (a
+    /// comparison per loop turn, not a subtraction of times).
+    flush_by: Instant,
 }
 
 impl WorkerLog {
@@ -214,7 +216,7 @@ impl WorkerLog {
                     path,
                     handle,
                     buf: Vec::new(),
-                    last_flush: Instant::now(),
+                    flush_by: Instant::now() + FLUSH_EVERY,
                 })
                 .collect(),
             stamp_secs: u64::MAX,
@@ -260,7 +262,7 @@ impl WorkerLog {
     /// Called on every timer tick; flushes buffers a second old.
     pub fn tick(&mut self, now: Instant) {
         for o in &mut self.outs {
-            if !o.buf.is_empty() && now.duration_since(o.last_flush) >= FLUSH_EVERY {
+            if !o.buf.is_empty() && now >= o.flush_by {
                 o.flush();
             }
         }
@@ -275,7 +277,7 @@ impl WorkerLog {
 
 impl Output {
     fn flush(&mut self) {
-        self.last_flush = Instant::now();
+        self.flush_by = Instant::now() + FLUSH_EVERY;
         if self.buf.is_empty() {
             return;
         }
