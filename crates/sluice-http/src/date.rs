@@ -18,13 +18,6 @@ pub fn parse(s: &str) -> Option<u64> {
     t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
 }
 
-/// Whole seconds since the epoch for a `SystemTime` (0 before the epoch).
-pub fn secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// The `Date:` value, re-rendered at most once per second. One per worker.
 ///
 /// It also keeps the wall clock's second for everything else a worker stamps
