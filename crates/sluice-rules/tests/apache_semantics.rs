@@ -22,6 +22,14 @@ fn load_with_files(files: &[(&str, &str)], conf: &str) -> RuleSet {
     RuleSet::load_files(&[path], &LoadOptions::default()).unwrap()
 }
 
+/// What `set` decides for a request that is only `path`.
+fn path_only(set: &RuleSet, path: &str) -> Outcome {
+    set.lookup(&Request {
+        path,
+        ..Default::default()
+    })
+}
+
 // Directive-by-directive cases (flags, conditions, hook order, maps) are data:
 // testdata/rules/*.conf with *.expect, run by tests/testdata.rs. What needs files
 // on disk, an address or a random choice stays here.
@@ -37,12 +45,7 @@ fn txt_and_rnd_maps_from_files() {
          RewriteRule ^/p/(.*)$ /${pages:$1|missing} [R=301]\n\
          RewriteRule ^/dl/(.*)$ http://${mirrors:mirror}/$1 [R]\n",
     );
-    let get = |p: &str| {
-        set.lookup(&Request {
-            path: p,
-            ..Default::default()
-        })
-    };
+    let get = |p: &str| path_only(&set, p);
     assert_eq!(get("/p/old"), redirect(301, "/new-page"));
     assert_eq!(get("/p/zzz"), redirect(301, "/missing"));
     // rnd: both choices come up, in roughly equal shares (400 draws: each side's
@@ -70,12 +73,7 @@ fn a_map_defined_again_is_read_by_every_rule() {
          RewriteMap m txt:two.txt\n\
          RewriteRule ^/b$ ${m:k} [R=302,L]\n",
     );
-    let get = |p: &str| {
-        set.lookup(&Request {
-            path: p,
-            ..Default::default()
-        })
-    };
+    let get = |p: &str| path_only(&set, p);
     assert_eq!(get("/a"), redirect(301, "/second"));
     assert_eq!(get("/b"), redirect(302, "/second"));
 }
