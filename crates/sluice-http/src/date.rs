@@ -53,11 +53,11 @@ impl DateCache {
         self.tick_with(now, SystemTime::now);
     }
 
-    /// [`DateCache::tick`] with the wall clock read by `wall`, called only when the
-    /// cached second may have ended. The end is computed from the wall clock read
-    /// after `now`, so it errs early (one more read), never late.
+    /// [`DateCache::tick`] with the wall clock read by `wall` (a test's clock),
+    /// called only when the cached second may have ended. The end is computed from
+    /// the wall clock read after `now`, so it errs early (one more read), never late.
     #[inline]
-    pub fn tick_with(&mut self, now: Instant, wall: impl FnOnce() -> SystemTime) {
+    fn tick_with(&mut self, now: Instant, wall: impl FnOnce() -> SystemTime) {
         if self.ends.is_some_and(|end| now < end) {
             return;
         }
