@@ -5,7 +5,9 @@ Every server gets the same files, 2 workers, access logs off, and its own loopba
 port. Rounds are interleaved across servers (the machine is noisy) and medians are
 reported. Two figures per small-file test: req/s (wrk -t1) and server CPU time per
 request (utime+stime of the server's whole process tree from /proc, before and after
-the run, divided by the requests wrk completed).
+the run, divided by the requests wrk completed). A third row, the load generator's
+own CPU per request (`getrusage` of its finished processes): where wrk runs at one
+full core, it, not the server, sets req/s.
 
     bench/compare.py [--rounds 3] [--duration 10] [--servers sluice,h2o,lighttpd,nginx]
                      [--tests small1k,small100,random10k,download,wrk1m,idle]
@@ -306,6 +308,7 @@ def main():
                     url = f"http://127.0.0.1:{PORTS[s]}"
                     pid = procs[s].pid
                     c0 = cpu_seconds(pid)
+                    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     if t == "small1k":
                         res = wrk(url + "/f1k.bin", 50, a.duration)
                     elif t in ("close1k", "close10k"):
@@ -333,7 +336,12 @@ def main():
                             continue
                         res = idle_rss_per_conn(s, pid)
                     c1 = cpu_seconds(pid)
+                    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     res["cpu_us_per_req"] = (c1 - c0) / max(res.get("requests", 1), 1) * 1e6
+                    # The load generator's own CPU (wrk, curl): on two shared cores a
+                    # closed-loop client at one full core sets req/s, whatever the server.
+                    res["client_cpu_us_per_req"] = ((u1.ru_utime + u1.ru_stime) - (u0.ru_utime + u0.ru_stime)) \
+                        / max(res.get("requests", 1), 1) * 1e6
                     samples.setdefault(t, {}).setdefault(s, []).append(res)
                     print(f"round {r + 1} {t:10} {s:9} " + " ".join(
                         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()),
@@ -390,6 +398,8 @@ def report(samples, servers):
               + f" | {rps.get('sluice', 0) / best:.2f} |")
         print(f"| {t}: server CPU µs/req | " + " | ".join(f"{cpu[s]:.2f}" for s in servers)
               + f" | {cpu.get('sluice', 0) / frugal:.2f} (vs most frugal) |")
+        cli = {s: med([x["client_cpu_us_per_req"] for x in by.get(s, [])]) for s in servers}
+        print(f"| {t}: client CPU µs/req | " + " | ".join(f"{cli[s]:.2f}" for s in servers) + " | |")
 
 
 if __name__ == "__main__":
