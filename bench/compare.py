@@ -137,6 +137,19 @@ def start(name, sluice_bin, prefix=()):
     return wait_listening(p, name, PORTS[name])
 
 
+def stop_all(procs):
+    """SIGTERM each server, then wait up to 10 s for each (SIGKILL past that)."""
+    procs = list(procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def wait_listening(p, name, port):
     """Return `p` once something accepts on `port` (5 s at most)."""
     for _ in range(100):
@@ -347,13 +360,7 @@ def main():
                         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()),
                         flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs.values())
     report(samples, servers)
     if a.json:
         with open(a.json, "w") as f:

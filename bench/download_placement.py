@@ -21,22 +21,10 @@ import argparse, os, resource, statistics, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
+from io_ab import cpu_seconds  # noqa: E402  (every thread's schedstat)
 
 PORT0 = 18950
 PIN = {"same": ["taskset", "-c", "0"], "other": ["taskset", "-c", "1"], "free": []}
-
-
-def server_ns(pid):
-    """CPU time of every thread of `pid`'s process tree, in nanoseconds."""
-    total = 0
-    for p in compare.tree(pid):
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
 
 
 def sluice_config(mode, port):
@@ -77,7 +65,7 @@ def main():
         for r in range(a.rounds):
             for name in procs:
                 for where in a.where.split(","):
-                    s0 = server_ns(procs[name].pid)
+                    s0 = cpu_seconds(procs[name].pid)
                     u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     speeds = []
                     for _ in range(a.n):
@@ -85,21 +73,15 @@ def main():
                                                            f"http://127.0.0.1:{ports[name]}/{a.file}"],
                                              capture_output=True, text=True).stdout
                         speeds.append(float(out) / 1e6)
-                    s1 = server_ns(procs[name].pid)
+                    s1 = cpu_seconds(procs[name].pid)
                     u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     reader = (u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime) / a.n * 1e3
                     print(f"| {r + 1} | {name} | {where} | {statistics.median(speeds):.0f} "
-                          f"| {(s1 - s0) / a.n / 1e6:.1f} | {reader:.1f} "
+                          f"| {(s1 - s0) / a.n * 1e3:.1f} | {reader:.1f} "
                           f"| {(u1.ru_nvcsw - u0.ru_nvcsw) / a.n:.0f} / {(u1.ru_nivcsw - u0.ru_nivcsw) / a.n:.0f} "
                           f"| {' '.join(f'{x:.0f}' for x in speeds)} |", flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        compare.stop_all(procs.values())
 
 
 if __name__ == "__main__":

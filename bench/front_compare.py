@@ -23,7 +23,7 @@ Needs: wrk, cc, `cargo build --release` (the front, sluice and libsluicecc).
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import cpu_seconds, raise_nofile, wrk  # noqa: E402
+from compare import cpu_seconds, raise_nofile, stop_all, wrk  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = "/tmp/sluice-front-bench"
@@ -85,17 +85,6 @@ def start_ccserver():
     return p
 
 
-def stop(*procs):
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def url(path):
     return f"http://127.0.0.1:{PORT}{path}"
 
@@ -116,7 +105,7 @@ def t_chain(a):
             mean, p50 = latency(a.duration)
             rps = wrk(url("/f100.bin"), 50, a.duration)["rps"]
         finally:
-            stop(cc, f)
+            stop_all((cc, f))
         rows.append((n, mean, p50, rps))
         print(f"chain relays={n} latency mean {mean:.1f} us p50 {p50} us  keep-alive {rps:.0f} req/s", flush=True)
     base = rows[0]
@@ -148,7 +137,7 @@ def under_attack(a, mode, total, per_proc, cfg="front.toml"):
             p.terminate()
             p.wait()
     finally:
-        stop(cc, f)
+        stop_all((cc, f))
     ratio = hit["rps"] / base if base else 0
     print(f"{mode} x {total} ({cfg}): no attack {base:.0f} req/s, under attack {hit['rps']:.0f} req/s "
           f"({hit['socket_errors'] or 'no socket errors'}), ratio {ratio:.2f}", flush=True)
@@ -175,7 +164,7 @@ def t_nofront(a):
             p.terminate()
             p.wait()
     finally:
-        stop(cc)
+        stop_all((cc,))
     print(f"no front, silent x 100: no attack {base:.0f} req/s, under attack {hit:.0f} req/s, "
           f"ratio {hit / base if base else 0:.2f}", flush=True)
 
@@ -203,7 +192,7 @@ def t_cost(a):
                 res = wrk(url("/f1k.bin"), 50, a.duration)
                 cpu = sum(cpu_seconds(p.pid) for p in procs) - c0
             finally:
-                stop(*procs)
+                stop_all(procs)
             us = cpu / max(res["requests"], 1) * 1e6
             samples[kind].append((us, res["rps"]))
             print(f"cost round {r + 1} {kind:14} {us:.2f} us CPU/request  {res['rps']:.0f} req/s", flush=True)
