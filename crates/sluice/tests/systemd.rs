@@ -199,3 +199,57 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
     // The new one answers on the same port.
     assert_eq!(srv.get("GET /hello.txt HTTP/1.0\r\n\r\n").status, 200);
 }
+
+/// The unit's `ExecReload=` lines (`dist/systemd/sluice.service`), run as systemd
+/// runs them: in order, the first that fails ending the reload and failing it. With
+/// a config that has an error, the reload fails with the file and line and the
+/// server is never signalled (on Debian 12's systemd 252 a bare `kill -HUP` made
+/// `systemctl reload` succeed whatever the config said); with a good one, every
+/// line succeeds and the server reloads.
+#[test]
+fn the_units_reload_checks_the_config_before_it_signals() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/systemd/sluice.service"
+    ))
+    .unwrap();
+    let lines: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecReload="))
+        .collect();
+    let srv = Server::start_with_config(docroot(), "[server]\nworkers = 1\n", &[]);
+    let cfg = srv.root().join(".test-config.toml");
+    let reload = || -> Result<(), String> {
+        for line in &lines {
+            let line = line
+                .replace("/usr/local/bin/sluice", bin())
+                .replace("/etc/sluice/sluice.toml", cfg.to_str().unwrap())
+                .replace("$MAINPID", &srv.pid().to_string());
+            let mut words = line.split_whitespace();
+            let out = Command::new(words.next().unwrap())
+                .args(words)
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+        }
+        Ok(())
+    };
+    std::fs::write(
+        &cfg,
+        "[server]\nworkers = 1\n[http]\nkeepalive_timeout = \"forever\"\n",
+    )
+    .unwrap();
+    let err = reload().expect_err("the reload of a config with an error failed");
+    assert!(err.contains(".test-config.toml:4: "), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !srv.stderr().contains("reload"),
+        "the server was signalled: {}",
+        srv.stderr()
+    );
+    std::fs::write(&cfg, "[server]\nworkers = 1\n").unwrap();
+    reload().expect("the reload of a good config succeeds");
+    wait_for_stderr(&srv, "reloaded configuration");
+}
