@@ -59,7 +59,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cfg = sluice_server::load_config(a.config.as_deref(), &Default::default())
                 .map_err(anyhow::Error::msg)?;
             sluice_server::logging::apply(&cfg.log.level);
-            sluice_server::front::run(addr, &to, filters, cfg).map_err(anyhow::Error::msg)?;
+            sluice_server::front::run(addr, &to, filters, cfg, a.config.as_deref())
+                .map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { config } => {

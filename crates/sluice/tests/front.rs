@@ -50,12 +50,38 @@ fn ccserver() -> &'static Path {
     })
 }
 
-/// A front process and its socket path; killed on drop.
+/// A front process and its socket path; killed on drop. Its config file and its
+/// log (stderr) are in `dir`.
 struct FrontProc {
-    _child: KillOnDrop,
+    child: KillOnDrop,
     addr: String,
     sock: String,
+    cfg: PathBuf,
+    log: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+impl FrontProc {
+    fn pid(&self) -> i32 {
+        self.child.0.id() as i32
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait (at most 5 s) until the log holds `what` `n` times.
+    fn wait_log(&self, what: &str, n: usize) {
+        let t = Instant::now();
+        while self.log().matches(what).count() < n {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "no {what:?} ×{n}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 fn front(filters: &str, config: &str) -> FrontProc {
@@ -63,6 +89,7 @@ fn front(filters: &str, config: &str) -> FrontProc {
     let sock = dir.path().join("cc.sock").to_str().unwrap().to_string();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, config).unwrap();
+    let log = dir.path().join("front.log");
     let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(bin())
         .args([
@@ -74,7 +101,7 @@ fn front(filters: &str, config: &str) -> FrontProc {
         ])
         .args(["--filters", filters, "--config", cfg.to_str().unwrap()])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let t = Instant::now();
@@ -83,9 +110,11 @@ fn front(filters: &str, config: &str) -> FrontProc {
         std::thread::sleep(Duration::from_millis(20));
     }
     FrontProc {
-        _child: KillOnDrop(child),
+        child: KillOnDrop(child),
         addr,
         sock,
+        cfg,
+        log,
         _dir: dir,
     }
 }
@@ -342,4 +371,50 @@ fn a_flood_of_silent_connections_gives_way_to_real_clients() {
         .filter(|&c| c)
         .count();
     assert!(closed >= 40, "only {closed} of the oldest 50 were closed");
+}
+
+/// SIGHUP reads the front's config again: a file with an error is refused with its
+/// line and the front goes on as it was; a good one applies at once (a shorter
+/// `header_timeout` closes a half-sent head within it). SIGUSR1 and SIGUSR2, whose
+/// default action would end the process and every connection it holds, are logged
+/// and ignored, and a relay of the chain ignores a stray SIGHUP.
+#[test]
+fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
+    let root = docroot();
+    let f = front(
+        "packaging,persist,pass",
+        "[http]\nheader_timeout = \"20s\"\n",
+    );
+    let _cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    let relay: i32 = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", f.pid()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("the pass relay runs as the front's child")
+        .parse()
+        .unwrap();
+    let signal = |pid: i32, sig: i32| {
+        // SAFETY: a signal to a process this test started (or its child).
+        unsafe { libc::kill(pid, sig) };
+    };
+    std::fs::write(&f.cfg, "[http]\nheader_timeout = \"forever\"\n").unwrap();
+    signal(f.pid(), libc::SIGHUP);
+    f.wait_log("reload failed, still serving the previous configuration", 1);
+    assert!(f.log().contains("c.toml:2: "), "{}", f.log());
+    std::fs::write(&f.cfg, "[http]\nheader_timeout = \"1s\"\n").unwrap();
+    signal(f.pid(), libc::SIGHUP);
+    f.wait_log("reloaded configuration", 1);
+    let mut half = TcpStream::connect(&f.addr).unwrap();
+    half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+    assert!(
+        closed_within(&mut half, Duration::from_secs(5)),
+        "a half head outlived the reloaded 1 s header_timeout"
+    );
+    signal(f.pid(), libc::SIGUSR1);
+    signal(f.pid(), libc::SIGUSR2);
+    signal(relay, libc::SIGHUP);
+    f.wait_log("ignored", 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(running(f.pid()) && running(relay), "{}", f.log());
+    assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
 }

@@ -26,6 +26,9 @@
 //! - `pass`: one more process in the chain that hands requests through unchanged
 //!   ([`relay()`]), to measure what each process in a chain costs (Figures 8 and 9).
 //!
+//! Signals: SIGTERM/SIGINT stop it; SIGHUP reads the `--config` file again
+//! (`Front::reload`); SIGUSR1/SIGUSR2 are logged and ignored.
+//!
 //! Must not: read a socket a backend holds (the descriptor is shared; its bytes
 //! belong to the backend until it says KEEP or CLOSE), change a client socket's
 //! flags after handing it over, or block.
@@ -142,12 +145,27 @@ struct Back {
     credit: u32,
 }
 
-/// Run the front process until SIGTERM/SIGINT.
-pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Valid) -> Result<(), String> {
+/// Run the front process until SIGTERM/SIGINT. SIGHUP reads `config_path` (the
+/// `--config` file) again (`Front::reload`); SIGUSR1 and SIGUSR2, which `sluice
+/// serve` takes for its log and its upgrade, are logged and ignored here (their
+/// default action would end the process and every connection it holds).
+pub fn run(
+    listen: SocketAddr,
+    to: &Path,
+    filters: Filters,
+    config: Valid,
+    config_path: Option<&Path>,
+) -> Result<(), String> {
     let nofile = crate::settings::raise_nofile_limit();
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signals: {e}"))?;
+    let signals = Signals::default();
+    for (sig, flag) in [
+        (signal_hook::consts::SIGTERM, &signals.stop),
+        (signal_hook::consts::SIGINT, &signals.stop),
+        (signal_hook::consts::SIGHUP, &signals.reload),
+        (signal_hook::consts::SIGUSR1, &signals.ignored),
+        (signal_hook::consts::SIGUSR2, &signals.ignored),
+    ] {
+        signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signals: {e}"))?;
     }
     // The chain: this process listens on `to` itself, or on the first relay's input.
     let mut relays = Vec::new();
@@ -173,13 +191,25 @@ pub fn run(listen: SocketAddr, to: &Path, filters: Filters, config: Valid) -> Re
         }
         hop(0)
     };
-    let result = Front::new(listen, &first, filters, config, nofile, stop).and_then(|f| f.run());
+    let result = Front::new(listen, &first, filters, config, nofile, signals)
+        .and_then(|f| f.run(config_path));
     for mut r in relays {
         // They exit when this process's socket closes; make sure.
         let _ = r.kill();
         let _ = r.wait();
     }
     result
+}
+
+/// What the signals ask of the front's loop, set by their handlers.
+#[derive(Default)]
+struct Signals {
+    /// SIGTERM, SIGINT: stop.
+    stop: Arc<AtomicBool>,
+    /// SIGHUP: read the config file again.
+    reload: Arc<AtomicBool>,
+    /// SIGUSR1, SIGUSR2: nothing to do here; say so.
+    ignored: Arc<AtomicBool>,
 }
 
 struct Front {
@@ -206,7 +236,9 @@ struct Front {
     now: u64,
     pool: Vec<Vec<u8>>,
     accept_paused: bool,
-    stop: Arc<AtomicBool>,
+    signals: Signals,
+    /// The settings in force (a reload names what it cannot change against them).
+    config: Valid,
     closes: [u64; CloseReason::ALL.len()],
     handed: u64,
     evictions: u32,
@@ -219,7 +251,7 @@ impl Front {
         filters: Filters,
         config: Valid,
         nofile: u64,
-        stop: Arc<AtomicBool>,
+        signals: Signals,
     ) -> Result<Front, String> {
         let poll = Poll::new().map_err(|e| e.to_string())?;
         listener::ensure_free(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -287,14 +319,15 @@ impl Front {
             now: 0,
             pool: Vec::new(),
             accept_paused: false,
-            stop,
+            signals,
+            config,
             closes: [0; CloseReason::ALL.len()],
             handed: 0,
             evictions: 0,
         })
     }
 
-    fn run(mut self) -> Result<(), String> {
+    fn run(mut self, config_path: Option<&Path>) -> Result<(), String> {
         use std::io::Write;
         let _ = writeln!(
             std::io::stdout(),
@@ -309,7 +342,13 @@ impl Front {
         let _ = std::io::stdout().flush();
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = self.epoch + SWEEP;
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.signals.stop.load(Ordering::Relaxed) {
+            if self.signals.reload.swap(false, Ordering::Relaxed) {
+                self.reload(config_path);
+            }
+            if self.signals.ignored.swap(false, Ordering::Relaxed) {
+                tracing::warn!("SIGUSR1/SIGUSR2 ignored: sluice condition has no log file to reopen and no in-place upgrade");
+            }
             let wait = next_sweep.saturating_duration_since(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -342,5 +381,58 @@ impl Front {
         let _ = std::fs::remove_file(&self.unix_path);
         tracing::info!(handed = self.handed, "sluice condition: stopped");
         Ok(())
+    }
+
+    /// SIGHUP: read the `--config` file again. A file with errors is logged
+    /// (`file:line: message`) and changes nothing. Otherwise the request limits, the
+    /// header and idle deadlines (at once, also for connections already open: the
+    /// sweep measures from each one's start), the range caps and `cap_exempt` take
+    /// the new values, and the settings read only at start (the listener's and the
+    /// descriptor budget's: `condition.max_connections`, `unsent_max`,
+    /// `defer_accept`, turning `cap_address` on) are named in a warning.
+    fn reload(&mut self, config_path: Option<&Path>) {
+        let Some(path) = config_path else {
+            tracing::info!("SIGHUP: no --config file to read again");
+            return;
+        };
+        let new = match crate::load_config(Some(path), &Default::default()).and_then(|c| {
+            Ok((
+                Cidr::parse_list(&c.condition.cap_exempt, "condition.cap_exempt")?,
+                c,
+            ))
+        }) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("reload failed, still serving the previous configuration: {e}");
+                return;
+            }
+        };
+        let (cap_exempt, new) = new;
+        // The front has no workers, sites or TLS of its own: only its own keys count.
+        let later: Vec<&str> = self
+            .config
+            .restart_only_changes(&new)
+            .into_iter()
+            .filter(|k| k.starts_with("condition."))
+            .collect();
+        if !later.is_empty() {
+            tracing::warn!(
+                "reload: {} changed and take effect only after a restart",
+                later.join(", ")
+            );
+        }
+        self.limits = Limits {
+            max_request_line: new.http.max_request_line,
+            max_head: new.http.max_head,
+            max_headers: new.http.max_headers,
+        };
+        self.header_ms = new.http.header_timeout.as_millis() as u64;
+        self.idle_ms = new.http.keepalive_timeout.as_millis() as u64;
+        self.caps
+            .set_limits(crate::shared::cap_limits(&new.condition, self.max_conns));
+        self.cap_exempt = cap_exempt;
+        crate::logging::apply(&new.log.level);
+        self.config = new;
+        tracing::info!("reloaded configuration");
     }
 }

@@ -15,6 +15,13 @@ use std::time::Duration;
 /// one on unchanged, and passes KEEP and CLOSE back; it holds no connection
 /// itself. Exits when the stage before it goes away.
 pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
+    // A relay has no settings and no log file. A SIGHUP, SIGUSR1 or SIGUSR2 meant for
+    // the front (sent to the process group, or by name) must not end it, as their
+    // default action would, and with it every request passing through.
+    for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: setting a signal's disposition to "ignore" in this process.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
     // The stage before may still be starting (the front starts its relays first):
     // try for a few seconds.
     let mut tries = 0;
