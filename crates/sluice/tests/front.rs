@@ -70,6 +70,23 @@ impl FrontProc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Stop this front (SIGTERM, as a restart does) and start another on the same
+    /// address and socket path.
+    fn restart(self, filters: &str) -> FrontProc {
+        let FrontProc {
+            mut child,
+            addr,
+            cfg,
+            _dir: dir,
+            ..
+        } = self;
+        // SAFETY: a signal to the front this test started.
+        unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+        child.0.wait().unwrap();
+        let config = std::fs::read_to_string(&cfg).unwrap();
+        front_in(dir, addr, filters, &config)
+    }
+
     /// Wait (at most 5 s) until the log holds `what` `n` times.
     fn wait_log(&self, what: &str, n: usize) {
         let t = Instant::now();
@@ -85,12 +102,16 @@ impl FrontProc {
 }
 
 fn front(filters: &str, config: &str) -> FrontProc {
-    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    front_in(tempfile::tempdir().unwrap(), addr, filters, config)
+}
+
+/// A front on `addr` with its socket, config and log in `dir`.
+fn front_in(dir: tempfile::TempDir, addr: String, filters: &str, config: &str) -> FrontProc {
     let sock = dir.path().join("cc.sock").to_str().unwrap().to_string();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, config).unwrap();
     let log = dir.path().join("front.log");
-    let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(bin())
         .args([
             "condition",
@@ -417,4 +438,98 @@ fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(running(f.pid()) && running(relay), "{}", f.log());
     assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
+}
+
+/// `sluice serve --from` does not depend on its front's lifetime: started before
+/// any front, it serves once one is up; when the front stops and another starts on
+/// the same socket (a restart, a new binary), its serving processes connect to the
+/// new one, and a download the old front handed over runs to its end (before, the
+/// backend's workers stopped with the first front and its processes served
+/// nothing again, alive).
+#[test]
+fn sluice_serve_from_waits_for_its_front_and_follows_a_restart() {
+    let root = docroot();
+    let big: Vec<u8> = (0..16u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(root.path().join("large.bin"), &big).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("cc.sock");
+    let mut backend = Command::new(bin())
+        .arg("serve")
+        .arg(root.path())
+        .args([
+            "--from",
+            &format!("unix:{}", sock.display()),
+            "--allow-root",
+        ])
+        .args(["--workers", "2", "--access-log", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = first_stdout_line(&mut backend);
+    let backend = KillOnDrop(backend);
+    assert!(line.contains("serving"), "{line}");
+    let served = |addr: &str| {
+        let t = Instant::now();
+        loop {
+            let o = curl(&["--max-time", "3", &format!("http://{addr}/hello.txt")]);
+            if o.stdout == b"hello world\n" {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "not served through {addr}"
+            );
+        }
+    };
+    let f = front_in(
+        dir,
+        format!("127.0.0.1:{}", free_port()),
+        "packaging,persist",
+        "",
+    );
+    served(&f.addr);
+    // A download in flight across the restart: a reader with a small buffer that
+    // has not read yet.
+    let mut dl = TcpStream::connect(&f.addr).unwrap();
+    let small: libc::c_int = 16 << 10;
+    // SAFETY: setsockopt on our own socket with a valid int.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&dl),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    dl.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 4096];
+    dl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let n = dl.read(&mut first).unwrap();
+    assert!(
+        first[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&first[..n])
+    );
+    let f = f.restart("packaging,persist");
+    served(&f.addr);
+    let (rest, _) = read_to_end(&mut dl);
+    let mut whole = first[..n].to_vec();
+    whole.extend_from_slice(&rest);
+    let body = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        whole[body..] == big[..],
+        "the download across the restart: {} of {} bytes",
+        whole.len() - body,
+        big.len()
+    );
+    let pid = backend.0.id();
+    let serving = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    assert_eq!(
+        serving.split_whitespace().count(),
+        2,
+        "both serving processes are there"
+    );
 }

@@ -2,7 +2,8 @@
 //! [`Worker::adopt`] (the one entry point, for accepted sockets and sockets a front
 //! process hands over), the PROXY header, the per-range caps, and eviction of the
 //! heaviest range's oldest idle-then-incomplete connection at the limit (rationed
-//! per 100 ms tick).
+//! per 100 ms tick); with `serve --from`, the connection to the front process, made
+//! again when the front goes away ([`connect_front`]).
 
 use super::conn::*;
 use super::*;
@@ -248,12 +249,7 @@ impl Worker {
                     }
                 }
                 Ok(None) => {
-                    tracing::error!(
-                        worker = self.id,
-                        "the conditioning front process went away; stopping"
-                    );
-                    self.front = None;
-                    self.shared.stop.store(true, Ordering::Relaxed);
+                    self.front_gone();
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -263,6 +259,46 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// The front process went away (stopped, restarted, upgraded): its socket
+    /// closed. The connections it handed over become this worker's own: each
+    /// finishes its response and then closes, since their ids mean nothing to the
+    /// next front (whose own ids may be the same numbers) and the client's other
+    /// descriptor, the front's, is gone. `reconnect_front` then asks for a front
+    /// again every second.
+    fn front_gone(&mut self) {
+        tracing::warn!(
+            worker = self.id,
+            "the conditioning front process went away; its connections here finish their responses, and a front is asked for again every second"
+        );
+        // Dropping the descriptor closes it, which takes it out of epoll.
+        self.front = None;
+        for (_, c) in self.conns.iter_mut() {
+            if c.front_id() != 0 {
+                c.via = None;
+                c.flags.set(Flags::CLOSE_AFTER, true);
+            }
+        }
+    }
+
+    /// Once a second (`run`) while this worker has no front: connect to its
+    /// socket (`serve --from`) again, a restarted front's or a new binary's. Not
+    /// while stopping.
+    pub(super) fn reconnect_front(&mut self) {
+        if self.front.is_some() || self.stopping.is_some() {
+            return;
+        }
+        let Some(path) = self.shared.from.as_deref() else {
+            return;
+        };
+        if let Ok(fd) = connect_front(self.poll.registry(), path, self.id) {
+            tracing::info!(
+                worker = self.id,
+                "connected to the conditioning front process"
+            );
+            self.front = Some(fd);
         }
     }
 
@@ -382,4 +418,38 @@ impl Worker {
             self.shared.caps.release(&RangeKey::of(peer));
         }
     }
+}
+
+/// This worker's own connection to the front process at `path`, registered for its
+/// handoffs and with `FRONT_CREDIT` connections asked for: the protocol's
+/// ask-and-receive keeps every handoff whole, whichever worker asked. A front that
+/// is not there (yet, or any more) is logged once as a warning, then at debug
+/// level until one answers.
+pub(super) fn connect_front(
+    registry: &mio::Registry,
+    path: &std::path::Path,
+    worker: usize,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::sync::atomic::AtomicBool;
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    let connected = (|| {
+        let fd = sluicecc::proto::connect_nonblocking(path)?;
+        registry.register(
+            &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+            Token(FRONT),
+            Interest::READABLE,
+        )?;
+        for _ in 0..FRONT_CREDIT {
+            sluicecc::proto::send_ctl(fd.as_raw_fd(), sluicecc::proto::ASK, 0)?;
+        }
+        Ok(fd)
+    })();
+    match &connected {
+        Ok(_) => TOLD.store(false, Ordering::Relaxed),
+        Err(e) if !TOLD.swap(true, Ordering::Relaxed) => {
+            tracing::warn!(worker, path = %path.display(), error = %e, "no conditioning front process to connect to; asking again every second")
+        }
+        Err(e) => tracing::debug!(worker, error = %e, "still no conditioning front process"),
+    }
+    connected
 }

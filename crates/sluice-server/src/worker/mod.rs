@@ -218,23 +218,11 @@ impl Worker {
             .collect();
         let proxy_listeners = marked(&snap.config.server.proxy_protocol);
         let tls_listeners = marked(&snap.config.tls.listen);
-        let front = match &shared.from {
-            Some(path) => {
-                // Its own connection to the front: the protocol's ask-and-receive
-                // keeps every handoff whole, whichever worker asked.
-                let fd = sluicecc::proto::connect_nonblocking(path)?;
-                poll.registry().register(
-                    &mut mio::unix::SourceFd(&fd.as_raw_fd()),
-                    Token(FRONT),
-                    Interest::READABLE,
-                )?;
-                for _ in 0..FRONT_CREDIT {
-                    sluicecc::proto::send_ctl(fd.as_raw_fd(), sluicecc::proto::ASK, 0)?;
-                }
-                Some(fd)
-            }
-            None => None,
-        };
+        // Without its front yet (started first), the worker asks again every second.
+        let front = shared
+            .from
+            .as_deref()
+            .and_then(|path| admit::connect_front(poll.registry(), path, id).ok());
         let files = snap.static_handlers()?;
         let answers = AnswerCache::new(snap.config.files.answer_cache);
         let site_log = site_logs(&snap, &log);
@@ -412,6 +400,7 @@ impl Worker {
                 self.answers.expire(self.now);
                 crate::send::forget_recent_windows();
                 self.publish_status();
+                self.reconnect_front();
             }
             if self.shared.stop.load(Ordering::Relaxed) && self.stopping.is_none() {
                 self.begin_stop();
