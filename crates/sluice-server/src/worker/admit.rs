@@ -283,9 +283,9 @@ impl Worker {
         }
     }
 
-    /// Once a second (`run`) while this worker has no front: connect to its
-    /// socket (`serve --from`) again, a restarted front's or a new binary's. Not
-    /// while stopping.
+    /// At start, and once a second (`run`) while this worker has no front: connect
+    /// to its socket (`serve --from`), again after a restart or a new binary's.
+    /// Not while stopping.
     pub(super) fn reconnect_front(&mut self) {
         if self.front.is_some() || self.stopping.is_some() {
             return;
@@ -425,7 +425,7 @@ impl Worker {
 /// ask-and-receive keeps every handoff whole, whichever worker asked. A front that
 /// is not there (yet, or any more) is logged once as a warning, then at debug
 /// level until one answers.
-pub(super) fn connect_front(
+fn connect_front(
     registry: &mio::Registry,
     path: &std::path::Path,
     worker: usize,

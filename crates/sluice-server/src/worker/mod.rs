@@ -218,11 +218,6 @@ impl Worker {
             .collect();
         let proxy_listeners = marked(&snap.config.server.proxy_protocol);
         let tls_listeners = marked(&snap.config.tls.listen);
-        // Without its front yet (started first), the worker asks again every second.
-        let front = shared
-            .from
-            .as_deref()
-            .and_then(|path| admit::connect_front(poll.registry(), path, id).ok());
         let files = snap.static_handlers()?;
         let answers = AnswerCache::new(snap.config.files.answer_cache);
         let site_log = site_logs(&snap, &log);
@@ -234,7 +229,7 @@ impl Worker {
         let max_active = active_share(&snap, shared_workers);
         let ready_per_turn = snap.config.condition.ready_per_turn;
         let now = Instant::now();
-        Ok(Worker {
+        let mut w = Worker {
             id,
             poll,
             listeners,
@@ -275,7 +270,9 @@ impl Worker {
             tls_listeners,
             deferred,
             unregistered: None,
-            front,
+            // `serve --from`: connected below; without its front yet (started
+            // first), the worker asks again every second.
+            front: None,
             front_buf: Vec::new(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             evictions: 0,
@@ -291,7 +288,9 @@ impl Worker {
             // (`max_conns` is the process's limit, shared by its workers).
             max_incomplete: ((max_conns as f64 * snap_max_incomplete) as usize / local_workers)
                 .max(1),
-        })
+        };
+        w.reconnect_front();
+        Ok(w)
     }
 
     pub fn run(mut self) -> io::Result<()> {
