@@ -366,12 +366,17 @@ pub fn first_stdout_line(child: &mut Child) -> String {
 
 /// Wait (up to 5 s) until the server's stderr contains `what`.
 pub fn wait_for_stderr(srv: &Server, what: &str) {
+    wait_for_text(|| srv.stderr(), what);
+}
+
+/// Wait (up to 5 s) until `text()` (a log, read again each time) contains `what`.
+pub fn wait_for_text(text: impl Fn() -> String, what: &str) {
     let t = Instant::now();
-    while !srv.stderr().contains(what) {
+    while !text().contains(what) {
         assert!(
             t.elapsed() < Duration::from_secs(5),
-            "no {what:?} on stderr: {}",
-            srv.stderr()
+            "no {what:?} in: {}",
+            text()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -86,19 +86,6 @@ impl FrontProc {
         let config = std::fs::read_to_string(&cfg).unwrap();
         front_in(dir, addr, filters, &config)
     }
-
-    /// Wait (at most 5 s) until the log holds `what` `n` times.
-    fn wait_log(&self, what: &str, n: usize) {
-        let t = Instant::now();
-        while self.log().matches(what).count() < n {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "no {what:?} ×{n}: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 fn front(filters: &str, config: &str) -> FrontProc {
@@ -420,11 +407,14 @@ fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
     };
     std::fs::write(&f.cfg, "[http]\nheader_timeout = \"forever\"\n").unwrap();
     signal(f.pid(), libc::SIGHUP);
-    f.wait_log("reload failed, still serving the previous configuration", 1);
+    wait_for_text(
+        || f.log(),
+        "reload failed, still serving the previous configuration",
+    );
     assert!(f.log().contains("c.toml:2: "), "{}", f.log());
     std::fs::write(&f.cfg, "[http]\nheader_timeout = \"1s\"\n").unwrap();
     signal(f.pid(), libc::SIGHUP);
-    f.wait_log("reloaded configuration", 1);
+    wait_for_text(|| f.log(), "reloaded configuration");
     let mut half = TcpStream::connect(&f.addr).unwrap();
     half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
     assert!(
@@ -434,7 +424,7 @@ fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
     signal(f.pid(), libc::SIGUSR1);
     signal(f.pid(), libc::SIGUSR2);
     signal(relay, libc::SIGHUP);
-    f.wait_log("ignored", 1);
+    wait_for_text(|| f.log(), "ignored");
     std::thread::sleep(Duration::from_millis(200));
     assert!(running(f.pid()) && running(relay), "{}", f.log());
     assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
@@ -492,17 +482,9 @@ fn sluice_serve_from_waits_for_its_front_and_follows_a_restart() {
     // A download in flight across the restart: a reader with a small buffer that
     // has not read yet.
     let mut dl = TcpStream::connect(&f.addr).unwrap();
-    let small: libc::c_int = 16 << 10;
-    // SAFETY: setsockopt on our own socket with a valid int.
-    unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&dl),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&small as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    socket2::SockRef::from(&dl)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
     dl.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
     let mut first = [0u8; 4096];
