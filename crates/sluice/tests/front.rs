@@ -515,3 +515,42 @@ fn sluice_serve_from_waits_for_its_front_and_follows_a_restart() {
         "both serving processes are there"
     );
 }
+
+/// The ids a front gives its handoffs are not the ids the front before it gave. A
+/// backend that reconnects after a restart may still send KEEP or CLOSE for a
+/// connection of the old front (the C library's `cc_close` on a descriptor it
+/// accepted before), and such a message must not name a connection of the new
+/// front, or that client would lose its keep-alive, or its connection.
+#[test]
+fn a_restarted_front_never_gives_the_ids_of_the_one_before() {
+    use std::os::fd::AsRawFd;
+    let ids_of = |f: &FrontProc| {
+        let clients: Vec<TcpStream> = (0..5)
+            .map(|_| {
+                let mut c = TcpStream::connect(&f.addr).unwrap();
+                c.write_all(b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+                c
+            })
+            .collect();
+        let back = sluicecc::proto::connect(Path::new(&f.sock)).unwrap();
+        let mut buf = Vec::new();
+        let ids: Vec<u64> = (0..clients.len())
+            .map(|_| {
+                sluicecc::proto::send_ctl(back.as_raw_fd(), sluicecc::proto::ASK, 0).unwrap();
+                let h = sluicecc::proto::recv_handoff(back.as_raw_fd(), &mut buf)
+                    .unwrap()
+                    .expect("a handoff");
+                h.id
+            })
+            .collect();
+        ids
+    };
+    let f = front("packaging", "");
+    let before = ids_of(&f);
+    let f = f.restart("packaging");
+    let after = ids_of(&f);
+    assert!(
+        before.iter().all(|id| !after.contains(id)),
+        "the same ids from two fronts: {before:x?} and {after:x?}"
+    );
+}

@@ -53,7 +53,9 @@ impl Front {
                 self.closes[CloseReason::RangeCap.index()] += 1;
                 continue;
             }
-            self.gen = self.gen.wrapping_add(1);
+            // Never 0: a handoff id of 0 (generation 0, key 0) means "not handed
+            // over" to a backend (`sluice serve --from`'s `front_id`).
+            self.gen = self.gen.wrapping_add(1).max(1);
             let entry = self.conns.vacant_entry();
             let key = entry.key();
             let mut c = FConn {

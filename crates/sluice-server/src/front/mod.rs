@@ -201,6 +201,18 @@ pub fn run(
     result
 }
 
+/// Where the connections' generations start (handoff ids are generation and slab
+/// key): at random, not at 0, so that a backend still holding a connection of an
+/// earlier front, restarted since, cannot name one of this front's connections in
+/// a KEEP or CLOSE (the two fronts' first ids were the same numbers).
+fn random_start() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library seeds its hash keys from the system's random source.
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as u32
+}
+
 /// What the signals ask of the front's loop, set by their handlers.
 #[derive(Default)]
 struct Signals {
@@ -314,7 +326,7 @@ impl Front {
             idle_ms: config.http.keepalive_timeout.as_millis() as u64,
             filters,
             max_conns,
-            gen: 0,
+            gen: random_start(),
             epoch,
             now: 0,
             pool: Vec::new(),
