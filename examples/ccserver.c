@@ -268,8 +268,17 @@ int main(int argc, char **argv)
         if (fd < 0) {
             if (errno == EINTR)
                 continue;
-            perror("cc_accept");
-            return 1;
+            if (errno != ECONNABORTED) {
+                perror("cc_accept");
+                return 1;
+            }
+            /* The front process went away (a restart, a new binary): connect to
+             * the next one on the same path, as soon as it is there. */
+            fprintf(stderr, "ccserver: the front went away; waiting for the next\n");
+            close(lsock);
+            while ((lsock = cc_createlsock(NULL, NULL, argv[2])) < 0)
+                usleep(100 * 1000);
+            continue;
         }
         int keep = handle(fd);
         cc_close(fd, keep ? CC_CLOSE_MINE : CC_CLOSE_ALL);

@@ -45,7 +45,12 @@ int cc_createlsock(const char *const filters[], const char *listen, const char *
 
 /* Replaces accept(2): asks the front for one connection and blocks until it
  * comes. Returns the client's socket; its complete request is buffered for
- * cc_read. addr/addrlen receive the client's address, as with accept(2). */
+ * cc_read. addr/addrlen receive the client's address, as with accept(2).
+ * Fails with ECONNABORTED when the front process went away (stopped, restarted):
+ * close lsock and call cc_createlsock again, until a front is there (see
+ * examples/ccserver.c). Connections accepted before stay the program's to finish;
+ * their cc_close then tells nobody, and never writes on a descriptor that has
+ * taken the old socket's number. */
 int cc_accept(int lsock, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Replaces read(2): returns the buffered request first, then reads the socket. */

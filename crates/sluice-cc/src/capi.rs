@@ -124,7 +124,7 @@ fn release(e: &Entry, how: c_int) {
         // Free the slot for the next connection, then report.
         c[e.slot].store(0, Ordering::Release);
         let kind = if all { proto::CLOSE } else { proto::KEEP };
-        let _ = proto::send_ctl(e.front, kind, e.id);
+        let _ = proto::send_done(e.front, kind, e.id);
     }
 }
 
@@ -439,6 +439,33 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    /// A connection whose front socket's number now names a TCP socket (the
+    /// program closed the front's socket after it went away, and the number was
+    /// taken again): closing the connection sends nothing there. Before, the
+    /// 12-byte CLOSE went out on whatever the number named.
+    #[test]
+    fn a_close_after_the_front_socket_is_gone_writes_nothing_to_what_took_its_number() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        let e = Entry {
+            id: 7,
+            front: tcp.as_raw_fd(),
+            slot: claim_slot().unwrap(),
+            pending: Arc::new(Mutex::new(Pending {
+                data: Vec::new(),
+                pos: 0,
+            })),
+        };
+        release(&e, CC_CLOSE_ALL);
+        peer.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 16];
+        let got = peer.read(&mut b);
+        assert!(got.is_err(), "the TCP socket received {got:?} bytes");
     }
 
     #[test]

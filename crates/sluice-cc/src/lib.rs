@@ -40,7 +40,10 @@ impl Front {
         })
     }
 
-    /// Wait for the next connection with a complete request (blocking).
+    /// Wait for the next connection with a complete request (blocking). Fails with
+    /// `ConnectionAborted` when the front process went away: [`Front::connect`]
+    /// again (to a restarted front). Connections accepted before stay usable;
+    /// their [`Conn::keep`] and [`Conn::close`] then fail and tell nobody.
     pub fn accept(&mut self) -> io::Result<Conn> {
         proto::send_ctl(self.sock.as_raw_fd(), proto::ASK, 0)?;
         match proto::recv_handoff(self.sock.as_raw_fd(), &mut self.buf)? {
@@ -98,19 +101,19 @@ impl Conn {
     /// over again with its next request (keep-alive without holding it here).
     pub fn keep(mut self) -> io::Result<()> {
         self.done = true;
-        proto::send_ctl(self.front, proto::KEEP, self.id)
+        proto::send_done(self.front, proto::KEEP, self.id)
     }
     /// Done, and close the client's connection everywhere.
     pub fn close(mut self) -> io::Result<()> {
         self.done = true;
-        proto::send_ctl(self.front, proto::CLOSE, self.id)
+        proto::send_done(self.front, proto::CLOSE, self.id)
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
         if !self.done {
-            let _ = proto::send_ctl(self.front, proto::CLOSE, self.id);
+            let _ = proto::send_done(self.front, proto::CLOSE, self.id);
         }
     }
 }

@@ -126,6 +126,36 @@ pub fn accept(listener: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `KEEP id` or `CLOSE id` for a connection handed over earlier, sent on `sock`
+/// only if it still is a stage socket (`SOCK_SEQPACKET`). A backend keeps the
+/// front's socket by number; after the front went away and the program closed
+/// that socket, the number may name another descriptor, and a TCP client's socket
+/// there would receive the 12 bytes as data. (Another stage socket there, a new
+/// front's, is harmless: a front's ids are its own, so it ignores the message.)
+/// One `getsockopt` more per connection, only in the library's calls; the
+/// server's own workers hold their front socket themselves and use [`send_ctl`].
+pub fn send_done(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a local int of the given length.
+    let r = unsafe {
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || ty != libc::SOCK_SEQPACKET {
+        return Err(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "the conditioning front process this connection came from is gone",
+        ));
+    }
+    send_ctl(sock, kind, id)
+}
+
 /// Send `ASK`, `KEEP id` or `CLOSE id`.
 pub fn send_ctl(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
     let mut m = [0u8; CTL_LEN];

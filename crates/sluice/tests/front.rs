@@ -554,3 +554,30 @@ fn a_restarted_front_never_gives_the_ids_of_the_one_before() {
         "the same ids from two fronts: {before:x?} and {after:x?}"
     );
 }
+
+/// A C server built on the library (examples/ccserver.c) outlives a restart of its
+/// front: `cc_accept` fails with `ECONNABORTED`, the server connects to the next
+/// front with `cc_createlsock`, and clients are served through it.
+#[test]
+fn ccserver_connects_to_the_next_front_after_a_restart() {
+    let root = docroot();
+    let f = front("packaging,persist", "");
+    let mut cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
+    assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
+    let f = f.restart("packaging,persist");
+    let t = Instant::now();
+    loop {
+        let o = curl(&["--max-time", "3", &format!("http://{}/hello.txt", f.addr)]);
+        if o.stdout == b"hello world\n" {
+            break;
+        }
+        assert!(
+            cc.0.try_wait().unwrap().is_none(),
+            "ccserver exited when its front went away"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "not served after the restart"
+        );
+    }
+}
