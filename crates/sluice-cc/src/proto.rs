@@ -135,6 +135,8 @@ pub fn accept(listener: RawFd) -> io::Result<OwnedFd> {
 /// One `getsockopt` more per connection, only in the library's calls; the
 /// server's own workers hold their front socket themselves and use [`send_ctl`].
 pub fn send_done(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
+    // A raw getsockopt, not socket2's: the number may name nothing any more, and a
+    // `BorrowedFd` must name an open descriptor; here EBADF is an answer.
     let mut ty: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt into a local int of the given length.
