@@ -581,3 +581,25 @@ fn ccserver_connects_to_the_next_front_after_a_restart() {
         );
     }
 }
+
+/// A complete request no backend takes (none is there, or all are busy) is
+/// answered 503 with `Retry-After` once `header_timeout` has passed since its first
+/// byte, and closed: the front holds no connection without a deadline. Before, it
+/// waited for a backend for as long as the client would.
+#[test]
+fn a_request_no_backend_takes_gets_503_within_the_header_timeout() {
+    let f = front(
+        "packaging,persist,fair",
+        "[http]\nheader_timeout = \"1s\"\n",
+    );
+    let mut s = TcpStream::connect(&f.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let t = Instant::now();
+    let r = read_response(&mut s, false).expect("an answer, not a wait without end");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(closed_within(&mut s, Duration::from_secs(2)));
+}

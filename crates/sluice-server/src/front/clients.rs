@@ -273,7 +273,11 @@ impl Front {
     }
 
     /// Deadlines: a request must be whole `header_timeout` after its first byte
-    /// (after accept for the first one); a kept connection waits `keepalive_timeout`.
+    /// (after accept for the first one), and handed to a backend by then too: one
+    /// still waiting for a backend (none asks: they are down, or all busy) is
+    /// answered 503 with `Retry-After` (`CloseReason::Busy`, as `sluice serve`
+    /// answers a request that waited too long behind `max_active`). A kept
+    /// connection waits `keepalive_timeout`.
     pub(super) fn sweep(&mut self) {
         let now = self.now;
         let expired: Vec<(usize, CloseReason)> = self
@@ -283,16 +287,23 @@ impl Front {
                 St::Reading if now >= c.since + self.header_ms => {
                     Some((k, CloseReason::HeaderTimeout))
                 }
+                St::Ready if now >= c.since + self.header_ms => Some((k, CloseReason::Busy)),
                 St::Idle if now >= c.since + self.idle_ms => Some((k, CloseReason::IdleTimeout)),
                 _ => None,
             })
             .collect();
         for (k, why) in expired {
-            if why == CloseReason::HeaderTimeout && !self.conns[k].rbuf.is_empty() {
-                send_best_effort(
-                    &self.conns[k].sock,
+            let sock = &self.conns[k].sock;
+            match why {
+                CloseReason::HeaderTimeout if !self.conns[k].rbuf.is_empty() => send_best_effort(
+                    sock,
                     b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
+                ),
+                CloseReason::Busy => send_best_effort(
+                    sock,
+                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 36\r\nConnection: close\r\n\r\nno backend took the request in time\n",
+                ),
+                _ => {}
             }
             self.close(k, why);
         }
