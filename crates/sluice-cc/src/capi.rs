@@ -197,8 +197,10 @@ pub unsafe extern "C" fn cc_accept(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> c_int {
+    // The front gone shows as EOF, or as a failed send or receive if it went while
+    // this process was not waiting: all of them are ECONNABORTED to the caller.
     if let Err(e) = proto::send_ctl(lsock, proto::ASK, 0) {
-        return fail(e);
+        return fail(proto::front_gone(e));
     }
     let mut buf = Vec::new();
     let h = match proto::recv_handoff(lsock, &mut buf) {
@@ -207,7 +209,7 @@ pub unsafe extern "C" fn cc_accept(
             set_errno(libc::ECONNABORTED);
             return -1;
         }
-        Err(e) => return fail(e),
+        Err(e) => return fail(proto::front_gone(e)),
     };
     let Some(slot) = claim_slot() else {
         let _ = proto::send_ctl(lsock, proto::CLOSE, h.id);

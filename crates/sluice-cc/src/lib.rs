@@ -45,8 +45,10 @@ impl Front {
     /// again (to a restarted front). Connections accepted before stay usable;
     /// their [`Conn::keep`] and [`Conn::close`] then fail and tell nobody.
     pub fn accept(&mut self) -> io::Result<Conn> {
-        proto::send_ctl(self.sock.as_raw_fd(), proto::ASK, 0)?;
-        match proto::recv_handoff(self.sock.as_raw_fd(), &mut self.buf)? {
+        proto::send_ctl(self.sock.as_raw_fd(), proto::ASK, 0).map_err(proto::front_gone)?;
+        match proto::recv_handoff(self.sock.as_raw_fd(), &mut self.buf)
+            .map_err(proto::front_gone)?
+        {
             Some(h) => Ok(Conn {
                 id: h.id,
                 peer: h.peer,

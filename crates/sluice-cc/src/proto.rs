@@ -158,6 +158,18 @@ pub fn send_done(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
     send_ctl(sock, kind, id)
 }
 
+/// A stage socket's error as a backend should see it: the peer process gone
+/// (`EPIPE`, `ECONNRESET`, `ENOTCONN`) becomes `ECONNABORTED`, what a receive
+/// reports when it meets the peer's EOF, so one error says "connect again".
+pub fn front_gone(e: io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => {
+            io::Error::from_raw_os_error(libc::ECONNABORTED)
+        }
+        _ => e,
+    }
+}
+
 /// Send `ASK`, `KEEP id` or `CLOSE id`.
 pub fn send_ctl(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
     let mut m = [0u8; CTL_LEN];
