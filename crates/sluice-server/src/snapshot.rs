@@ -157,11 +157,16 @@ impl Snapshot {
     }
 
     pub fn limits(&self) -> Limits {
-        Limits {
-            max_request_line: self.config.http.max_request_line,
-            max_head: self.config.http.max_head,
-            max_headers: self.config.http.max_headers,
-        }
+        http_limits(&self.config.http)
+    }
+}
+
+/// The request-head limits `[http]` sets (for the workers, and the front process).
+pub fn http_limits(http: &sluice_config::HttpSection) -> Limits {
+    Limits {
+        max_request_line: http.max_request_line,
+        max_head: http.max_head,
+        max_headers: http.max_headers,
     }
 }
 

@@ -41,7 +41,7 @@ impl Front {
                 }
             };
             let _ = sock.set_nodelay(true);
-            let exempt = self.cap_exempt.iter().any(|c| c.contains(peer.ip()));
+            let exempt = self.set.cap_exempt.iter().any(|c| c.contains(peer.ip()));
             let capped = self.filters.slowread && !exempt;
             if capped && self.caps.acquire(&RangeKey::of(peer.ip())).is_some() {
                 // Over its range's share: say so, and when to retry.
@@ -95,7 +95,7 @@ impl Front {
         }
         // The worker's read (pooled buffer, into spare capacity): until EAGAIN, since
         // this loop does not track RDHUP.
-        let max = self.limits.max_head + MAX_BODY;
+        let max = self.set.limits.max_head + MAX_BODY;
         let eof = !matches!(
             read_into(&mut c.sock, &mut c.rbuf, &mut self.pool, max, true),
             Ok(ReadOutcome::Blocked | ReadOutcome::Full)
@@ -132,7 +132,7 @@ impl Front {
         if c.rbuf.is_empty() {
             return Some(false);
         }
-        let len = match parse_head(&c.rbuf, &self.limits) {
+        let len = match parse_head(&c.rbuf, &self.set.limits) {
             Ok(Parsed::Partial) => return Some(false),
             Ok(Parsed::Complete(head)) => match head.framing() {
                 BodyFraming::None => head.head_len,
@@ -184,13 +184,7 @@ impl Front {
 
     /// Answer a refused request here and close: it never reaches a backend.
     pub(super) fn refuse(&mut self, key: usize, status: u16, why: &str) {
-        let c = &self.conns[key];
-        let msg = format!(
-            "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
-            sluice_http::response::reason(status),
-            why.len() + 1
-        );
-        send_best_effort(&c.sock, msg.as_bytes());
+        send_best_effort(&self.conns[key].sock, answer(status, "", why).as_bytes());
         self.close(key, CloseReason::BadRequest);
     }
 
@@ -284,11 +278,13 @@ impl Front {
             .conns
             .iter()
             .filter_map(|(k, c)| match c.st {
-                St::Reading if now >= c.since + self.header_ms => {
+                St::Reading if now >= c.since + self.set.header_ms => {
                     Some((k, CloseReason::HeaderTimeout))
                 }
-                St::Ready if now >= c.since + self.header_ms => Some((k, CloseReason::Busy)),
-                St::Idle if now >= c.since + self.idle_ms => Some((k, CloseReason::IdleTimeout)),
+                St::Ready if now >= c.since + self.set.header_ms => Some((k, CloseReason::Busy)),
+                St::Idle if now >= c.since + self.set.idle_ms => {
+                    Some((k, CloseReason::IdleTimeout))
+                }
                 _ => None,
             })
             .collect();
@@ -301,7 +297,8 @@ impl Front {
                 ),
                 CloseReason::Busy => send_best_effort(
                     sock,
-                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 36\r\nConnection: close\r\n\r\nno backend took the request in time\n",
+                    answer(503, "Retry-After: 1\r\n", "no backend took the request in time")
+                        .as_bytes(),
                 ),
                 _ => {}
             }
@@ -322,6 +319,16 @@ impl Front {
             let _ = self.poll.registry().deregister(&mut c.sock);
         }
     }
+}
+
+/// A short plain-text answer the front gives itself and then closes: `status`,
+/// the `extra` header lines (each ending in CRLF), and `why` as the body.
+fn answer(status: u16, extra: &str, why: &str) -> String {
+    format!(
+        "HTTP/1.1 {status} {}\r\n{extra}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
+        sluice_http::response::reason(status),
+        why.len() + 1
+    )
 }
 
 fn send_best_effort(sock: &TcpStream, msg: &[u8]) {

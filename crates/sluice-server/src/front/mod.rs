@@ -224,6 +224,29 @@ struct Signals {
     ignored: Arc<AtomicBool>,
 }
 
+/// The front's settings that a reload changes (the range caps aside, which
+/// `RangeCaps::set_limits` moves in place), made one way at start and on SIGHUP.
+struct Settings {
+    limits: Limits,
+    /// `http.header_timeout`: a request whole, and handed over, this long after
+    /// its first byte.
+    header_ms: u64,
+    /// `http.keepalive_timeout`.
+    idle_ms: u64,
+    cap_exempt: Vec<Cidr>,
+}
+
+impl Settings {
+    fn of(config: &sluice_config::Config) -> Result<Settings, String> {
+        Ok(Settings {
+            limits: crate::snapshot::http_limits(&config.http),
+            header_ms: config.http.header_timeout.as_millis() as u64,
+            idle_ms: config.http.keepalive_timeout.as_millis() as u64,
+            cap_exempt: Cidr::parse_list(&config.condition.cap_exempt, "condition.cap_exempt")?,
+        })
+    }
+}
+
 struct Front {
     poll: Poll,
     listener: TcpListener,
@@ -235,13 +258,11 @@ struct Front {
     backends: Slab<Back>,
     cond: Conditioner,
     caps: RangeCaps,
-    cap_exempt: Vec<Cidr>,
     /// Ready connections without `fair` (with it they wait in `cond`'s tree).
     fifo: VecDeque<(usize, u32)>,
     filters: Filters,
-    limits: Limits,
-    header_ms: u64,
-    idle_ms: u64,
+    /// What a reload may change (`Settings::of`).
+    set: Settings,
     max_conns: usize,
     gen: u32,
     epoch: Instant,
@@ -300,7 +321,7 @@ impl Front {
         }
         .max(16);
         let c = &config.condition;
-        let cap_exempt = Cidr::parse_list(&c.cap_exempt, "condition.cap_exempt")?;
+        let set = Settings::of(&config)?;
         let epoch = Instant::now();
         let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
             && defer > 0)
@@ -315,15 +336,8 @@ impl Front {
             backends: Slab::new(),
             cond: Conditioner::with_capacity(max_conns.min(1 << 20)),
             caps: RangeCaps::new(crate::shared::cap_limits(c, max_conns)),
-            cap_exempt,
             fifo: VecDeque::new(),
-            limits: Limits {
-                max_request_line: config.http.max_request_line,
-                max_head: config.http.max_head,
-                max_headers: config.http.max_headers,
-            },
-            header_ms: config.http.header_timeout.as_millis() as u64,
-            idle_ms: config.http.keepalive_timeout.as_millis() as u64,
+            set,
             filters,
             max_conns,
             gen: random_start(),
@@ -407,19 +421,15 @@ impl Front {
             tracing::info!("SIGHUP: no --config file to read again");
             return;
         };
-        let new = match crate::load_config(Some(path), &Default::default()).and_then(|c| {
-            Ok((
-                Cidr::parse_list(&c.condition.cap_exempt, "condition.cap_exempt")?,
-                c,
-            ))
-        }) {
-            Ok(n) => n,
+        let read = crate::load_config(Some(path), &Default::default())
+            .and_then(|new| Ok((Settings::of(&new)?, new)));
+        let (set, new) = match read {
+            Ok(r) => r,
             Err(e) => {
                 tracing::error!("reload failed, still serving the previous configuration: {e}");
                 return;
             }
         };
-        let (cap_exempt, new) = new;
         // The front has no workers, sites or TLS of its own: only its own keys count.
         let later: Vec<&str> = self
             .config
@@ -433,16 +443,9 @@ impl Front {
                 later.join(", ")
             );
         }
-        self.limits = Limits {
-            max_request_line: new.http.max_request_line,
-            max_head: new.http.max_head,
-            max_headers: new.http.max_headers,
-        };
-        self.header_ms = new.http.header_timeout.as_millis() as u64;
-        self.idle_ms = new.http.keepalive_timeout.as_millis() as u64;
+        self.set = set;
         self.caps
             .set_limits(crate::shared::cap_limits(&new.condition, self.max_conns));
-        self.cap_exempt = cap_exempt;
         crate::logging::apply(&new.log.level);
         self.config = new;
         tracing::info!("reloaded configuration");
