@@ -189,7 +189,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 confirming = None;
             }
         }
-        if crate::upgrade::served(&mut upgrading) {
+        if crate::upgrade::served(&mut upgrading, crate::upgrade::FINISHING) {
             handed_over = true;
             stop_with = libc::SIGQUIT;
             break 'main;

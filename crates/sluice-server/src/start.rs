@@ -101,7 +101,7 @@ impl Start {
             tracing::error!("upgrade: the program file this server started from is unknown");
             return;
         };
-        match crate::upgrade::start(program, &self.listener_fds()) {
+        match crate::upgrade::start(program, &self.listener_fds(), &[]) {
             Ok(p) => {
                 tracing::info!(program = %program.exe.display(), "upgrade: starting the new server on this server's sockets");
                 *upgrading = Some(p);

@@ -393,7 +393,7 @@ pub(crate) fn run_process(
                 }
             }
         }
-        if upgrade::served(&mut upgrading) {
+        if upgrade::served(&mut upgrading, crate::upgrade::FINISHING) {
             handed_over = true;
             shared.quit.store(true, Ordering::Relaxed);
             break 'main;

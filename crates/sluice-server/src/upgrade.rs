@@ -9,8 +9,11 @@
 //! Owns both ends of the hand-over and nothing else: which descriptors go across
 //! (`SLUICE_LISTEN_FDS`, the listening sockets' numbers, left open across `exec`) and
 //! how the new server says it is up (`SLUICE_UPGRADE_READY`, the write end of a pipe:
-//! one byte `R`, or end-of-file if it dies first). The supervisors decide when to
-//! start one and how to stop after it; `supervisor::serve` serves on the sockets.
+//! one byte `R`, or end-of-file if it dies first), and any other descriptor a
+//! caller names in a variable of its own (`inherited_fd`: the conditioning front's
+//! socket pair for its held connections, `front/handover.rs`). The supervisors and
+//! the front decide when to start one and how to stop after it;
+//! `supervisor::serve` serves on the sockets.
 //!
 //! No connection is refused or reset on the way: the sockets are the same kernel
 //! objects in both servers, so a connection waiting in a backlog is accepted by
@@ -27,6 +30,9 @@ use std::sync::Mutex;
 
 const FDS_VAR: &str = "SLUICE_LISTEN_FDS";
 const READY_VAR: &str = "SLUICE_UPGRADE_READY";
+/// What a server that hands over its listeners does until its grace runs out.
+pub(crate) const FINISHING: &str =
+    "this one takes no more connections and finishes its responses in flight (upgrade_grace)";
 
 /// How this process was started, read once at start-up: the program file's path
 /// (read later it would name a replaced binary "(deleted)") and the arguments.
@@ -87,6 +93,27 @@ pub(crate) fn inherited() -> Result<Vec<OwnedFd>, String> {
     Ok(out)
 }
 
+/// A descriptor other than a listening socket handed over by the server that
+/// started this one, named in `var` (`None` when started otherwise). The variable
+/// is removed, and the descriptor is closed on `exec` from here on. Call before any
+/// other thread exists.
+pub(crate) fn inherited_fd(var: &str) -> Result<Option<OwnedFd>, String> {
+    let Some(v) = std::env::var_os(var) else {
+        return Ok(None);
+    };
+    std::env::remove_var(var);
+    let fd: RawFd = v
+        .to_str()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| format!("{var}={v:?} is not a descriptor"))?;
+    // SAFETY: fcntl on a number; ownership is taken only if it is open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(format!("{var}: descriptor {fd} is not open"));
+    }
+    // SAFETY: open (checked above), passed to us, and taken once.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// Every worker serves: tell the server that started this one (if one did), which
 /// then stops taking connections.
 pub(crate) fn announce_ready() {
@@ -110,8 +137,15 @@ enum Outcome {
     Failed(String),
 }
 
-/// Start `program` on `listeners` (their descriptors stay ours too).
-pub(crate) fn start(program: &Program, listeners: &[RawFd]) -> Result<Pending, String> {
+/// Start `program` on `listeners` (their descriptors stay ours too), and with
+/// `extra` descriptors, each named in an environment variable of its own (the
+/// conditioning front hands its held connections over through one, see
+/// [`inherited_fd`]).
+pub(crate) fn start(
+    program: &Program,
+    listeners: &[RawFd],
+    extra: &[(&str, RawFd)],
+) -> Result<Pending, String> {
     if listeners.is_empty() {
         return Err("no listening sockets to hand over (a backend of `--from`)".into());
     }
@@ -128,11 +162,15 @@ pub(crate) fn start(program: &Program, listeners: &[RawFd]) -> Result<Pending, S
         .iter()
         .copied()
         .chain([write_end.as_raw_fd()])
+        .chain(extra.iter().map(|&(_, fd)| fd))
         .collect();
     let mut cmd = std::process::Command::new(&program.exe);
     cmd.args(&program.args)
         .env(FDS_VAR, list.join(","))
         .env(READY_VAR, write_end.as_raw_fd().to_string());
+    for (var, fd) in extra {
+        cmd.env(var, fd.to_string());
+    }
     // SAFETY: only fcntl (async-signal-safe) between fork and exec: the descriptors
     // the new server takes stay open across exec; the child's blocked signals (the
     // master blocks the ones it handles) are unblocked so it starts as from a shell.
@@ -162,6 +200,14 @@ pub(crate) fn start(program: &Program, listeners: &[RawFd]) -> Result<Pending, S
 }
 
 impl Pending {
+    /// Stop the new server before it serves (the old one is stopping): SIGTERM,
+    /// then wait for it.
+    pub(crate) fn cancel(mut self) {
+        // SAFETY: a signal to the child this process started and has not reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+
     /// Look (without waiting) whether the new server serves, or has failed.
     fn poll(&mut self) -> Outcome {
         let mut b = [0u8; 1];
@@ -187,21 +233,18 @@ impl Pending {
 }
 
 /// A supervisor's look at its pending upgrade, once a turn: `true` once the new
-/// server serves (said, and made the service's main process for systemd: sent by
-/// the current main process, which systemd accepts with its default
-/// `NotifyAccess=main`); the caller then quits. A failed one is logged and
-/// forgotten, and the server goes on.
-pub(crate) fn served(upgrading: &mut Option<Pending>) -> bool {
+/// server serves (logged with `then`, what this process does now, and made the
+/// service's main process for systemd: sent by the current main process, which
+/// systemd accepts with its default `NotifyAccess=main`); the caller then quits. A
+/// failed one is logged and forgotten, and the server goes on.
+pub(crate) fn served(upgrading: &mut Option<Pending>, then: &str) -> bool {
     let Some(p) = upgrading else {
         return false;
     };
     match p.poll() {
         Outcome::Waiting => false,
         Outcome::Serving(pid) => {
-            tracing::info!(
-                pid,
-                "upgrade: the new server serves; this one takes no more connections and finishes its responses in flight (upgrade_grace)"
-            );
+            tracing::info!(pid, "upgrade: the new server serves; {then}");
             crate::systemd::notify(&format!("MAINPID={pid}"));
             true
         }

@@ -383,9 +383,10 @@ fn a_flood_of_silent_connections_gives_way_to_real_clients() {
 
 /// SIGHUP reads the front's config again: a file with an error is refused with its
 /// line and the front goes on as it was; a good one applies at once (a shorter
-/// `header_timeout` closes a half-sent head within it). SIGUSR1 and SIGUSR2, whose
-/// default action would end the process and every connection it holds, are logged
-/// and ignored, and a relay of the chain ignores a stray SIGHUP.
+/// `header_timeout` closes a half-sent head within it). SIGUSR1, whose default
+/// action would end the process and every connection it holds, is logged and
+/// ignored; so is SIGUSR2 (an upgrade) with a chain of relays, which it does not
+/// support; and a relay of the chain ignores a stray SIGHUP.
 #[test]
 fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
     let root = docroot();
@@ -425,6 +426,7 @@ fn the_front_reloads_on_sighup_and_outlives_the_other_signals() {
     signal(f.pid(), libc::SIGUSR2);
     signal(relay, libc::SIGHUP);
     wait_for_text(|| f.log(), "ignored");
+    wait_for_text(|| f.log(), "not with pass relays");
     std::thread::sleep(Duration::from_millis(200));
     assert!(running(f.pid()) && running(relay), "{}", f.log());
     assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
@@ -602,4 +604,177 @@ fn a_request_no_backend_takes_gets_503_within_the_header_timeout() {
     assert_eq!(r.header("retry-after"), Some("1"));
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     assert!(closed_within(&mut s, Duration::from_secs(2)));
+}
+
+/// `kill -USR2` to the front (a new binary): the new front serves on the same
+/// sockets and takes every connection the old one held, in the state it was in (a
+/// kept keep-alive, a half-sent head); no new connection is refused on the way; a
+/// download the backend was sending arrives whole; the old front exits. Before
+/// that, a new binary that cannot start (its config has an error) leaves the old
+/// front serving, its connections untouched.
+#[test]
+fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
+    let root = docroot();
+    let big: Vec<u8> = (0..16u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(root.path().join("large.bin"), &big).unwrap();
+    let f = front(
+        "packaging,persist,fair,slowread,sanity",
+        "[http]\nheader_timeout = \"20s\"\n",
+    );
+    let _backend = KillOnDrop(
+        Command::new(bin())
+            .arg("serve")
+            .arg(root.path())
+            .args(["--from", &format!("unix:{}", f.sock), "--allow-root"])
+            .args(["--workers", "2", "--access-log", "off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        assert!(t.elapsed() < Duration::from_secs(10), "not served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // What the front holds: a connection kept after its request, a head half sent.
+    let mut kept = TcpStream::connect(&f.addr).unwrap();
+    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(hello(&mut kept).starts_with("HTTP/1.1 200"));
+    let mut half = TcpStream::connect(&f.addr).unwrap();
+    half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+    // And one a backend holds: a download with a small buffer, not read yet.
+    let mut dl = TcpStream::connect(&f.addr).unwrap();
+    socket2::SockRef::from(&dl)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
+    dl.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 4096];
+    dl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let n = dl.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+
+    let old = f.pid();
+    let mut f = f;
+    let usr2 = || {
+        // SAFETY: a signal to the front this test started.
+        unsafe { libc::kill(old, libc::SIGUSR2) };
+    };
+    let log_path = f.log.clone();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let wait_log = |what: &str| {
+        let t = Instant::now();
+        while !log().contains(what) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the front's log never said {what:?}:\n{}",
+                log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // A new binary that cannot start: the old front goes on.
+    let good = std::fs::read_to_string(&f.cfg).unwrap();
+    std::fs::write(&f.cfg, format!("{good}bogus = 1\n")).unwrap();
+    usr2();
+    wait_log("did not start");
+    assert!(
+        f.child.0.try_wait().unwrap().is_none(),
+        "the old front exited"
+    );
+    assert!(ask(&f.addr).unwrap().starts_with("HTTP/1.1 200"));
+
+    // The upgrade, with clients connecting all the while.
+    std::fs::write(&f.cfg, &good).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = {
+        let (stop, addr) = (stop.clone(), f.addr.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match ask(&addr) {
+                    Ok(r) if r.starts_with("HTTP/1.1 200") => ok += 1,
+                    other => failed.push(format!("{other:?}")),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    usr2();
+    let t = Instant::now();
+    while f.child.0.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the old front did not exit:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = hammer.join().unwrap();
+    let new: i32 = log()
+        .lines()
+        .find(|l| l.contains("the new server serves"))
+        .and_then(|l| l.split("pid=").nth(1))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no new front's pid in the log:\n{}", log()));
+    struct Stop(i32);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            // SAFETY: a signal to the front the test's front started.
+            unsafe { libc::kill(self.0, libc::SIGTERM) };
+        }
+    }
+    let _new = Stop(new);
+    assert!(
+        failed.is_empty() && ok > 0,
+        "{ok} answered, {} not, around the upgrade: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    // The held connections are the new front's, and served through it.
+    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = hello(&mut kept);
+    assert!(r.starts_with("HTTP/1.1 200"), "the kept connection: {r:?}");
+    half.write_all(b"st: a\r\n\r\n").unwrap();
+    let r = hello(&mut half);
+    assert!(r.starts_with("HTTP/1.1 200"), "the half-sent head: {r:?}");
+    wait_log("took the old front's connections adopted=2");
+    let (rest, _) = read_to_end(&mut dl);
+    let mut whole = first[..n].to_vec();
+    whole.extend_from_slice(&rest);
+    let body = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        whole[body..] == big[..],
+        "the download across the upgrade: {} of {} bytes",
+        whole.len() - body,
+        big.len()
+    );
+    assert!(ask(&f.addr).unwrap().starts_with("HTTP/1.1 200"));
+}
+
+/// Read one answer to `GET /hello.txt` (up to its body) from `s`.
+fn hello(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    while !got.ends_with(b"hello world\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `GET /hello.txt` on a new connection to `addr`.
+fn ask(addr: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")?;
+    Ok(hello(&mut s))
 }

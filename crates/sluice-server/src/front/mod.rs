@@ -27,7 +27,8 @@
 //!   ([`relay()`]), to measure what each process in a chain costs (Figures 8 and 9).
 //!
 //! Signals: SIGTERM/SIGINT stop it; SIGHUP reads the `--config` file again
-//! (`Front::reload`); SIGUSR1/SIGUSR2 are logged and ignored.
+//! (`Front::reload`); SIGUSR2 starts a new binary on the same sockets and hands it
+//! every connection held here (`handover`); SIGUSR1 is logged and ignored.
 //!
 //! Must not: read a socket a backend holds (the descriptor is shared; its bytes
 //! belong to the backend until it says KEEP or CLOSE), change a client socket's
@@ -40,10 +41,12 @@
 //! Files: this one (the stages' settings, the connection records, the event loop),
 //! `clients` (accepting, reading and packaging requests, refusing, dispatching to
 //! backends, the sweep that enforces deadlines), `backends` (the Unix-socket side:
-//! asks, KEEP and CLOSE), `relay` (a `pass` process of a chain).
+//! asks, KEEP and CLOSE), `handover` (the in-place upgrade: both ends), `relay` (a
+//! `pass` process of a chain).
 
 mod backends;
 mod clients;
+mod handover;
 mod relay;
 
 use crate::listener;
@@ -67,6 +70,8 @@ use std::time::{Duration, Instant};
 
 const TCP: Token = Token(usize::MAX - 1);
 const UNIX: Token = Token(usize::MAX - 2);
+/// The old front's connections coming over (`handover`), in a new front.
+const HANDOVER: Token = Token(usize::MAX - 3);
 const BACKEND_BASE: usize = usize::MAX / 2;
 const SWEEP: Duration = Duration::from_millis(100);
 /// Most connections closed per sweep period to make room (1,280/s), as a worker of
@@ -145,10 +150,11 @@ struct Back {
     credit: u32,
 }
 
-/// Run the front process until SIGTERM/SIGINT. SIGHUP reads `config_path` (the
-/// `--config` file) again (`Front::reload`); SIGUSR1 and SIGUSR2, which `sluice
-/// serve` takes for its log and its upgrade, are logged and ignored here (their
-/// default action would end the process and every connection it holds).
+/// Run the front process until SIGTERM/SIGINT, or until a new binary it started on
+/// SIGUSR2 serves and has its connections (`handover`). SIGHUP reads `config_path`
+/// (the `--config` file) again (`Front::reload`); SIGUSR1, which `sluice serve`
+/// takes for its log, is logged and ignored here (its default action would end the
+/// process and every connection it holds).
 pub fn run(
     listen: SocketAddr,
     to: &Path,
@@ -156,6 +162,10 @@ pub fn run(
     config: Valid,
     config_path: Option<&Path>,
 ) -> Result<(), String> {
+    // Started by an older front's upgrade: its listening sockets and its connections.
+    // (Read first: they change the environment, which needs this process alone.)
+    let inherited = crate::upgrade::inherited()?;
+    let handed = crate::upgrade::inherited_fd(handover::HANDOVER_VAR)?;
     let nofile = crate::settings::raise_nofile_limit();
     let signals = Signals::default();
     for (sig, flag) in [
@@ -163,7 +173,7 @@ pub fn run(
         (signal_hook::consts::SIGINT, &signals.stop),
         (signal_hook::consts::SIGHUP, &signals.reload),
         (signal_hook::consts::SIGUSR1, &signals.ignored),
-        (signal_hook::consts::SIGUSR2, &signals.ignored),
+        (signal_hook::consts::SIGUSR2, &signals.upgrade),
     ] {
         signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signals: {e}"))?;
     }
@@ -191,7 +201,8 @@ pub fn run(
         }
         hop(0)
     };
-    let result = Front::new(listen, &first, filters, config, nofile, signals)
+    let sockets = Sockets { inherited, handed };
+    let result = Front::new(listen, &first, filters, config, nofile, signals, sockets)
         .and_then(|f| f.run(config_path));
     for mut r in relays {
         // They exit when this process's socket closes; make sure.
@@ -220,8 +231,18 @@ struct Signals {
     stop: Arc<AtomicBool>,
     /// SIGHUP: read the config file again.
     reload: Arc<AtomicBool>,
-    /// SIGUSR1, SIGUSR2: nothing to do here; say so.
+    /// SIGUSR2: start a new binary and hand it everything (`handover`).
+    upgrade: Arc<AtomicBool>,
+    /// SIGUSR1: nothing to do here; say so.
     ignored: Arc<AtomicBool>,
+}
+
+/// What a front started by an older one's upgrade takes from it: the listening
+/// sockets (the port and the backends' socket) and its end of the socket pair the
+/// held connections come over.
+struct Sockets {
+    inherited: Vec<OwnedFd>,
+    handed: Option<OwnedFd>,
 }
 
 /// The front's settings that a reload changes (the range caps aside, which
@@ -275,6 +296,16 @@ struct Front {
     closes: [u64; CloseReason::ALL.len()],
     handed: u64,
     evictions: u32,
+    /// The program file and arguments this front started with (for an upgrade).
+    program: Option<crate::upgrade::Program>,
+    /// A new front started on SIGUSR2, until it serves or fails.
+    upgrading: Option<crate::upgrade::Pending>,
+    /// Our end of the socket pair the held connections go over to it.
+    handover: Option<OwnedFd>,
+    /// In a new front: the old front's end, until it has sent everything.
+    inherited: Option<OwnedFd>,
+    /// Connections taken from the old front.
+    adopted: u64,
 }
 
 impl Front {
@@ -285,17 +316,23 @@ impl Front {
         config: Valid,
         nofile: u64,
         signals: Signals,
+        sockets: Sockets,
     ) -> Result<Front, String> {
         let poll = Poll::new().map_err(|e| e.to_string())?;
-        listener::ensure_free(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let defer = config
             .condition
             .defer_accept
             .initial_secs(config.http.header_timeout);
-        // The handoff socket listens before the public port opens: once a client
-        // can connect, a backend can too (a backend that connected after seeing the
-        // port open was refused in the moment between the two).
-        let unix = proto::listen(unix_path).map_err(|e| e.to_string())?;
+        let (inherited_tcp, unix) = if sockets.inherited.is_empty() {
+            listener::ensure_free(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            // The handoff socket listens before the public port opens: once a client
+            // can connect, a backend can too (a backend that connected after seeing
+            // the port open was refused in the moment between the two).
+            (None, proto::listen(unix_path).map_err(|e| e.to_string())?)
+        } else {
+            let (tcp, unix) = split_inherited(sockets.inherited)?;
+            (Some(tcp), unix)
+        };
         // Slow-read prevention also bounds what a backend can queue for a reader
         // that stops reading (the start bound of `condition.unsent_max`, inherited
         // by every client; the backend's worker raises a proven reader's).
@@ -304,16 +341,30 @@ impl Front {
         } else {
             0
         };
-        let mut tcp = listener::bind(listen, 4096, defer, unsent_max).map_err(|e| {
-            let _ = std::fs::remove_file(unix_path);
-            format!("cannot listen on {listen}: {e}")
-        })?;
+        let mut tcp = match inherited_tcp {
+            Some(l) => {
+                listener::set_inherited(l.as_raw_fd(), unsent_max).map_err(|e| e.to_string())?;
+                l
+            }
+            None => listener::bind(listen, 4096, defer, unsent_max).map_err(|e| {
+                let _ = std::fs::remove_file(unix_path);
+                format!("cannot listen on {listen}: {e}")
+            })?,
+        };
         poll.registry()
             .register(&mut tcp, TCP, Interest::READABLE)
             .map_err(|e| e.to_string())?;
         poll.registry()
             .register(&mut SourceFd(&unix.as_raw_fd()), UNIX, Interest::READABLE)
             .map_err(|e| e.to_string())?;
+        if let Some(h) = &sockets.handed {
+            socket2::SockRef::from(h)
+                .set_nonblocking(true)
+                .map_err(|e| e.to_string())?;
+            poll.registry()
+                .register(&mut SourceFd(&h.as_raw_fd()), HANDOVER, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+        }
         let room = nofile.saturating_sub(256) as usize;
         let max_conns = match config.condition.max_connections {
             0 => room,
@@ -325,7 +376,7 @@ impl Front {
         let epoch = Instant::now();
         let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
             && defer > 0)
-            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, 0));
+            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, handover::CLOCK_BASE));
         Ok(Front {
             poll,
             listener: tcp,
@@ -342,7 +393,7 @@ impl Front {
             max_conns,
             gen: random_start(),
             epoch,
-            now: 0,
+            now: handover::CLOCK_BASE,
             pool: Vec::new(),
             accept_paused: false,
             signals,
@@ -350,6 +401,11 @@ impl Front {
             closes: [0; CloseReason::ALL.len()],
             handed: 0,
             evictions: 0,
+            program: crate::upgrade::Program::this(),
+            upgrading: None,
+            handover: None,
+            inherited: sockets.handed,
+            adopted: 0,
         })
     }
 
@@ -366,14 +422,20 @@ impl Front {
             self.max_conns
         );
         let _ = std::io::stdout().flush();
+        // Started by an older front: it stops accepting once it reads this, then
+        // sends its connections (`HANDOVER`).
+        crate::upgrade::announce_ready();
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = self.epoch + SWEEP;
         while !self.signals.stop.load(Ordering::Relaxed) {
             if self.signals.reload.swap(false, Ordering::Relaxed) {
                 self.reload(config_path);
             }
+            if self.signals.upgrade.swap(false, Ordering::Relaxed) {
+                self.start_upgrade();
+            }
             if self.signals.ignored.swap(false, Ordering::Relaxed) {
-                tracing::warn!("SIGUSR1/SIGUSR2 ignored: sluice condition has no log file to reopen and no in-place upgrade");
+                tracing::warn!("SIGUSR1 ignored: sluice condition has no log file to reopen");
             }
             let wait = next_sweep.saturating_duration_since(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
@@ -381,11 +443,12 @@ impl Front {
                     return Err(e.to_string());
                 }
             }
-            self.now = self.epoch.elapsed().as_millis() as u64;
+            self.now = handover::CLOCK_BASE + self.epoch.elapsed().as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(),
                     UNIX => self.accept_backends(),
+                    HANDOVER => self.adopt_handed(),
                     Token(t) if t >= BACKEND_BASE => self.backend_says(t - BACKEND_BASE),
                     Token(k) => self.client(k),
                 }
@@ -403,6 +466,15 @@ impl Front {
                     self.accept();
                 }
             }
+            if self.upgrade_done() {
+                // The socket file is the new front's now.
+                tracing::info!(handed = self.handed, "sluice condition: upgraded");
+                return Ok(());
+            }
+        }
+        if let Some(p) = self.upgrading.take() {
+            // Stopped while a new front was starting on our sockets: it stops too.
+            p.cancel();
         }
         let _ = std::fs::remove_file(&self.unix_path);
         tracing::info!(handed = self.handed, "sluice condition: stopped");
@@ -449,5 +521,28 @@ impl Front {
         crate::logging::apply(&new.log.level);
         self.config = new;
         tracing::info!("reloaded configuration");
+    }
+}
+
+/// A new front's inherited listening sockets: the public TCP port and the
+/// backends' Unix socket, told apart by their address family.
+fn split_inherited(fds: Vec<OwnedFd>) -> Result<(TcpListener, OwnedFd), String> {
+    let (mut tcp, mut unix) = (None, None);
+    for fd in fds {
+        let family = socket2::SockRef::from(&fd)
+            .local_addr()
+            .map_err(|e| format!("an inherited socket: {e}"))?
+            .family();
+        if family == libc::AF_UNIX as libc::sa_family_t {
+            unix = Some(fd);
+        } else {
+            let l = std::net::TcpListener::from(fd);
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            tcp = Some(TcpListener::from_std(l));
+        }
+    }
+    match (tcp, unix) {
+        (Some(t), Some(u)) => Ok((t, u)),
+        _ => Err("an upgrade handed over no TCP listener or no Unix socket".into()),
     }
 }

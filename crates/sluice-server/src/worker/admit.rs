@@ -266,12 +266,13 @@ impl Worker {
     /// closed. The connections it handed over become this worker's own: each
     /// finishes its response and then closes, since their ids mean nothing to the
     /// next front (whose own ids may be the same numbers) and the client's other
-    /// descriptor, the front's, is gone. `reconnect_front` then asks for a front
-    /// again every second.
+    /// descriptor, the front's, is gone. A new front may serve already (an
+    /// upgraded one takes over the same socket), so it is asked for at once, and
+    /// then by `reconnect_front` every second.
     fn front_gone(&mut self) {
         tracing::warn!(
             worker = self.id,
-            "the conditioning front process went away; its connections here finish their responses, and a front is asked for again every second"
+            "the conditioning front process went away; its connections here finish their responses, and a front is asked for at once and then every second"
         );
         // Dropping the descriptor closes it, which takes it out of epoll.
         self.front = None;
@@ -281,6 +282,7 @@ impl Worker {
                 c.flags.set(Flags::CLOSE_AFTER, true);
             }
         }
+        self.reconnect_front();
     }
 
     /// At start, and once a second (`run`) while this worker has no front: connect
