@@ -27,6 +27,7 @@ pub mod listener;
 pub mod logging;
 pub mod phases;
 pub mod privileges;
+pub mod reloaded;
 pub mod send;
 pub mod status;
 pub mod systemd;

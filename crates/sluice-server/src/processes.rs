@@ -123,7 +123,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // Reloads asked of the serving processes so far, and the one not yet made by
     // all of them with how long the master waits for it (`READY=1` waits too).
     let mut reloads = 0u64;
-    let mut confirming: Option<(u64, std::time::Instant)> = None;
+    let mut confirming: Option<(u64, std::time::Instant, crate::reloaded::Began)> = None;
     'main: loop {
         let within = match (&upgrading, &confirming) {
             (_, Some(_)) => Duration::from_millis(20),
@@ -134,6 +134,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
         match sig {
             Some(libc::SIGHUP) => {
                 systemd::reloading();
+                let began = crate::reloaded::Began::now();
                 let rates = Some(start.region.rates);
                 match load_config(start.config_path.as_deref(), &start.ov)
                     .and_then(|c| Snapshot::build(c, rates))
@@ -147,11 +148,15 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                             p.reload_asked.store(reloads, Ordering::Release);
                         }
                         signal_all(&children, libc::SIGHUP);
-                        confirming = Some((reloads, std::time::Instant::now() + RELOAD_WAIT));
+                        confirming =
+                            Some((reloads, std::time::Instant::now() + RELOAD_WAIT, began));
                     }
-                    Err(e) => tracing::error!(
-                        "reload failed, still serving the previous configuration: {e}"
-                    ),
+                    Err(e) => {
+                        tracing::error!(
+                            "reload failed, still serving the previous configuration: {e}"
+                        );
+                        began.tell(&Err(e));
+                    }
                 }
                 if confirming.is_none() {
                     systemd::notify("READY=1");
@@ -170,7 +175,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
             }
             _ => {}
         }
-        if let Some((n, until)) = confirming {
+        if let Some((n, until, began)) = confirming {
             let behind: Vec<libc::pid_t> = children
                 .iter()
                 .filter(|c| {
@@ -182,8 +187,13 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 .map(|c| c.pid)
                 .collect();
             if behind.is_empty() || std::time::Instant::now() >= until {
-                if !behind.is_empty() {
+                if behind.is_empty() {
+                    began.tell(&Ok(()));
+                } else {
                     tracing::warn!(pids = ?behind, "serving processes have not reloaded within {RELOAD_WAIT:?}; telling systemd the reload is done");
+                    began.tell(&Err(format!(
+                        "serving processes {behind:?} have not reloaded within {RELOAD_WAIT:?}"
+                    )));
                 }
                 systemd::notify("READY=1");
                 confirming = None;

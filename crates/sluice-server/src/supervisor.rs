@@ -371,10 +371,13 @@ pub(crate) fn run_process(
                     // once made, so that its `READY=1` waits for every process.
                     let slot = &start.region.procs[part.process];
                     let asked = slot.reload_asked.load(Ordering::Acquire);
-                    reload(&shared, start.config_path.as_deref(), ov, managed.is_none());
+                    let began = crate::reloaded::Began::now();
+                    let made = reload(&shared, start.config_path.as_deref(), ov, managed.is_none());
                     slot.reload_done.store(asked, Ordering::Release);
                     if managed.is_none() {
                         systemd::notify("READY=1");
+                        // (Under a master, the master answers `sluice reload`.)
+                        began.tell(&made);
                     }
                 }
                 SIGUSR1 => reopen_logs(),
@@ -549,10 +552,11 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     format!("panicked: {what}")
 }
 
-/// SIGHUP in a serving process: the new config, or the old one if the new is bad.
+/// SIGHUP in a serving process: the new config, or the old one if the new is bad
+/// (then `Err` with why).
 /// `tell` (false in a process a master runs: the master has said it) warns about
 /// what waits for a restart.
-fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) {
+fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) -> Result<(), String> {
     let result = load_config(path, ov).and_then(|c| Snapshot::build(c, Some(shared.rates)));
     match result {
         Ok(snap) => {
@@ -567,7 +571,11 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) {
                 .set_limits(crate::shared::cap_limits(c, shared.server_connections));
             shared.replace(snap);
             tracing::info!("reloaded configuration");
+            Ok(())
         }
-        Err(e) => tracing::error!("reload failed, still serving the previous configuration: {e}"),
+        Err(e) => {
+            tracing::error!("reload failed, still serving the previous configuration: {e}");
+            Err(e)
+        }
     }
 }

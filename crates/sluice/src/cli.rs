@@ -32,6 +32,21 @@ pub enum Cmd {
     Serve(ServeArgs),
     /// Validate a config file (and the rules it names) without serving.
     Check { config: PathBuf },
+    /// Reload a running server (SIGHUP) and wait until its new configuration serves
+    /// in every serving process; exit 1 with the reason if it does not. With
+    /// --config, the file is checked first, and a file with errors is reported
+    /// without signalling (for systemd's ExecReload=).
+    Reload {
+        /// The server's main process (systemd: $MAINPID).
+        #[arg(long)]
+        pid: u32,
+        /// The configuration the server reads, checked before the signal.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// How long to wait for the server's answer.
+        #[arg(long, default_value = "90s")]
+        timeout: String,
+    },
     /// Connection conditioning in front of any server: accept and read requests
     /// here, hand each socket with its complete request to backends on a Unix socket.
     Condition(ConditionArgs),

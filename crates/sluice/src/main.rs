@@ -63,6 +63,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Reload {
+            pid,
+            config,
+            timeout,
+        } => {
+            let within = sluice_config::parse_duration(&timeout).map_err(anyhow::Error::msg)?;
+            if let Some(config) = config {
+                sluice_server::logging::init("warn");
+                let cfg = sluice_server::load_config(Some(&config), &Default::default())
+                    .map_err(anyhow::Error::msg)?;
+                sluice_server::Snapshot::build(cfg, None).map_err(anyhow::Error::msg)?;
+            }
+            sluice_server::reloaded::ask(pid, within)
+                .map_err(|e| anyhow::anyhow!("reload of pid {pid}: {e}"))?;
+            println!("reloaded: pid {pid} serves the new configuration");
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Check { config } => {
             sluice_server::logging::init("warn");
             let cfg = sluice_server::load_config(Some(&config), &Default::default())

@@ -1,4 +1,5 @@
 //! Operations: config files and `sluice check`, SIGHUP reload (good and bad),
+//! `sluice reload`,
 //! SIGTERM with a download in flight, the access log, the no-argument default.
 
 use sluice_testkit::*;
@@ -76,6 +77,75 @@ fn reload_applies_good_config_and_keeps_serving_on_bad() {
         "{err}"
     );
     let _ = std::fs::remove_file(cfg);
+}
+
+/// `sluice reload` returns once the new configuration serves in every serving
+/// process (two here): every request made right after it returns, on new
+/// connections spread over both processes, sees it. A config with an error is
+/// reported with its file and line, by the check before the signal or (`--config`
+/// left out) by the server's own answer, and the old configuration goes on
+/// serving. A pid that is not a sluice server gets no signal.
+#[test]
+fn sluice_reload_returns_once_the_new_config_serves_or_says_why_not() {
+    let srv = Server::start_with_config(docroot(), "[server]\nworkers = 2\n", &[]);
+    let cfg = srv.root().join(".test-config.toml");
+    let rules = srv.root().join(".r.conf");
+    let reload = |with_config: bool| {
+        let mut c = Command::new(bin());
+        c.args([
+            "reload",
+            "--pid",
+            &srv.pid().to_string(),
+            "--timeout",
+            "20s",
+        ]);
+        if with_config {
+            c.args(["--config", cfg.to_str().unwrap()]);
+        }
+        c.output().unwrap()
+    };
+    let old = |srv: &Server| srv.get("GET /old HTTP/1.1\r\nHost: a\r\n\r\n").status;
+    assert_eq!(old(&srv), 404);
+    std::fs::write(&rules, "Redirect 301 /old /hello.txt\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[server]\nworkers = 2\n[rules]\nfiles = [\".r.conf\"]\n",
+    )
+    .unwrap();
+    let o = reload(true);
+    assert!(o.status.success(), "{o:?}");
+    let seen: Vec<u16> = (0..40).map(|_| old(&srv)).collect();
+    assert!(
+        seen.iter().all(|&s| s == 301),
+        "answers right after the reload returned: {seen:?}"
+    );
+
+    std::fs::write(&rules, "Redirect 301 /old /hello.txt\nbogus\n").unwrap();
+    for with_config in [true, false] {
+        let o = reload(with_config);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(".r.conf:2:"),
+            "with --config {with_config}: {o:?}"
+        );
+    }
+    assert_eq!(old(&srv), 301, "the old configuration serves on");
+    assert_eq!(
+        srv.stderr().matches("reload failed").count(),
+        1,
+        "the check before the signal sent none: {}",
+        srv.stderr()
+    );
+
+    let o = Command::new(bin())
+        .args(["reload", "--pid", &std::process::id().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("not a sluice server"),
+        "{err}"
+    );
 }
 
 /// `[log] level` filters the server's own log from the start and follows a

@@ -205,7 +205,7 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
 /// a config that has an error, the reload fails with the file and line and the
 /// server is never signalled (on Debian 12's systemd 252 a bare `kill -HUP` made
 /// `systemctl reload` succeed whatever the config said); with a good one, every
-/// line succeeds and the server reloads.
+/// line succeeds, and by then the server has reloaded (`sluice reload` waits for it).
 #[test]
 fn the_units_reload_checks_the_config_before_it_signals() {
     let unit = std::fs::read_to_string(concat!(
