@@ -436,6 +436,9 @@ pub(super) fn start_outgoing<'a>(
 }
 
 /// Return a finished response's send state (and its write buffer) to the pools.
+/// The pool keeps at most `OUT_POOL_MAX`: past that (the end of a peak of
+/// thousands of downloads) a state is freed, so a worker does not hold its peak's
+/// worth for the rest of its life.
 #[allow(clippy::vec_box)] // the pool of boxes the worker keeps (see `Worker::out_pool`)
 pub(super) fn release(
     mut out: Box<Outgoing>,
@@ -443,9 +446,14 @@ pub(super) fn release(
     out_pool: &mut Vec<Box<Outgoing>>,
 ) {
     recycle(pool, std::mem::take(&mut out.wbuf));
-    out.reset();
-    out_pool.push(out);
+    if out_pool.len() < OUT_POOL_MAX {
+        out.reset();
+        out_pool.push(out);
+    }
 }
+
+/// Response states a worker keeps for reuse (as `io::POOL_MAX` buffers).
+pub(super) const OUT_POOL_MAX: usize = crate::io::POOL_MAX;
 
 /// The head's first lines, the same for every answer: the status line, `Server`
 /// and `Date`. Returns where the `Date` value lies in `buf` (a kept answer's is
@@ -461,4 +469,20 @@ pub(super) fn write_head_start(
     buf.extend_from_slice(date.as_bytes());
     buf.extend_from_slice(b"\r\n");
     at..at + date.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a peak (here 1,000 responses ending at once) the worker keeps
+    /// `OUT_POOL_MAX` response states for reuse and frees the rest.
+    #[test]
+    fn the_pool_of_response_states_keeps_a_bounded_number() {
+        let (mut pool, mut out_pool) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            release(Box::default(), &mut pool, &mut out_pool);
+        }
+        assert_eq!(out_pool.len(), OUT_POOL_MAX);
+    }
 }
