@@ -132,9 +132,18 @@ impl Front {
         if c.rbuf.is_empty() {
             return Some(false);
         }
+        let mut status = None;
         let len = match parse_head(&c.rbuf, &self.set.limits) {
             Ok(Parsed::Partial) => return Some(false),
             Ok(Parsed::Complete(head)) => match head.framing() {
+                // The front's own status (`status`): answered here, not handed on.
+                _ if self.set.status.as_ref().is_some_and(|s| {
+                    status = s.form(&head, c.peer.ip());
+                    status.is_some()
+                }) =>
+                {
+                    0
+                }
                 BodyFraming::None => head.head_len,
                 BodyFraming::Length(n) if n as usize <= MAX_BODY => {
                     if c.rbuf.len() < head.head_len + n as usize {
@@ -163,6 +172,10 @@ impl Front {
             // Without the sanity filter the backend sees what the client sent.
             Err(_) => c.rbuf.len(),
         };
+        if let Some(form) = status {
+            self.answer_status(key, form);
+            return None;
+        }
         c.ready = c.rbuf.drain(..len).collect();
         c.st = St::Ready;
         let ip = c.peer.ip();
@@ -331,7 +344,7 @@ fn answer(status: u16, extra: &str, why: &str) -> String {
     )
 }
 
-fn send_best_effort(sock: &TcpStream, msg: &[u8]) {
+pub(super) fn send_best_effort(sock: &TcpStream, msg: &[u8]) {
     // SAFETY: one non-blocking send from a valid slice on our own socket.
     unsafe {
         libc::send(

@@ -29,11 +29,6 @@ use mio::{Interest, Token};
 use sluice_condition::{Class, RangeKey};
 use std::os::fd::FromRawFd;
 
-/// The environment variable naming the new front's end of the socket pair.
-pub(super) const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
-/// Where a front's clock (`Front::now`, ms) starts, so that an adopted
-/// connection's start (now minus its age) is never below zero.
-pub(super) const CLOCK_BASE: u64 = 1 << 32;
 /// In a handed-over connection's id: it was kept between requests (`persist`).
 const IDLE: u64 = 1 << 63;
 /// The rest of the id: how long ago its phase began, in ms.

@@ -41,13 +41,15 @@
 //! Files: this one (the stages' settings, the connection records, the event loop),
 //! `clients` (accepting, reading and packaging requests, refusing, dispatching to
 //! backends, the sweep that enforces deadlines), `backends` (the Unix-socket side:
-//! asks, KEEP and CLOSE), `handover` (the in-place upgrade: both ends), `relay` (a
-//! `pass` process of a chain).
+//! asks, KEEP and CLOSE), `handover` (the in-place upgrade: both ends), `status`
+//! (the front's own figures, at `/server-status/front`), `relay` (a `pass` process
+//! of a chain).
 
 mod backends;
 mod clients;
 mod handover;
 mod relay;
+mod status;
 
 use crate::listener;
 use mio::net::{TcpListener, TcpStream};
@@ -72,6 +74,12 @@ const TCP: Token = Token(usize::MAX - 1);
 const UNIX: Token = Token(usize::MAX - 2);
 /// The old front's connections coming over (`handover`), in a new front.
 const HANDOVER: Token = Token(usize::MAX - 3);
+/// The environment variable naming the new front's end of the socket pair its
+/// predecessor's connections come over (`handover`).
+const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
+/// Where a front's clock (`Front::now`, ms) starts, so that a connection adopted
+/// from its predecessor (`handover`) starts, at now minus its age, above zero.
+const CLOCK_BASE: u64 = 1 << 32;
 const BACKEND_BASE: usize = usize::MAX / 2;
 const SWEEP: Duration = Duration::from_millis(100);
 /// Most connections closed per sweep period to make room (1,280/s), as a worker of
@@ -165,7 +173,7 @@ pub fn run(
     // Started by an older front's upgrade: its listening sockets and its connections.
     // (Read first: they change the environment, which needs this process alone.)
     let inherited = crate::upgrade::inherited()?;
-    let handed = crate::upgrade::inherited_fd(handover::HANDOVER_VAR)?;
+    let handed = crate::upgrade::inherited_fd(HANDOVER_VAR)?;
     let nofile = crate::settings::raise_nofile_limit();
     let signals = Signals::default();
     for (sig, flag) in [
@@ -255,6 +263,15 @@ struct Settings {
     /// `http.keepalive_timeout`.
     idle_ms: u64,
     cap_exempt: Vec<Cidr>,
+    /// `[status]`: where the front answers for itself (`status`).
+    status: Option<StatusAt>,
+}
+
+/// `[status]` as the front applies it (`status`: made by `StatusAt::of`).
+struct StatusAt {
+    /// `[status] path` + `/front`.
+    path: String,
+    allow: Vec<Cidr>,
 }
 
 impl Settings {
@@ -264,6 +281,7 @@ impl Settings {
             header_ms: config.http.header_timeout.as_millis() as u64,
             idle_ms: config.http.keepalive_timeout.as_millis() as u64,
             cap_exempt: Cidr::parse_list(&config.condition.cap_exempt, "condition.cap_exempt")?,
+            status: StatusAt::of(&config.status)?,
         })
     }
 }
@@ -376,7 +394,7 @@ impl Front {
         let epoch = Instant::now();
         let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
             && defer > 0)
-            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, handover::CLOCK_BASE));
+            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, CLOCK_BASE));
         Ok(Front {
             poll,
             listener: tcp,
@@ -393,7 +411,7 @@ impl Front {
             max_conns,
             gen: random_start(),
             epoch,
-            now: handover::CLOCK_BASE,
+            now: CLOCK_BASE,
             pool: Vec::new(),
             accept_paused: false,
             signals,
@@ -443,7 +461,7 @@ impl Front {
                     return Err(e.to_string());
                 }
             }
-            self.now = handover::CLOCK_BASE + self.epoch.elapsed().as_millis() as u64;
+            self.now = CLOCK_BASE + self.epoch.elapsed().as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(),
