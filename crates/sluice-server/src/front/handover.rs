@@ -115,11 +115,16 @@ impl Front {
         let _ = sock.set_nonblocking(false);
         let _ = sock.set_write_timeout(Some(SEND_WAIT));
         let (mut moved, mut lost) = (0u64, 0u64);
+        // Once the new front has let one wait out `SEND_WAIT` (it is stuck), the
+        // rest are closed rather than waited for one by one.
+        let mut stuck = false;
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             let c = &self.conns[key];
-            // A backend's connection stays with the backend (our copy just closes).
-            if !matches!(c.st, St::Backend(_)) {
+            if stuck && !matches!(c.st, St::Backend(_)) {
+                lost += 1;
+            } else if !matches!(c.st, St::Backend(_)) {
+                // (A backend's connection stays with the backend: our copy closes.)
                 let mut bytes = c.ready.clone();
                 bytes.extend_from_slice(&c.rbuf);
                 let age = self.now.saturating_sub(c.since).min(AGE);
@@ -130,6 +135,10 @@ impl Front {
                         if lost == 0 {
                             tracing::warn!(error = %e, "upgrade: a connection could not be handed over; closing it");
                         }
+                        stuck = matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        );
                         lost += 1;
                     }
                 }
