@@ -97,6 +97,14 @@ fn front(filters: &str, config: &str) -> FrontProc {
 fn front_in(dir: tempfile::TempDir, addr: String, filters: &str, config: &str) -> FrontProc {
     let sock = dir.path().join("cc.sock").to_str().unwrap().to_string();
     let cfg = dir.path().join("c.toml");
+    // Started as root (the tests are), a front becomes `nobody` unless told not to;
+    // these fronts re-read their config and start new binaries from a directory only
+    // root may read. (`a_root_started_front_serves_as_nobody_with_backends_as_nobody`
+    // runs one as the default has it.)
+    let config = match config.contains("allow_root") {
+        true => config.to_string(),
+        false => format!("[server]\nallow_root = true\n{config}"),
+    };
     std::fs::write(&cfg, config).unwrap();
     let log = dir.path().join("front.log");
     let child = Command::new(bin())
@@ -722,14 +730,7 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
         .and_then(|l| l.split("pid=").nth(1))
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| panic!("no new front's pid in the log:\n{}", log()));
-    struct Stop(i32);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            // SAFETY: a signal to the front the test's front started.
-            unsafe { libc::kill(self.0, libc::SIGTERM) };
-        }
-    }
-    let _new = Stop(new);
+    let _new = PidOnDrop(new);
     assert!(
         failed.is_empty() && ok > 0,
         "{ok} answered, {} not, around the upgrade: {:?}",
@@ -863,4 +864,70 @@ fn the_front_answers_for_itself_at_server_status_front() {
         o.stdout, b"404",
         "handed to the backend, which has no such page"
     );
+}
+
+/// Started as root with no `allow_root`, the front becomes `nobody` (as `sluice
+/// serve` does: no client byte is parsed as root) and gives the backends' socket
+/// to that user, so a `sluice serve --from` started as root, which serves as
+/// `nobody` by default, can connect to it. Before, the front stayed root and its
+/// socket refused such a backend (`Permission denied`): the default deployment
+/// served nothing.
+#[test]
+fn a_root_started_front_serves_as_nobody_with_backends_as_nobody() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: nothing to drop; the test runs as root in CI");
+        return;
+    }
+    let root = docroot();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = front_in(
+        dir,
+        format!("127.0.0.1:{}", free_port()),
+        "packaging,persist,fair,slowread,sanity",
+        "# allow_root is left out: the default\n",
+    );
+    let uid_of = |pid: u32| -> u32 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let t = Instant::now();
+    while uid_of(f.pid() as u32) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the front stayed root"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let nobody = uid_of(f.pid() as u32);
+    assert_eq!(std::fs::metadata(&f.sock).unwrap().uid(), nobody);
+    let backend = KillOnDrop(
+        Command::new(bin())
+            .arg("serve")
+            .arg(root.path())
+            .args(["--from", &format!("unix:{}", f.sock)])
+            .args(["--workers", "1", "--access-log", "off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    loop {
+        if ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "a backend serving as nobody is not served through the front:\n{}",
+            f.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = backend.0.id();
+    assert_eq!(uid_of(pid), nobody, "the backend serves as nobody too");
 }

@@ -253,3 +253,103 @@ fn the_units_reload_checks_the_config_before_it_signals() {
     reload().expect("the reload of a good config succeeds");
     wait_for_stderr(&srv, "reloaded configuration");
 }
+
+/// `dist/systemd/sluice-condition.service`: the front says `READY=1` once it
+/// listens; the unit's `ExecReload=` line (`sluice reload`) fails with the file and
+/// line on a config with an error without signalling, and on a good one returns
+/// once the front has reloaded (`RELOADING=1`, then `READY=1`); an upgrade
+/// (`SIGUSR2`) makes the new front the main process, and the old one exits without
+/// `STOPPING=1`.
+#[test]
+fn the_fronts_unit_is_told_ready_reloading_and_its_new_main_process() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/systemd/sluice-condition.service"
+    ))
+    .unwrap();
+    let reload_line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecReload="))
+        .expect("an ExecReload= line");
+    let d = tempfile::tempdir().unwrap();
+    let notify = d.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&notify).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let cfg = d.path().join("condition.toml");
+    let good = "[server]\nallow_root = true\n";
+    std::fs::write(&cfg, good).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = d.path().join("front.log");
+    let mut front = KillOnDrop(
+        Command::new(bin())
+            .args(["condition", "--listen", &addr, "--to"])
+            .arg(format!("unix:{}", d.path().join("cc.sock").display()))
+            .arg("--config")
+            .arg(&cfg)
+            .env("NOTIFY_SOCKET", &notify)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    recv_until(&sock, "READY=1");
+    let pid = front.0.id();
+    let reload = || {
+        let line = reload_line
+            .replace("/usr/local/bin/sluice", bin())
+            .replace("/etc/sluice/condition.toml", cfg.to_str().unwrap())
+            .replace("$MAINPID", &pid.to_string());
+        let mut words = line.split_whitespace();
+        Command::new(words.next().unwrap())
+            .args(words)
+            .output()
+            .unwrap()
+    };
+    std::fs::write(&cfg, format!("{good}bogus = 1\n")).unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("condition.toml:3"),
+        "{o:?}"
+    );
+    std::fs::write(&cfg, format!("{good}[http]\nheader_timeout = \"5s\"\n")).unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{o:?}");
+    recv_until(&sock, "RELOADING=1");
+    recv_until(&sock, "READY=1");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("reloaded configuration").count(), 1, "{text}");
+    assert!(
+        !text.contains("reload failed"),
+        "the bad config was sent: {text}"
+    );
+
+    // SAFETY: a signal to the front this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+    let main = recv_until(&sock, "MAINPID=");
+    let new: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{main:?}"));
+    let _new = PidOnDrop(new);
+    assert_ne!(new as u32, pid);
+    let t = Instant::now();
+    while front.0.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the old front stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        let msg = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            !msg.contains("STOPPING=1"),
+            "the old front said STOPPING: {msg:?}"
+        );
+    }
+    assert!(std::net::TcpStream::connect(&addr).is_ok());
+}

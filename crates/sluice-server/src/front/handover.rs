@@ -155,7 +155,7 @@ impl Front {
     /// The new front: take the connections the old one handed over, each in the
     /// state it was in, as if it had been accepted here.
     pub(super) fn adopt_handed(&mut self) {
-        let Some(fd) = &self.inherited else {
+        let Some(fd) = &self.predecessor else {
             return;
         };
         let fd = fd.as_raw_fd();
@@ -174,7 +174,7 @@ impl Front {
                         "upgrade: took the old front's connections"
                     );
                     let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
-                    self.inherited = None;
+                    self.predecessor = None;
                     return;
                 }
             }

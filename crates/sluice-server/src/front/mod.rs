@@ -172,8 +172,8 @@ pub fn run(
 ) -> Result<(), String> {
     // Started by an older front's upgrade: its listening sockets and its connections.
     // (Read first: they change the environment, which needs this process alone.)
-    let inherited = crate::upgrade::inherited()?;
-    let handed = crate::upgrade::inherited_fd(HANDOVER_VAR)?;
+    let listeners = crate::upgrade::inherited()?;
+    let predecessor = crate::upgrade::inherited_fd(HANDOVER_VAR)?;
     let nofile = crate::settings::raise_nofile_limit();
     let signals = Signals::default();
     for (sig, flag) in [
@@ -209,9 +209,15 @@ pub fn run(
         }
         hop(0)
     };
-    let sockets = Sockets { inherited, handed };
-    let result = Front::new(listen, &first, filters, config, nofile, signals, sockets)
-        .and_then(|f| f.run(config_path));
+    let sockets = Sockets {
+        listeners,
+        predecessor,
+    };
+    let result =
+        Front::new(listen, &first, filters, config, nofile, signals, sockets).and_then(|f| {
+            f.become_user()?;
+            f.run(config_path)
+        });
     for mut r in relays {
         // They exit when this process's socket closes; make sure.
         let _ = r.kill();
@@ -249,8 +255,8 @@ struct Signals {
 /// sockets (the port and the backends' socket) and its end of the socket pair the
 /// held connections come over.
 struct Sockets {
-    inherited: Vec<OwnedFd>,
-    handed: Option<OwnedFd>,
+    listeners: Vec<OwnedFd>,
+    predecessor: Option<OwnedFd>,
 }
 
 /// The front's settings that a reload changes (the range caps aside, which
@@ -320,8 +326,9 @@ struct Front {
     upgrading: Option<crate::upgrade::Pending>,
     /// Our end of the socket pair the held connections go over to it.
     handover: Option<OwnedFd>,
-    /// In a new front: the old front's end, until it has sent everything.
-    inherited: Option<OwnedFd>,
+    /// In a new front: its end of the pair from the old front, until that one has
+    /// sent everything.
+    predecessor: Option<OwnedFd>,
     /// Connections taken from the old front.
     adopted: u64,
 }
@@ -341,14 +348,14 @@ impl Front {
             .condition
             .defer_accept
             .initial_secs(config.http.header_timeout);
-        let (inherited_tcp, unix) = if sockets.inherited.is_empty() {
+        let (inherited_tcp, unix) = if sockets.listeners.is_empty() {
             listener::ensure_free(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
             // The handoff socket listens before the public port opens: once a client
             // can connect, a backend can too (a backend that connected after seeing
             // the port open was refused in the moment between the two).
             (None, proto::listen(unix_path).map_err(|e| e.to_string())?)
         } else {
-            let (tcp, unix) = split_inherited(sockets.inherited)?;
+            let (tcp, unix) = split_inherited(sockets.listeners)?;
             (Some(tcp), unix)
         };
         // Slow-read prevention also bounds what a backend can queue for a reader
@@ -375,7 +382,7 @@ impl Front {
         poll.registry()
             .register(&mut SourceFd(&unix.as_raw_fd()), UNIX, Interest::READABLE)
             .map_err(|e| e.to_string())?;
-        if let Some(h) = &sockets.handed {
+        if let Some(h) = &sockets.predecessor {
             socket2::SockRef::from(h)
                 .set_nonblocking(true)
                 .map_err(|e| e.to_string())?;
@@ -422,7 +429,7 @@ impl Front {
             program: crate::upgrade::Program::this(),
             upgrading: None,
             handover: None,
-            inherited: sockets.handed,
+            predecessor: sockets.predecessor,
             adopted: 0,
         })
     }
@@ -441,13 +448,18 @@ impl Front {
         );
         let _ = std::io::stdout().flush();
         // Started by an older front: it stops accepting once it reads this, then
-        // sends its connections (`HANDOVER`).
+        // sends its connections (`HANDOVER`). Under systemd (`Type=notify`), ready.
         crate::upgrade::announce_ready();
+        crate::systemd::notify("READY=1\nSTATUS=conditioning");
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = self.epoch + SWEEP;
         while !self.signals.stop.load(Ordering::Relaxed) {
             if self.signals.reload.swap(false, Ordering::Relaxed) {
-                self.reload(config_path);
+                crate::systemd::reloading();
+                let began = crate::reloaded::Began::now();
+                let made = self.reload(config_path);
+                crate::systemd::notify("READY=1");
+                began.tell(&made); // a waiting `sluice reload`
             }
             if self.signals.upgrade.swap(false, Ordering::Relaxed) {
                 self.start_upgrade();
@@ -490,12 +502,39 @@ impl Front {
                 return Ok(());
             }
         }
+        crate::systemd::notify("STOPPING=1");
         if let Some(p) = self.upgrading.take() {
             // Stopped while a new front was starting on our sockets: it stops too.
             p.cancel();
         }
         let _ = std::fs::remove_file(&self.unix_path);
         tracing::info!(handed = self.handed, "sluice condition: stopped");
+        Ok(())
+    }
+
+    /// Started as root: give the backends' socket file to `server.user` (default
+    /// `nobody`, as for `sluice serve`), so backends that serve as that user can
+    /// connect (a root-owned socket refused them), then become that user: no client
+    /// byte is parsed as root. `allow_root = true` keeps root. Started as anyone
+    /// else, nothing changes. (`pass` relays, started before, keep the starting user.)
+    fn become_user(&self) -> Result<(), String> {
+        let server = &self.config.server;
+        let Some(acct) = crate::privileges::plan(server.user.as_deref(), server.allow_root)? else {
+            return Ok(());
+        };
+        let path = std::ffi::CString::new(self.unix_path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("{}: a NUL in the path", self.unix_path.display()))?;
+        // SAFETY: chown of a path we just bound, with a valid C string.
+        if unsafe { libc::chown(path.as_ptr(), acct.uid, acct.gid) } != 0 {
+            return Err(format!(
+                "{}: giving the socket to {}: {}",
+                self.unix_path.display(),
+                acct.name,
+                io::Error::last_os_error()
+            ));
+        }
+        crate::privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "conditioning as an unprivileged user; the backends' socket is the user's");
         Ok(())
     }
 
@@ -506,10 +545,10 @@ impl Front {
     /// the new values, and the settings read only at start (the listener's and the
     /// descriptor budget's: `condition.max_connections`, `unsent_max`,
     /// `defer_accept`, turning `cap_address` on) are named in a warning.
-    fn reload(&mut self, config_path: Option<&Path>) {
+    fn reload(&mut self, config_path: Option<&Path>) -> Result<(), String> {
         let Some(path) = config_path else {
             tracing::info!("SIGHUP: no --config file to read again");
-            return;
+            return Ok(());
         };
         let read = crate::load_config(Some(path), &Default::default())
             .and_then(|new| Ok((Settings::of(&new)?, new)));
@@ -517,7 +556,7 @@ impl Front {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!("reload failed, still serving the previous configuration: {e}");
-                return;
+                return Err(e);
             }
         };
         // The front has no workers, sites or TLS of its own: only its own keys count.
@@ -539,6 +578,7 @@ impl Front {
         crate::logging::apply(&new.log.level);
         self.config = new;
         tracing::info!("reloaded configuration");
+        Ok(())
     }
 }
 
