@@ -43,6 +43,10 @@ impl Front {
             tracing::warn!("upgrade: one is already starting");
             return;
         }
+        if self.predecessor.is_some() {
+            tracing::warn!("upgrade: this front is still taking its predecessor's connections; send SIGUSR2 again in a moment");
+            return;
+        }
         if self.filters.relays > 0 {
             tracing::error!(
                 "upgrade: not with pass relays in the chain (restart it instead); still serving"
