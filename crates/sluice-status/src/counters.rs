@@ -73,6 +73,9 @@ pub struct Counters {
     pub disk_lookups: AtomicU64,
     /// Requests answered from the worker's kept answers (`files.answer_cache`).
     pub answers_reused: AtomicU64,
+    /// A gauge: 1 while this worker is connected to its `sluice condition` front
+    /// (`serve --from`), 0 otherwise.
+    pub front_attached: AtomicU64,
     /// Times this worker switched TCP_DEFER_ACCEPT off (`defer_accept = "auto"`,
     /// on SYN-queue overflows).
     pub defer_offs: AtomicU64,
@@ -118,6 +121,7 @@ impl Default for Counters {
             disk_waits: AtomicU64::new(0),
             disk_lookups: AtomicU64::new(0),
             answers_reused: AtomicU64::new(0),
+            front_attached: AtomicU64::new(0),
             defer_offs: AtomicU64::new(0),
             log_lost: AtomicU64::new(0),
             closes: Default::default(),
@@ -201,6 +205,8 @@ pub struct Totals {
     pub disk_waits: u64,
     pub disk_lookups: u64,
     pub answers_reused: u64,
+    /// Workers connected to a `sluice condition` front now.
+    pub front_attached: u64,
     pub defer_offs: u64,
     pub log_lost: u64,
     pub closes: [u64; CloseReason::COUNT],
@@ -241,6 +247,7 @@ impl Totals {
             t.disk_waits += ld(&w.disk_waits);
             t.disk_lookups += ld(&w.disk_lookups);
             t.answers_reused += ld(&w.answers_reused);
+            t.front_attached += ld(&w.front_attached);
             t.defer_offs += ld(&w.defer_offs);
             t.log_lost += ld(&w.log_lost);
             for (a, b) in t.closes.iter_mut().zip(&w.closes) {

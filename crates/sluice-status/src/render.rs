@@ -94,6 +94,7 @@ pub fn json(v: &View) -> String {
         "disk_waits_total": t.disk_waits,
         "disk_lookups_total": t.disk_lookups,
         "answers_reused_total": t.answers_reused,
+        "front_attached_workers": t.front_attached,
         "defer_accept_offs_total": t.defer_offs,
         "access_log_lost_lines_total": t.log_lost,
         "rule_regex_failures_total": v.process.rule_regex_failures,
@@ -245,6 +246,12 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "Requests answered from a worker's kept answers (files.answer_cache).",
     );
     let _ = writeln!(o, "sluice_answers_reused_total {}", t.answers_reused);
+    gauge(
+        &mut o,
+        "sluice_front_attached_workers",
+        "Workers connected to their sluice condition front now (serve --from; 0 otherwise).",
+    );
+    let _ = writeln!(o, "sluice_front_attached_workers {}", t.front_attached);
     counter(
         &mut o,
         "sluice_defer_accept_offs_total",

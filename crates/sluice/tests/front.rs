@@ -844,6 +844,7 @@ fn the_front_answers_for_itself_at_server_status_front() {
     let backends: serde_json::Value =
         serde_json::from_str(&body("/server-status?format=json")).unwrap();
     assert!(backends.get("bytes_sent_total").is_some(), "{backends}");
+    assert_eq!(backends["front_attached_workers"], 1, "{backends}");
 
     std::fs::write(
         &f.cfg,

@@ -1,6 +1,7 @@
 //! The backend side of the front: backends connecting on the Unix socket, their
 //! ASK / KEEP / CLOSE messages, a backend that goes away (only its in-flight
-//! connections are lost), and a kept connection coming back to wait here.
+//! connections are lost), a kept connection coming back to wait here, and who
+//! may connect (`become_user`: the socket is given to the user the front serves as).
 
 use super::*;
 use mio::unix::SourceFd;
@@ -104,5 +105,31 @@ impl Front {
         c.since = now;
         // Bytes may have arrived (and their edge passed) while the backend held it.
         self.client(key);
+    }
+
+    /// Started as root: give the backends' socket file to `server.user` (default
+    /// `nobody`, as for `sluice serve`), so backends that serve as that user can
+    /// connect (a root-owned socket refused them), then become that user: no client
+    /// byte is parsed as root. `allow_root = true` keeps root. Started as anyone
+    /// else, nothing changes. (`pass` relays, started before, keep the starting user.)
+    pub(super) fn become_user(&self) -> Result<(), String> {
+        let server = &self.config.server;
+        let Some(acct) = crate::privileges::plan(server.user.as_deref(), server.allow_root)? else {
+            return Ok(());
+        };
+        let path = std::ffi::CString::new(self.unix_path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("{}: a NUL in the path", self.unix_path.display()))?;
+        // SAFETY: chown of a path we just bound, with a valid C string.
+        if unsafe { libc::chown(path.as_ptr(), acct.uid, acct.gid) } != 0 {
+            return Err(format!(
+                "{}: giving the socket to {}: {}",
+                self.unix_path.display(),
+                acct.name,
+                io::Error::last_os_error()
+            ));
+        }
+        crate::privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "conditioning as an unprivileged user; the backends' socket is the user's");
+        Ok(())
     }
 }

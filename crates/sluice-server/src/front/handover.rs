@@ -230,4 +230,27 @@ impl Front {
         // Its bytes may make a whole request already, and more may be waiting.
         self.client(key);
     }
+
+    /// A new front's inherited listening sockets: the public TCP port and the
+    /// backends' Unix socket, told apart by their address family.
+    pub(super) fn listeners_of(fds: Vec<OwnedFd>) -> Result<(TcpListener, OwnedFd), String> {
+        let (mut tcp, mut unix) = (None, None);
+        for fd in fds {
+            let family = socket2::SockRef::from(&fd)
+                .local_addr()
+                .map_err(|e| format!("an inherited socket: {e}"))?
+                .family();
+            if family == libc::AF_UNIX as libc::sa_family_t {
+                unix = Some(fd);
+            } else {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true).map_err(|e| e.to_string())?;
+                tcp = Some(TcpListener::from_std(l));
+            }
+        }
+        match (tcp, unix) {
+            (Some(t), Some(u)) => Ok((t, u)),
+            _ => Err("an upgrade handed over no TCP listener or no Unix socket".into()),
+        }
+    }
 }

@@ -355,7 +355,7 @@ impl Front {
             // the port open was refused in the moment between the two).
             (None, proto::listen(unix_path).map_err(|e| e.to_string())?)
         } else {
-            let (tcp, unix) = split_inherited(sockets.listeners)?;
+            let (tcp, unix) = Front::listeners_of(sockets.listeners)?;
             (Some(tcp), unix)
         };
         // Slow-read prevention also bounds what a backend can queue for a reader
@@ -512,32 +512,6 @@ impl Front {
         Ok(())
     }
 
-    /// Started as root: give the backends' socket file to `server.user` (default
-    /// `nobody`, as for `sluice serve`), so backends that serve as that user can
-    /// connect (a root-owned socket refused them), then become that user: no client
-    /// byte is parsed as root. `allow_root = true` keeps root. Started as anyone
-    /// else, nothing changes. (`pass` relays, started before, keep the starting user.)
-    fn become_user(&self) -> Result<(), String> {
-        let server = &self.config.server;
-        let Some(acct) = crate::privileges::plan(server.user.as_deref(), server.allow_root)? else {
-            return Ok(());
-        };
-        let path = std::ffi::CString::new(self.unix_path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("{}: a NUL in the path", self.unix_path.display()))?;
-        // SAFETY: chown of a path we just bound, with a valid C string.
-        if unsafe { libc::chown(path.as_ptr(), acct.uid, acct.gid) } != 0 {
-            return Err(format!(
-                "{}: giving the socket to {}: {}",
-                self.unix_path.display(),
-                acct.name,
-                io::Error::last_os_error()
-            ));
-        }
-        crate::privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
-        tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "conditioning as an unprivileged user; the backends' socket is the user's");
-        Ok(())
-    }
-
     /// SIGHUP: read the `--config` file again. A file with errors is logged
     /// (`file:line: message`) and changes nothing. Otherwise the request limits, the
     /// header and idle deadlines (at once, also for connections already open: the
@@ -579,28 +553,5 @@ impl Front {
         self.config = new;
         tracing::info!("reloaded configuration");
         Ok(())
-    }
-}
-
-/// A new front's inherited listening sockets: the public TCP port and the
-/// backends' Unix socket, told apart by their address family.
-fn split_inherited(fds: Vec<OwnedFd>) -> Result<(TcpListener, OwnedFd), String> {
-    let (mut tcp, mut unix) = (None, None);
-    for fd in fds {
-        let family = socket2::SockRef::from(&fd)
-            .local_addr()
-            .map_err(|e| format!("an inherited socket: {e}"))?
-            .family();
-        if family == libc::AF_UNIX as libc::sa_family_t {
-            unix = Some(fd);
-        } else {
-            let l = std::net::TcpListener::from(fd);
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
-            tcp = Some(TcpListener::from_std(l));
-        }
-    }
-    match (tcp, unix) {
-        (Some(t), Some(u)) => Ok((t, u)),
-        _ => Err("an upgrade handed over no TCP listener or no Unix socket".into()),
     }
 }

@@ -276,6 +276,9 @@ impl Worker {
         );
         // Dropping the descriptor closes it, which takes it out of epoll.
         self.front = None;
+        self.shared.stats[self.id]
+            .front_attached
+            .store(0, Ordering::Relaxed);
         for (_, c) in self.conns.iter_mut() {
             if c.front_id() != 0 {
                 c.via = None;
@@ -301,6 +304,9 @@ impl Worker {
                 "connected to the conditioning front process"
             );
             self.front = Some(fd);
+            self.shared.stats[self.id]
+                .front_attached
+                .store(1, Ordering::Relaxed);
         }
     }
 
