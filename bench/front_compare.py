@@ -28,7 +28,7 @@ from compare import cpu_seconds, raise_nofile, stop_all, wrk  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = "/tmp/sluice-front-bench"
 WWW = f"{WORK}/www"
-SLUICE = f"{ROOT}/target/release/sluice"
+SLUICE = os.environ.get("SLUICE_BIN", f"{ROOT}/target/release/sluice")
 LIB = f"{ROOT}/target/release"
 PORT = 18600
 SOCK = f"{WORK}/cc.sock"
@@ -59,8 +59,9 @@ def wait_port(port):
     raise SystemExit(f"nothing listens on {port}")
 
 
-def spawn(cmd, env=None):
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def spawn(cmd, env=None, log=None):
+    err = open(log, "a") if log else subprocess.DEVNULL
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
                             preexec_fn=raise_nofile, start_new_session=True, env=env)
 
 
@@ -69,7 +70,7 @@ def start_front(relays=0, cfg="front.toml"):
         os.remove(SOCK)
     filters = "packaging,persist,fair,slowread,sanity" + ",pass" * relays
     p = spawn([SLUICE, "condition", "--listen", f"127.0.0.1:{PORT}", "--to", f"unix:{SOCK}",
-               "--filters", filters, "--config", f"{WORK}/{cfg}"])
+               "--filters", filters, "--config", f"{WORK}/{cfg}"], log=f"{WORK}/front.log")
     wait_port(PORT)
     for _ in range(200):
         if os.path.exists(SOCK):

@@ -932,3 +932,53 @@ fn a_root_started_front_serves_as_nobody_with_backends_as_nobody() {
     let pid = backend.0.id();
     assert_eq!(uid_of(pid), nobody, "the backend serves as nobody too");
 }
+
+/// The front listens on `server.listen_sockets` `SO_REUSEPORT` sockets (each its
+/// own SYN and accept queues, as a worker of `sluice serve` has; with one socket, a
+/// flood of 32,000 silent connections overflowed its queue, `defer_accept = "auto"`
+/// switched deferral off, and the flood reached the front: bench/front_compare.py's
+/// silent row fell to 0.37), and an upgrade hands every one of them to the new
+/// front.
+#[test]
+fn the_front_listens_on_several_sockets_and_an_upgrade_takes_them_all() {
+    let f = front(
+        "packaging,persist",
+        "[server]\nallow_root = true\nlisten_sockets = 3\n",
+    );
+    let port: u16 = f.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let listening = || {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        table
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols[1].ends_with(&format!(":{port:04X}")) && cols[3] == "0A"
+            })
+            .count()
+    };
+    assert_eq!(listening(), 3);
+    let old = f.pid();
+    let mut f = f;
+    // SAFETY: a signal to the front this test started.
+    unsafe { libc::kill(old, libc::SIGUSR2) };
+    let t = Instant::now();
+    while f.child.0.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no upgrade:\n{}",
+            f.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new: i32 = f
+        .log()
+        .lines()
+        .find(|l| l.contains("the new server serves"))
+        .and_then(|l| l.split("pid=").nth(1))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap();
+    let _new = PidOnDrop(new);
+    assert_eq!(listening(), 3, "the new front holds the same sockets");
+    assert!(TcpStream::connect(&f.addr).is_ok());
+}

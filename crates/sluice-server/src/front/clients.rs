@@ -14,7 +14,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 impl Front {
-    pub(super) fn accept(&mut self) {
+    /// Accept what listening socket `which` has (until it has none, or the
+    /// connection limit stops it: `accept_paused`, resumed at the next sweep).
+    pub(super) fn accept(&mut self, which: usize) {
         loop {
             if self.conns.len() >= self.max_conns {
                 // At the limit: the oldest idle, else incomplete, connection of the
@@ -30,7 +32,7 @@ impl Front {
                     }
                 }
             }
-            let (sock, peer) = match self.listener.accept() {
+            let (sock, peer) = match self.listeners[which].accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

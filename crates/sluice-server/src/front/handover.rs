@@ -74,7 +74,9 @@ impl Front {
         // SAFETY: both ends were just created and are owned once each.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-        let listeners = [self.listener.as_raw_fd(), self.unix.as_raw_fd()];
+        let listeners: Vec<_> = (self.listeners.iter().map(|l| l.as_raw_fd()))
+            .chain([self.unix.as_raw_fd()])
+            .collect();
         match crate::upgrade::start(program, &listeners, &[(HANDOVER_VAR, theirs.as_raw_fd())]) {
             Ok(p) => {
                 tracing::info!(program = %program.exe.display(), "upgrade: starting the new front on this one's sockets");
@@ -109,7 +111,9 @@ impl Front {
             return;
         };
         let reg = self.poll.registry();
-        let _ = reg.deregister(&mut self.listener);
+        for l in &mut self.listeners {
+            let _ = reg.deregister(l);
+        }
         let _ = reg.deregister(&mut SourceFd(&self.unix.as_raw_fd()));
         for b in self.backends.drain() {
             let _ = reg.deregister(&mut SourceFd(&b.sock.as_raw_fd()));
@@ -231,10 +235,10 @@ impl Front {
         self.client(key);
     }
 
-    /// A new front's inherited listening sockets: the public TCP port and the
+    /// A new front's inherited listening sockets: the public TCP port's and the
     /// backends' Unix socket, told apart by their address family.
-    pub(super) fn listeners_of(fds: Vec<OwnedFd>) -> Result<(TcpListener, OwnedFd), String> {
-        let (mut tcp, mut unix) = (None, None);
+    pub(super) fn listeners_of(fds: Vec<OwnedFd>) -> Result<(Vec<TcpListener>, OwnedFd), String> {
+        let (mut tcp, mut unix) = (Vec::new(), None);
         for fd in fds {
             let family = socket2::SockRef::from(&fd)
                 .local_addr()
@@ -245,11 +249,11 @@ impl Front {
             } else {
                 let l = std::net::TcpListener::from(fd);
                 l.set_nonblocking(true).map_err(|e| e.to_string())?;
-                tcp = Some(TcpListener::from_std(l));
+                tcp.push(TcpListener::from_std(l));
             }
         }
         match (tcp, unix) {
-            (Some(t), Some(u)) => Ok((t, u)),
+            (t, Some(u)) if !t.is_empty() => Ok((t, u)),
             _ => Err("an upgrade handed over no TCP listener or no Unix socket".into()),
         }
     }

@@ -70,10 +70,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const TCP: Token = Token(usize::MAX - 1);
-const UNIX: Token = Token(usize::MAX - 2);
+const UNIX: Token = Token(usize::MAX - 1);
 /// The old front's connections coming over (`handover`), in a new front.
-const HANDOVER: Token = Token(usize::MAX - 3);
+const HANDOVER: Token = Token(usize::MAX - 2);
+/// The public port's listening sockets: `TCP + i` for the i-th
+/// (`server.listen_sockets` of them, at most `MAX_LISTENERS`).
+const TCP: usize = usize::MAX - 64;
+const MAX_LISTENERS: usize = 32;
 /// The environment variable naming the new front's end of the socket pair its
 /// predecessor's connections come over (`handover`).
 const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
@@ -294,7 +297,8 @@ impl Settings {
 
 struct Front {
     poll: Poll,
-    listener: TcpListener,
+    /// The public port's sockets (`TCP + i`).
+    listeners: Vec<TcpListener>,
     /// `defer_accept = "auto"`: deferral off while the kernel's SYN queues overflow.
     auto_defer: Option<listener::AutoDefer>,
     unix: OwnedFd,
@@ -366,19 +370,33 @@ impl Front {
         } else {
             0
         };
+        // Several `SO_REUSEPORT` sockets on the port (`server.listen_sockets`, as a
+        // worker of `sluice serve` has), each with its own SYN and accept queues: a
+        // burst of new connections overflows one queue where it spreads over four,
+        // and `defer_accept = "auto"` switches deferral off on overflows (with one
+        // socket, a flood of 32,000 silent connections did, and then reached here).
         let mut tcp = match inherited_tcp {
-            Some(l) => {
-                listener::set_inherited(l.as_raw_fd(), unsent_max).map_err(|e| e.to_string())?;
-                l
+            Some(ls) => {
+                for l in &ls {
+                    listener::set_inherited(l.as_raw_fd(), unsent_max)
+                        .map_err(|e| e.to_string())?;
+                }
+                ls
             }
-            None => listener::bind(listen, 4096, defer, unsent_max).map_err(|e| {
-                let _ = std::fs::remove_file(unix_path);
-                format!("cannot listen on {listen}: {e}")
-            })?,
+            None => (0..config.server.listen_sockets.clamp(1, MAX_LISTENERS))
+                .map(|_| listener::bind(listen, 4096, defer, unsent_max))
+                .collect::<io::Result<Vec<_>>>()
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(unix_path);
+                    format!("cannot listen on {listen}: {e}")
+                })?,
         };
-        poll.registry()
-            .register(&mut tcp, TCP, Interest::READABLE)
-            .map_err(|e| e.to_string())?;
+        tcp.truncate(MAX_LISTENERS);
+        for (i, l) in tcp.iter_mut().enumerate() {
+            poll.registry()
+                .register(l, Token(TCP + i), Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+        }
         poll.registry()
             .register(&mut SourceFd(&unix.as_raw_fd()), UNIX, Interest::READABLE)
             .map_err(|e| e.to_string())?;
@@ -401,10 +419,13 @@ impl Front {
         let epoch = Instant::now();
         let auto_defer = (config.condition.defer_accept == sluice_config::DeferAccept::Auto
             && defer > 0)
-            .then(|| listener::AutoDefer::new(vec![tcp.as_raw_fd()], defer, CLOCK_BASE));
+            .then(|| {
+                let fds = tcp.iter().map(|l| l.as_raw_fd()).collect();
+                listener::AutoDefer::new(fds, defer, CLOCK_BASE)
+            });
         Ok(Front {
             poll,
-            listener: tcp,
+            listeners: tcp,
             auto_defer,
             unix,
             unix_path: unix_path.to_path_buf(),
@@ -439,7 +460,7 @@ impl Front {
         let _ = writeln!(
             std::io::stdout(),
             "sluice condition: {} → unix:{} ({} connections at most)",
-            self.listener
+            self.listeners[0]
                 .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_default(),
@@ -476,9 +497,9 @@ impl Front {
             self.now = CLOCK_BASE + self.epoch.elapsed().as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
-                    TCP => self.accept(),
                     UNIX => self.accept_backends(),
                     HANDOVER => self.adopt_handed(),
+                    Token(t) if (TCP..TCP + MAX_LISTENERS).contains(&t) => self.accept(t - TCP),
                     Token(t) if t >= BACKEND_BASE => self.backend_says(t - BACKEND_BASE),
                     Token(k) => self.client(k),
                 }
@@ -493,7 +514,9 @@ impl Front {
                 self.sweep();
                 if self.accept_paused {
                     self.accept_paused = false;
-                    self.accept();
+                    for i in 0..self.listeners.len() {
+                        self.accept(i);
+                    }
                 }
             }
             if self.upgrade_done() {
@@ -533,12 +556,13 @@ impl Front {
                 return Err(e);
             }
         };
-        // The front has no workers, sites or TLS of its own: only its own keys count.
+        // The front has no workers, sites or TLS of its own: only its own keys count
+        // (`condition.*`, and how many sockets it listens on).
         let later: Vec<&str> = self
             .config
             .restart_only_changes(&new)
             .into_iter()
-            .filter(|k| k.starts_with("condition."))
+            .filter(|k| k.starts_with("condition.") || *k == "server.listen_sockets")
             .collect();
         if !later.is_empty() {
             tracing::warn!(
