@@ -629,29 +629,10 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
         "packaging,persist,fair,slowread,sanity",
         "[http]\nheader_timeout = \"20s\"\n",
     );
-    let _backend = KillOnDrop(
-        Command::new(bin())
-            .arg("serve")
-            .arg(root.path())
-            .args(["--from", &format!("unix:{}", f.sock), "--allow-root"])
-            .args(["--workers", "2", "--access-log", "off"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-        assert!(t.elapsed() < Duration::from_secs(10), "not served");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _backend = serve_from(root.path(), &f.sock, "2");
+    wait_served(&f.addr);
     // What the front holds: a connection kept after its request, a head half sent.
-    let mut kept = TcpStream::connect(&f.addr).unwrap();
-    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
-        .unwrap();
-    assert!(hello(&mut kept).starts_with("HTTP/1.1 200"));
-    let mut half = TcpStream::connect(&f.addr).unwrap();
-    half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+    let (mut kept, mut half) = kept_and_half(&f.addr);
     // And one a backend holds: a download with a small buffer, not read yet.
     let mut dl = TcpStream::connect(&f.addr).unwrap();
     socket2::SockRef::from(&dl)
@@ -767,6 +748,43 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     assert!(ask(&f.addr).unwrap().starts_with("HTTP/1.1 200"));
 }
 
+/// `sluice serve ROOT --from unix:SOCK` with `workers` workers, staying root
+/// (`--allow-root`), killed on drop.
+fn serve_from(root: &Path, sock: &str, workers: &str) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(bin())
+            .arg("serve")
+            .arg(root)
+            .args(["--from", &format!("unix:{sock}"), "--allow-root"])
+            .args(["--workers", workers, "--access-log", "off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Wait (up to 10 s) until `GET /hello.txt` through `addr` is answered 200.
+fn wait_served(addr: &str) {
+    let t = Instant::now();
+    while !ask(addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        assert!(t.elapsed() < Duration::from_secs(10), "not served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a front holds: a connection kept after one answered request, and one
+/// that has sent half a head.
+fn kept_and_half(addr: &str) -> (TcpStream, TcpStream) {
+    let mut kept = TcpStream::connect(addr).unwrap();
+    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(hello(&mut kept).starts_with("HTTP/1.1 200"));
+    let mut half = TcpStream::connect(addr).unwrap();
+    half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+    (kept, half)
+}
+
 /// Read one answer to `GET /hello.txt` (up to its body) from `s`.
 fn hello(s: &mut TcpStream) -> String {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -799,29 +817,10 @@ fn the_front_answers_for_itself_at_server_status_front() {
         "packaging,persist,fair,slowread,sanity",
         "[http]\nheader_timeout = \"1s\"\n",
     );
-    let _backend = KillOnDrop(
-        Command::new(bin())
-            .arg("serve")
-            .arg(root.path())
-            .args(["--from", &format!("unix:{}", f.sock), "--allow-root"])
-            .args(["--workers", "1", "--access-log", "off"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-        assert!(t.elapsed() < Duration::from_secs(10), "not served");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _backend = serve_from(root.path(), &f.sock, "1");
+    wait_served(&f.addr);
     // One connection kept at the front after its request, one head never finished.
-    let mut kept = TcpStream::connect(&f.addr).unwrap();
-    kept.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
-        .unwrap();
-    assert!(hello(&mut kept).starts_with("HTTP/1.1 200"));
-    let mut half = TcpStream::connect(&f.addr).unwrap();
-    half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
+    let (_kept, mut half) = kept_and_half(&f.addr);
     let (out, closed) = read_to_end(&mut half);
     assert!(closed && String::from_utf8_lossy(&out).contains("408"));
 

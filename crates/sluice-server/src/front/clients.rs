@@ -55,36 +55,59 @@ impl Front {
                 self.closes[CloseReason::RangeCap.index()] += 1;
                 continue;
             }
-            // Never 0: a handoff id of 0 (generation 0, key 0) means "not handed
-            // over" to a backend (`sluice serve --from`'s `front_id`).
-            self.gen = self.gen.wrapping_add(1).max(1);
-            let entry = self.conns.vacant_entry();
-            let key = entry.key();
-            let mut c = FConn {
-                sock,
-                peer,
-                gen: self.gen,
-                st: St::Reading,
-                since: self.now,
-                rbuf: Vec::new(),
-                ready: Vec::new(),
-                capped,
-            };
-            if self
-                .poll
-                .registry()
-                .register(&mut c.sock, Token(key), Interest::READABLE)
-                .is_err()
-            {
-                if capped {
-                    self.caps.release(&RangeKey::of(peer.ip()));
-                }
-                continue;
-            }
-            entry.insert(c);
-            self.cond.park(key as u32, peer.ip(), Class::Incomplete);
-            self.client(key);
+            self.admit(sock, peer, St::Reading, self.now, Vec::new(), capped);
         }
+    }
+
+    /// Take a client connection into the table, accepted here or adopted from an
+    /// older front (`handover`): in state `st` since `since`, with the bytes `rbuf`
+    /// already read, counted in its range's cap if `capped` (the caller acquired
+    /// it). It is registered, parked in its class, and read at once. `false` if it
+    /// could not be registered (then it is closed and its cap released).
+    pub(super) fn admit(
+        &mut self,
+        sock: TcpStream,
+        peer: std::net::SocketAddr,
+        st: St,
+        since: u64,
+        rbuf: Vec<u8>,
+        capped: bool,
+    ) -> bool {
+        // Never 0: a handoff id of 0 (generation 0, key 0) means "not handed
+        // over" to a backend (`sluice serve --from`'s `front_id`).
+        self.gen = self.gen.wrapping_add(1).max(1);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let mut c = FConn {
+            sock,
+            peer,
+            gen: self.gen,
+            st,
+            since,
+            rbuf,
+            ready: Vec::new(),
+            capped,
+        };
+        if self
+            .poll
+            .registry()
+            .register(&mut c.sock, Token(key), Interest::READABLE)
+            .is_err()
+        {
+            if capped {
+                self.caps.release(&RangeKey::of(peer.ip()));
+            }
+            return false;
+        }
+        entry.insert(c);
+        let class = match st {
+            St::Idle => Class::Idle,
+            _ => Class::Incomplete,
+        };
+        self.cond.park(key as u32, peer.ip(), class);
+        // Its bytes may make a whole request already, and more may be waiting.
+        self.client(key);
+        true
     }
 
     /// Read what a client sent and see whether a whole request is here.

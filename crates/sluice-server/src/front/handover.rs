@@ -25,8 +25,7 @@
 
 use super::*;
 use mio::unix::SourceFd;
-use mio::{Interest, Token};
-use sluice_condition::{Class, RangeKey};
+use sluice_condition::RangeKey;
 use std::os::fd::FromRawFd;
 
 /// In a handed-over connection's id: it was kept between requests (`persist`).
@@ -202,37 +201,14 @@ impl Front {
             // Admitted by the old front under the same caps: counted, never refused.
             let _ = self.caps.acquire(&RangeKey::of(peer.ip()));
         }
-        let idle = h.id & IDLE != 0;
-        self.gen = self.gen.wrapping_add(1).max(1);
-        let entry = self.conns.vacant_entry();
-        let key = entry.key();
-        let mut c = FConn {
-            sock,
-            peer,
-            gen: self.gen,
-            st: if idle { St::Idle } else { St::Reading },
-            since: self.now - (h.id & AGE).min(CLOCK_BASE),
-            rbuf: h.request,
-            ready: Vec::new(),
-            capped,
+        let st = match h.id & IDLE {
+            0 => St::Reading,
+            _ => St::Idle,
         };
-        if self
-            .poll
-            .registry()
-            .register(&mut c.sock, Token(key), Interest::READABLE)
-            .is_err()
-        {
-            if capped {
-                self.caps.release(&RangeKey::of(peer.ip()));
-            }
-            return;
+        let since = self.now - (h.id & AGE).min(CLOCK_BASE);
+        if self.admit(sock, peer, st, since, h.request, capped) {
+            self.adopted += 1;
         }
-        entry.insert(c);
-        self.adopted += 1;
-        let class = if idle { Class::Idle } else { Class::Incomplete };
-        self.cond.park(key as u32, peer.ip(), class);
-        // Its bytes may make a whole request already, and more may be waiting.
-        self.client(key);
     }
 
     /// A new front's inherited listening sockets: the public TCP port's and the
