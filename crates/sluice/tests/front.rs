@@ -491,32 +491,10 @@ fn sluice_serve_from_waits_for_its_front_and_follows_a_restart() {
     served(&f.addr);
     // A download in flight across the restart: a reader with a small buffer that
     // has not read yet.
-    let mut dl = TcpStream::connect(&f.addr).unwrap();
-    socket2::SockRef::from(&dl)
-        .set_recv_buffer_size(16 << 10)
-        .unwrap();
-    dl.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
-        .unwrap();
-    let mut first = [0u8; 4096];
-    dl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let n = dl.read(&mut first).unwrap();
-    assert!(
-        first[..n].starts_with(b"HTTP/1.1 200"),
-        "{:?}",
-        String::from_utf8_lossy(&first[..n])
-    );
+    let dl = slow_download(&f.addr);
     let f = f.restart("packaging,persist");
     served(&f.addr);
-    let (rest, _) = read_to_end(&mut dl);
-    let mut whole = first[..n].to_vec();
-    whole.extend_from_slice(&rest);
-    let body = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(
-        whole[body..] == big[..],
-        "the download across the restart: {} of {} bytes",
-        whole.len() - body,
-        big.len()
-    );
+    dl.arrives_whole(&big, "the download across the restart");
     let pid = backend.0.id();
     let serving = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
     assert_eq!(
@@ -634,16 +612,7 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     // What the front holds: a connection kept after its request, a head half sent.
     let (mut kept, mut half) = kept_and_half(&f.addr);
     // And one a backend holds: a download with a small buffer, not read yet.
-    let mut dl = TcpStream::connect(&f.addr).unwrap();
-    socket2::SockRef::from(&dl)
-        .set_recv_buffer_size(16 << 10)
-        .unwrap();
-    dl.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
-        .unwrap();
-    let mut first = [0u8; 4096];
-    dl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let n = dl.read(&mut first).unwrap();
-    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    let dl = slow_download(&f.addr);
 
     let old = f.pid();
     let mut f = f;
@@ -735,16 +704,7 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(adopted >= 2, "adopted {adopted}");
-    let (rest, _) = read_to_end(&mut dl);
-    let mut whole = first[..n].to_vec();
-    whole.extend_from_slice(&rest);
-    let body = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(
-        whole[body..] == big[..],
-        "the download across the upgrade: {} of {} bytes",
-        whole.len() - body,
-        big.len()
-    );
+    dl.arrives_whole(&big, "the download across the upgrade");
     assert!(ask(&f.addr).unwrap().starts_with("HTTP/1.1 200"));
 }
 
@@ -783,6 +743,49 @@ fn kept_and_half(addr: &str) -> (TcpStream, TcpStream) {
     let mut half = TcpStream::connect(addr).unwrap();
     half.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();
     (kept, half)
+}
+
+/// A download of `/large.bin` by a reader with a 16 KiB receive buffer that has
+/// read its first bytes (the head) and then stops, so the server is still sending.
+struct SlowDownload {
+    sock: TcpStream,
+    first: Vec<u8>,
+}
+
+fn slow_download(addr: &str) -> SlowDownload {
+    let mut sock = TcpStream::connect(addr).unwrap();
+    socket2::SockRef::from(&sock)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
+    sock.write_all(b"GET /large.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut first = vec![0u8; 4096];
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let n = sock.read(&mut first).unwrap();
+    first.truncate(n);
+    assert!(
+        first.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&first)
+    );
+    SlowDownload { sock, first }
+}
+
+impl SlowDownload {
+    /// Read the rest: the body must be `big`, byte for byte.
+    fn arrives_whole(mut self, big: &[u8], what: &str) {
+        let (rest, _) = read_to_end(&mut self.sock);
+        let mut whole = self.first;
+        whole.extend_from_slice(&rest);
+        let body = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(
+            whole[body..] == big[..],
+            "{what}: {} of {} bytes",
+            whole.len() - body,
+            big.len()
+        );
+    }
 }
 
 /// Read one answer to `GET /hello.txt` (up to its body) from `s`.
