@@ -236,6 +236,11 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     }
     if !handed_over {
         systemd::notify("STOPPING=1");
+        if let Some(p) = upgrading.take() {
+            // Stopped while a new binary was starting on our sockets: it stops too
+            // (before, it went on serving, a server nobody had asked to keep).
+            p.cancel();
+        }
     }
     signal_all(&children, stop_with);
     // Close the master's copies of the listeners, so that once the processes close

@@ -434,6 +434,13 @@ pub(crate) fn run_process(
     if managed.is_none() && !handed_over {
         systemd::notify("STOPPING=1");
     }
+    if !handed_over {
+        if let Some(p) = upgrading.take() {
+            // Stopped while a new binary was starting on our sockets: it stops too
+            // (before, it went on serving, a server nobody had asked to keep).
+            p.cancel();
+        }
+    }
     shared.stop.store(true, Ordering::Relaxed);
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.

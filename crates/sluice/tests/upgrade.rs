@@ -293,3 +293,32 @@ fn a_log_rotation_reaches_an_old_server_finishing_its_downloads() {
     let _ = std::fs::remove_file(&rotated);
     assert!(running(new.0));
 }
+
+/// SIGTERM while a new binary is still starting (SIGUSR2 and SIGTERM back to back)
+/// stops that one too: once the old server has exited, nothing serves the port.
+/// Before, the new server went on serving on the inherited sockets, a server nobody
+/// had asked to keep (and with systemd, outside the unit's main process).
+#[test]
+fn a_stop_during_an_upgrade_stops_the_new_server_too() {
+    for processes in ["1", "2"] {
+        let srv = Server::start_with_config(docroot(), "", &["--processes", processes]);
+        srv.signal(libc::SIGUSR2);
+        srv.signal(libc::SIGTERM);
+        let mut srv = srv;
+        assert!(
+            srv.exited_within(Duration::from_secs(10)).is_some(),
+            "the old server did not stop ({processes} processes)"
+        );
+        assert!(
+            srv.stderr().contains("upgrade: starting the new server"),
+            "{}",
+            srv.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            std::net::TcpStream::connect(&srv.addr).is_err(),
+            "a new server serves after the stop ({processes} processes): {}",
+            srv.stderr()
+        );
+    }
+}
