@@ -201,11 +201,14 @@ pub(crate) fn start(
 
 impl Pending {
     /// Stop the new server before it serves (the old one is stopping): SIGTERM,
-    /// then wait for it.
+    /// then wait for it. Only while it is still our unreaped child: a master reaps
+    /// any child (`processes::reap`), and a reaped pid may name another process.
     pub(crate) fn cancel(mut self) {
-        // SAFETY: a signal to the child this process started and has not reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.child.wait();
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: a signal to our child, running and not reaped (just checked).
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
     }
 
     /// Look (without waiting) whether the new server serves, or has failed.

@@ -674,13 +674,7 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed) = hammer.join().unwrap();
-    let new: i32 = log()
-        .lines()
-        .find(|l| l.contains("the new server serves"))
-        .and_then(|l| l.split("pid=").nth(1))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no new front's pid in the log:\n{}", log()));
-    let _new = PidOnDrop(new);
+    let _new = PidOnDrop(new_front_pid(&log()));
     assert!(
         failed.is_empty() && ok > 0,
         "{ok} answered, {} not, around the upgrade: {:?}",
@@ -706,6 +700,15 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     assert!(adopted >= 2, "adopted {adopted}");
     dl.arrives_whole(&big, "the download across the upgrade");
     assert!(ask(&f.addr).unwrap().starts_with("HTTP/1.1 200"));
+}
+
+/// The pid of the new front an upgrade started, from the old front's `log`.
+fn new_front_pid(log: &str) -> i32 {
+    log.lines()
+        .find(|l| l.contains("the new server serves"))
+        .and_then(|l| l.split("pid=").nth(1))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no new front's pid in the log:\n{log}"))
 }
 
 /// `sluice serve ROOT --from unix:SOCK` with `workers` workers, staying root
@@ -973,14 +976,7 @@ fn the_front_listens_on_several_sockets_and_an_upgrade_takes_them_all() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let new: i32 = f
-        .log()
-        .lines()
-        .find(|l| l.contains("the new server serves"))
-        .and_then(|l| l.split("pid=").nth(1))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap();
-    let _new = PidOnDrop(new);
+    let _new = PidOnDrop(new_front_pid(&f.log()));
     assert_eq!(listening(), 3, "the new front holds the same sockets");
     assert!(TcpStream::connect(&f.addr).is_ok());
 }

@@ -73,10 +73,10 @@ use std::time::{Duration, Instant};
 const UNIX: Token = Token(usize::MAX - 1);
 /// The old front's connections coming over (`handover`), in a new front.
 const HANDOVER: Token = Token(usize::MAX - 2);
-/// The public port's listening sockets: `TCP + i` for the i-th
-/// (`server.listen_sockets` of them, at most `MAX_LISTENERS`).
-const TCP: usize = usize::MAX - 64;
-const MAX_LISTENERS: usize = 32;
+/// The public port's listening sockets: `TCP + i` for the i-th, as many as
+/// `server.listen_sockets` (the config bounds it by `MAX_LISTENERS`).
+const MAX_LISTENERS: usize = sluice_config::bounds::LISTEN_SOCKETS.1 as usize;
+const TCP: usize = usize::MAX - 2 - MAX_LISTENERS;
 /// The environment variable naming the new front's end of the socket pair its
 /// predecessor's connections come over (`handover`).
 const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
@@ -383,7 +383,7 @@ impl Front {
                 }
                 ls
             }
-            None => (0..config.server.listen_sockets.clamp(1, MAX_LISTENERS))
+            None => (0..config.server.listen_sockets)
                 .map(|_| listener::bind(listen, 4096, defer, unsent_max))
                 .collect::<io::Result<Vec<_>>>()
                 .map_err(|e| {
@@ -391,7 +391,6 @@ impl Front {
                     format!("cannot listen on {listen}: {e}")
                 })?,
         };
-        tcp.truncate(MAX_LISTENERS);
         for (i, l) in tcp.iter_mut().enumerate() {
             poll.registry()
                 .register(l, Token(TCP + i), Interest::READABLE)
