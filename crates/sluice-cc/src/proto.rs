@@ -19,14 +19,22 @@
 //! complete request (head and any body), with the client's socket in an
 //! `SCM_RIGHTS` control message.
 //!
-//! Sockets are socket2's; the messages are hand-written with libc because neither
-//! std nor socket2 builds `SCM_RIGHTS` control messages, and they are the product's
-//! own wire format.
+//! Sockets are socket2's; `sendmsg`/`recvmsg` with their `SCM_RIGHTS` control
+//! messages are rustix's (neither std nor socket2 builds control messages, and
+//! rustix's receive buffer closes any descriptor nobody takes). The messages'
+//! bytes are the product's own wire format, written here. libc remains for the one
+//! call on a descriptor number that may name nothing any more ([`send_done`]).
 
+use rustix::io::Errno;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
 use socket2::{Domain, SockAddr, Socket, Type};
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 
 pub const ASK: u8 = b'A';
@@ -110,20 +118,12 @@ pub fn listen(path: &Path) -> io::Result<OwnedFd> {
 
 /// Accept a downstream process on a listening stage socket (non-blocking).
 pub fn accept(listener: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: accept4 on our listening socket; no address wanted.
-    let fd = unsafe {
-        libc::accept4(
-            listener,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor from accept4.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // SAFETY: the caller holds its listening socket open for the call.
+    let l = unsafe { BorrowedFd::borrow_raw(listener) };
+    Ok(rustix::net::accept_with(
+        l,
+        rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+    )?)
 }
 
 /// `KEEP id` or `CLOSE id` for a connection handed over earlier, sent on `sock`
@@ -176,49 +176,41 @@ pub fn send_ctl(sock: RawFd, kind: u8, id: u64) -> io::Result<()> {
     m[0] = kind;
     m[1] = VERSION;
     m[4..12].copy_from_slice(&id.to_le_bytes());
+    // SAFETY: the caller holds its stage socket open for the call.
+    let sock = unsafe { BorrowedFd::borrow_raw(sock) };
     loop {
-        // SAFETY: send from a stack buffer on a socket we hold.
-        let n = unsafe { libc::send(sock, m.as_ptr().cast(), m.len(), libc::MSG_NOSIGNAL) };
-        if n == m.len() as isize {
-            return Ok(());
+        match rustix::net::send(sock, &m, SendFlags::NOSIGNAL) {
+            Ok(n) if n == m.len() => return Ok(()),
+            Ok(_) => return Err(io::ErrorKind::WriteZero.into()),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        let e = io::Error::last_os_error();
-        if n < 0 && e.kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return Err(if n < 0 {
-            e
-        } else {
-            io::ErrorKind::WriteZero.into()
-        });
     }
 }
 
 /// Read one control message: `Ok(None)` at EOF (the downstream process is gone).
 pub fn recv_ctl(sock: RawFd) -> io::Result<Option<(u8, u64)>> {
     let mut m = [0u8; CTL_LEN];
-    loop {
-        // SAFETY: recv into a stack buffer of its length.
-        let n = unsafe { libc::recv(sock, m.as_mut_ptr().cast(), m.len(), 0) };
-        if n == 0 {
-            return Ok(None);
+    // SAFETY: the caller holds its stage socket open for the call.
+    let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+    let n = loop {
+        match rustix::net::recv(sock, &mut m, RecvFlags::empty()) {
+            Ok((n, _)) => break n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n as usize != CTL_LEN || m[1] != VERSION || ![ASK, KEEP, CLOSE].contains(&m[0]) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "bad control message",
-            ));
-        }
-        let id = u64::from_le_bytes(m[4..12].try_into().expect("8 bytes"));
-        return Ok(Some((m[0], id)));
+    };
+    if n == 0 {
+        return Ok(None);
     }
+    if n != CTL_LEN || m[1] != VERSION || ![ASK, KEEP, CLOSE].contains(&m[0]) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad control message",
+        ));
+    }
+    let id = u64::from_le_bytes(m[4..12].try_into().expect("8 bytes"));
+    Ok(Some((m[0], id)))
 }
 
 /// Hand a client socket and its request downstream (one atomic message).
@@ -251,43 +243,19 @@ pub fn send_handoff(
         }
     }
     h[32..34].copy_from_slice(&peer.port().to_le_bytes());
-    let mut iov = [
-        libc::iovec {
-            iov_base: h.as_ptr() as *mut _,
-            iov_len: h.len(),
-        },
-        libc::iovec {
-            iov_base: request.as_ptr() as *mut _,
-            iov_len: request.len(),
-        },
-    ];
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = [0u64; 4]; // 32 bytes, aligned; CMSG_SPACE(4) is 24
-    debug_assert!(space <= std::mem::size_of_val(&cbuf));
-    // SAFETY: msghdr is plain data; the pointers below stay valid for the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = 2;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer has room for one cmsg carrying one descriptor.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), client);
-    }
+    // SAFETY: the caller holds both descriptors open for the call.
+    let (sock, client) = unsafe { (BorrowedFd::borrow_raw(sock), BorrowedFd::borrow_raw(client)) };
+    let fds = [client];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let pushed = control.push(SendAncillaryMessage::ScmRights(&fds));
+    debug_assert!(pushed, "the buffer is sized for one descriptor");
+    let iov = [IoSlice::new(&h), IoSlice::new(request)];
     loop {
-        // SAFETY: msg is fully initialised above.
-        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(_) => return Ok(()),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -296,66 +264,56 @@ pub fn send_handoff(
 pub fn recv_handoff(sock: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Handoff>> {
     buf.clear();
     buf.resize(HEADER_LEN + MAX_REQUEST, 0);
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    // SAFETY: msghdr is plain data; the buffers outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    let n = loop {
-        // SAFETY: recvmsg into the buffers described by msg.
-        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+    // SAFETY: the caller holds its stage socket open for the call.
+    let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+    // Room for more descriptors than a handoff carries, so that a bad message is
+    // seen as one (and its descriptors closed), not cut short by the kernel.
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        match rustix::net::recvmsg(sock, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+            Ok(m) => break m,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     };
-    // Take ownership of every descriptor that came, first, so none can leak.
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    // SAFETY: walking the control messages the kernel filled in.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
+    // Take every descriptor that came, first: the one kept is owned from here, and
+    // any other is closed as it drops (as is any left in `control`).
+    let (mut fd, mut count) = (None, 0usize);
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            for f in fds {
+                count += 1;
+                fd.get_or_insert(f);
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    if n == 0 && fds.is_empty() {
+    let n = msg.bytes;
+    if n == 0 && count == 0 {
         return Ok(None);
     }
-    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+    if msg
+        .flags
+        .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC)
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "bad handoff: truncated",
         ));
     }
-    if fds.len() != 1 {
+    let (Some(fd), 1) = (fd, count) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "bad handoff: descriptor count",
         ));
-    }
+    };
     let (id, peer) = decode(&buf[..n])?;
     Ok(Some(Handoff {
         id,
         peer,
         request: buf[HEADER_LEN..n].to_vec(),
-        fd: fds.pop().expect("one descriptor"),
+        fd,
     }))
 }
 
@@ -391,7 +349,7 @@ pub fn decode(msg: &[u8]) -> io::Result<(u64, SocketAddr)> {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     #[test]
     fn malformed_handoffs_are_refused() {
@@ -422,6 +380,52 @@ mod tests {
         for c in cases {
             assert!(decode(&c).is_err(), "{c:?}");
         }
+    }
+
+    /// A handoff with two descriptors (or none) is refused, every descriptor that
+    /// came with it is closed (none leaks into the backend), and the next, good
+    /// handoff on the same socket is read as usual.
+    #[test]
+    fn a_handoff_with_the_wrong_descriptors_is_refused_and_leaks_none() {
+        use std::os::unix::net::UnixStream;
+        let (up, down) = UnixStream::pair().unwrap(); // stands in for a stage socket
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = HANDOFF;
+        h[1] = VERSION;
+        h[2] = 4;
+        h[16..20].copy_from_slice(&[127, 0, 0, 1]);
+        let send_with = |fds: &[BorrowedFd<'_>]| {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !fds.is_empty() {
+                assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
+            }
+            rustix::net::sendmsg(&up, &[IoSlice::new(&h)], &mut control, SendFlags::empty())
+                .unwrap();
+        };
+        let (a1, mut b1) = UnixStream::pair().unwrap();
+        let (a2, mut b2) = UnixStream::pair().unwrap();
+        send_with(&[a1.as_fd(), a2.as_fd()]);
+        drop((a1, a2)); // the only copies left are the ones in flight
+        let mut buf = Vec::new();
+        let e = recv_handoff(down.as_raw_fd(), &mut buf).unwrap_err();
+        assert!(e.to_string().contains("descriptor count"), "{e}");
+        for b in [&mut b1, &mut b2] {
+            b.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            assert_eq!(
+                b.read(&mut [0u8; 1]).unwrap(),
+                0,
+                "a passed descriptor was kept open"
+            );
+        }
+        send_with(&[]);
+        let e = recv_handoff(down.as_raw_fd(), &mut buf).unwrap_err();
+        assert!(e.to_string().contains("descriptor count"), "{e}");
+        let (a3, _b3) = UnixStream::pair().unwrap();
+        send_with(&[a3.as_fd()]);
+        let got = recv_handoff(down.as_raw_fd(), &mut buf).unwrap().unwrap();
+        assert_eq!((got.id, got.peer), (0, "127.0.0.1:0".parse().unwrap()));
     }
 
     #[test]

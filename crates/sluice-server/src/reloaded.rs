@@ -19,10 +19,10 @@
 //!
 //! Owns both ends and nothing else. Cost: one failed `sendto` per reload when
 //! nothing waits. Written by hand: the product's own two-line protocol between
-//! two of its processes, on libc's `recvmsg` (std cannot read credentials yet).
+//! two of its processes; the credentials are read with rustix's `recvmsg` (std
+//! cannot read them yet).
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::{Duration, Instant};
@@ -89,20 +89,8 @@ pub fn ask(pid: u32, within: Duration) -> Result<(), String> {
         io::ErrorKind::AddrInUse => format!("another `sluice reload` is waiting for pid {pid}"),
         _ => format!("cannot wait for an answer: {e}"),
     })?;
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on our socket with a valid int.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PASSCRED,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(format!("SO_PASSCRED: {}", io::Error::last_os_error()));
-    }
+    rustix::net::sockopt::set_socket_passcred(&sock, true)
+        .map_err(|e| format!("SO_PASSCRED: {e}"))?;
     let sent_at = mono_ns();
     // SAFETY: a signal to the process the operator named.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) } != 0 {
@@ -147,38 +135,26 @@ pub fn ask(pid: u32, within: Duration) -> Result<(), String> {
     }
 }
 
-/// One datagram and its sender's pid, as the kernel vouches for it.
+/// One datagram and its sender's pid, as the kernel vouches for it (0 if the
+/// datagram came without credentials).
 fn recv_with_pid(sock: &UnixDatagram) -> io::Result<(String, libc::pid_t)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     let mut buf = [0u8; 4096];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    // SAFETY: msghdr is plain data; the buffers outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: recvmsg into the buffers described by msg.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = rustix::net::recvmsg(
+        sock,
+        &mut [io::IoSliceMut::new(&mut buf)],
+        &mut control,
+        RecvFlags::empty(),
+    )?;
     let mut pid = 0;
-    // SAFETY: walking the control messages the kernel filled in.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
-                let cred: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                pid = cred.pid;
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmCredentials(cred) = m {
+            pid = cred.pid.as_raw_nonzero().get();
         }
     }
-    let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+    let text = String::from_utf8_lossy(&buf[..msg.bytes.min(buf.len())]).into_owned();
     Ok((text, pid))
 }
 
