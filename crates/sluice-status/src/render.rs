@@ -179,8 +179,22 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         "sluice_build_info{{version=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION")
     );
-    counter(&mut o, "sluice_requests_total", "Requests answered.");
-    let _ = writeln!(o, "sluice_requests_total {}", t.requests);
+    // The counters that are one number each (labelled families follow).
+    for (name, help, val) in [
+        ("sluice_requests_total", "Requests answered.", t.requests),
+        ("sluice_sent_bytes_total", "Response bytes sent (heads and bodies).", t.bytes),
+        ("sluice_connections_accepted_total", "Connections accepted.", t.accepted),
+        ("sluice_worker_restarts_total", "Workers replaced after a panic.", t.restarts),
+        ("sluice_disk_waits_total", "File ranges not in the page cache, read by the disk threads while their response waited.", t.disk_waits),
+        ("sluice_disk_lookups_total", "Requests whose path or small file was not in the kernel's caches, looked up and read by the disk threads while the request waited.", t.disk_lookups),
+        ("sluice_answers_reused_total", "Requests answered from a worker's kept answers (files.answer_cache).", t.answers_reused),
+        ("sluice_defer_accept_offs_total", "Times a worker switched TCP_DEFER_ACCEPT off because the kernel reported SYN-queue overflows (defer_accept = \"auto\").", t.defer_offs),
+        ("sluice_access_log_lost_lines_total", "Access-log lines lost: not written (a full disk) or dropped (the disk fell behind).", t.log_lost),
+        ("sluice_rule_regex_failures_total", "Rule regexes that failed to compile on first use (over the size limit); they never match.", v.process.rule_regex_failures),
+    ] {
+        counter(&mut o, name, help);
+        let _ = writeln!(o, "{name} {val}");
+    }
     counter(
         &mut o,
         "sluice_responses_total",
@@ -189,18 +203,6 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
     for (c, n) in &t.responses {
         let _ = writeln!(o, "sluice_responses_total{{code=\"{c}\"}} {n}");
     }
-    counter(
-        &mut o,
-        "sluice_sent_bytes_total",
-        "Response bytes sent (heads and bodies).",
-    );
-    let _ = writeln!(o, "sluice_sent_bytes_total {}", t.bytes);
-    counter(
-        &mut o,
-        "sluice_connections_accepted_total",
-        "Connections accepted.",
-    );
-    let _ = writeln!(o, "sluice_connections_accepted_total {}", t.accepted);
     counter(
         &mut o,
         "sluice_connections_closed_total",
@@ -222,58 +224,6 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
     for (a, n) in ACTIONS.iter().zip(t.rule_actions) {
         let _ = writeln!(o, "sluice_rule_actions_total{{action=\"{a}\"}} {n}");
     }
-    counter(
-        &mut o,
-        "sluice_worker_restarts_total",
-        "Workers replaced after a panic.",
-    );
-    let _ = writeln!(o, "sluice_worker_restarts_total {}", t.restarts);
-    counter(
-        &mut o,
-        "sluice_disk_waits_total",
-        "File ranges not in the page cache, read by the disk threads while their response waited.",
-    );
-    let _ = writeln!(o, "sluice_disk_waits_total {}", t.disk_waits);
-    counter(
-        &mut o,
-        "sluice_disk_lookups_total",
-        "Requests whose path or small file was not in the kernel's caches, looked up and read by the disk threads while the request waited.",
-    );
-    let _ = writeln!(o, "sluice_disk_lookups_total {}", t.disk_lookups);
-    counter(
-        &mut o,
-        "sluice_answers_reused_total",
-        "Requests answered from a worker's kept answers (files.answer_cache).",
-    );
-    let _ = writeln!(o, "sluice_answers_reused_total {}", t.answers_reused);
-    gauge(
-        &mut o,
-        "sluice_front_attached_workers",
-        "Workers connected to their sluice condition front now (serve --from; 0 otherwise).",
-    );
-    let _ = writeln!(o, "sluice_front_attached_workers {}", t.front_attached);
-    counter(
-        &mut o,
-        "sluice_defer_accept_offs_total",
-        "Times a worker switched TCP_DEFER_ACCEPT off because the kernel reported SYN-queue overflows (defer_accept = \"auto\").",
-    );
-    let _ = writeln!(o, "sluice_defer_accept_offs_total {}", t.defer_offs);
-    counter(
-        &mut o,
-        "sluice_access_log_lost_lines_total",
-        "Access-log lines lost: not written (a full disk) or dropped (the disk fell behind).",
-    );
-    let _ = writeln!(o, "sluice_access_log_lost_lines_total {}", t.log_lost);
-    counter(
-        &mut o,
-        "sluice_rule_regex_failures_total",
-        "Rule regexes that failed to compile on first use (over the size limit); they never match.",
-    );
-    let _ = writeln!(
-        o,
-        "sluice_rule_regex_failures_total {}",
-        v.process.rule_regex_failures
-    );
     counter(
         &mut o,
         "sluice_cpu_wait_seconds_total",
@@ -328,6 +278,11 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
             "sluice_config_generation",
             "Reloads applied since start.",
             v.config_generation as f64,
+        ),
+        (
+            "sluice_front_attached_workers",
+            "Workers connected to their sluice condition front now (serve --from; 0 otherwise).",
+            t.front_attached as f64,
         ),
         (
             "sluice_loop_turn_longest_seconds",
