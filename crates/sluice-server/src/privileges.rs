@@ -2,7 +2,9 @@
 //!
 //! Owns the decision (who to become) and the switch itself. Called once by
 //! [`crate::supervisor::serve`] after the listeners are bound and the access logs opened, and
-//! before any worker thread exists, so no thread ever serves a request as root.
+//! before any worker thread exists, so no thread ever serves a request as root. The
+//! conditioning front and each of its `pass` relays drop root the same way, once
+//! their Unix socket is bound and given to the user ([`give_socket_and_switch`]).
 //! glibc's `setuid`/`setgid`/`setgroups` apply to every thread of the process anyway
 //! (it signals each one), so the log writer thread started earlier is switched too;
 //! the integration test reads `/proc/PID/task/*/status` to prove it.
@@ -98,6 +100,24 @@ pub fn lookup(name: &str) -> Result<Account, String> {
         });
     }
     Err(format!("user {name:?}: no such user"))
+}
+
+/// Give the Unix socket at `path` (bound as root) to `a`, then become `a`: the way a
+/// conditioning process (the front, each `pass` relay) drops root, so the process
+/// after it, serving as that user, may connect.
+pub fn give_socket_and_switch(path: &std::path::Path, a: &Account) -> Result<(), String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{}: a NUL in the path", path.display()))?;
+    // SAFETY: chown of a path with a valid C string.
+    if unsafe { libc::chown(c.as_ptr(), a.uid, a.gid) } != 0 {
+        return Err(format!(
+            "{}: giving the socket to {}: {}",
+            path.display(),
+            a.name,
+            std::io::Error::last_os_error()
+        ));
+    }
+    switch_to(a).map_err(|e| format!("dropping root: {e}"))
 }
 
 /// Become `a`: supplementary groups → its primary group only, then gid, then uid;

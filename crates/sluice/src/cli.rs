@@ -325,6 +325,9 @@ pub struct ConditionArgs {
     /// With --relay: the stage before this one, unix:PATH.
     #[arg(long, hide = true)]
     pub from: Option<String>,
+    /// With --relay, started as root: the user to serve as (the front's `server.user`).
+    #[arg(long, hide = true, requires = "relay")]
+    pub user: Option<String>,
 }
 
 #[derive(Subcommand)]

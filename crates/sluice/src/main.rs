@@ -46,8 +46,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let to = sluicecc::proto::unix_path(&a.to).to_path_buf();
             if a.relay {
                 let from = a.from.as_deref().unwrap_or_default();
-                sluice_server::front::relay(sluicecc::proto::unix_path(from), &to)
-                    .map_err(anyhow::Error::msg)?;
+                sluice_server::front::relay(
+                    sluicecc::proto::unix_path(from),
+                    &to,
+                    a.user.as_deref(),
+                )
+                .map_err(anyhow::Error::msg)?;
                 return Ok(ExitCode::SUCCESS);
             }
             let listen = a.listen.unwrap_or_default();

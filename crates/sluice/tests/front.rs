@@ -880,6 +880,19 @@ fn the_front_answers_for_itself_at_server_status_front() {
 /// served nothing.
 #[test]
 fn a_root_started_front_serves_as_nobody_with_backends_as_nobody() {
+    root_started_chain_serves_as_nobody("packaging,persist,fair,slowread,sanity");
+}
+
+/// The same with two `pass` relays between the front and the backend: each relay
+/// becomes `nobody` too, and gives its socket to that user (before, the relays
+/// stayed root, and the last one's socket, the one backends connect to, refused a
+/// backend serving as `nobody`; nor could the front, once `nobody`, stop them).
+#[test]
+fn a_root_started_chain_of_relays_serves_as_nobody() {
+    root_started_chain_serves_as_nobody("packaging,persist,fair,slowread,sanity,pass,pass");
+}
+
+fn root_started_chain_serves_as_nobody(filters: &str) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
@@ -893,7 +906,7 @@ fn a_root_started_front_serves_as_nobody_with_backends_as_nobody() {
     let f = front_in(
         dir,
         format!("127.0.0.1:{}", free_port()),
-        "packaging,persist,fair,slowread,sanity",
+        filters,
         "# allow_root is left out: the default\n",
     );
     let uid_of = |pid: u32| -> u32 {
@@ -910,7 +923,36 @@ fn a_root_started_front_serves_as_nobody_with_backends_as_nobody() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let nobody = uid_of(f.pid() as u32);
-    assert_eq!(std::fs::metadata(&f.sock).unwrap().uid(), nobody);
+    let relays: Vec<u32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", f.pid()))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(
+        relays.len(),
+        filters.matches("pass").count(),
+        "the front's relays"
+    );
+    for &r in &relays {
+        let t = Instant::now();
+        while uid_of(r) != nobody {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "relay {r} stayed root"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The socket backends connect to (the last relay's, with relays) is the user's.
+    let t = Instant::now();
+    while std::fs::metadata(&f.sock).map(|m| m.uid()).ok() != Some(nobody) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{} is not the user's",
+            f.sock
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let backend = KillOnDrop(
         Command::new(bin())
             .arg("serve")

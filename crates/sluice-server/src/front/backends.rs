@@ -111,24 +111,14 @@ impl Front {
     /// `nobody`, as for `sluice serve`), so backends that serve as that user can
     /// connect (a root-owned socket refused them), then become that user: no client
     /// byte is parsed as root. `allow_root = true` keeps root. Started as anyone
-    /// else, nothing changes. (`pass` relays, started before, keep the starting user.)
+    /// else, nothing changes. (`pass` relays do the same with their own sockets:
+    /// [`super::relay()`]'s `user`.)
     pub(super) fn become_user(&self) -> Result<(), String> {
         let server = &self.config.server;
         let Some(acct) = crate::privileges::plan(server.user.as_deref(), server.allow_root)? else {
             return Ok(());
         };
-        let path = std::ffi::CString::new(self.unix_path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("{}: a NUL in the path", self.unix_path.display()))?;
-        // SAFETY: chown of a path we just bound, with a valid C string.
-        if unsafe { libc::chown(path.as_ptr(), acct.uid, acct.gid) } != 0 {
-            return Err(format!(
-                "{}: giving the socket to {}: {}",
-                self.unix_path.display(),
-                acct.name,
-                io::Error::last_os_error()
-            ));
-        }
-        crate::privileges::switch_to(&acct).map_err(|e| format!("dropping root: {e}"))?;
+        crate::privileges::give_socket_and_switch(&self.unix_path, &acct)?;
         tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "conditioning as an unprivileged user; the backends' socket is the user's");
         Ok(())
     }

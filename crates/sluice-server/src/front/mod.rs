@@ -195,6 +195,11 @@ pub fn run(
     } else {
         let hop = |i: usize| PathBuf::from(format!("{}.{i}", to.display()));
         let exe = std::env::current_exe().map_err(|e| format!("relays: {e}"))?;
+        // Each relay drops root as this process does (`Front::become_user`), after
+        // binding its own socket and giving it to the user.
+        let user =
+            crate::privileges::plan(config.server.user.as_deref(), config.server.allow_root)?
+                .map(|a| a.name);
         for i in 0..filters.relays {
             let down = if i + 1 == filters.relays {
                 to.to_path_buf()
@@ -206,6 +211,7 @@ pub fn run(
                 .arg(format!("unix:{}", hop(i).display()))
                 .arg("--to")
                 .arg(format!("unix:{}", down.display()))
+                .args(user.iter().flat_map(|u| ["--user", u.as_str()]))
                 .spawn()
                 .map_err(|e| format!("starting relay {i}: {e}"))?;
             relays.push(child);

@@ -13,8 +13,10 @@ use std::time::Duration;
 /// `sluice condition --relay`: one pass-through process of a chain. It asks the
 /// stage before it for a connection whenever the stage after it asks, hands each
 /// one on unchanged, and passes KEEP and CLOSE back; it holds no connection
-/// itself. Exits when the stage before it goes away.
-pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
+/// itself. Exits when the stage before it goes away. `user`: started as root, the
+/// user to serve as once its socket is bound (given to that user, so the next stage,
+/// serving as that user too, may connect); the front passes its own.
+pub fn relay(from: &Path, to: &Path, user: Option<&str>) -> Result<(), String> {
     // A relay has no settings and no log file. A SIGHUP, SIGUSR1 or SIGUSR2 meant for
     // the front (sent to the process group, or by name) must not end it, as their
     // default action would, and with it every request passing through.
@@ -36,6 +38,10 @@ pub fn relay(from: &Path, to: &Path) -> Result<(), String> {
         }
     };
     let down_l = proto::listen(to).map_err(|e| e.to_string())?;
+    if let Some(u) = user {
+        let acct = crate::privileges::lookup(u)?;
+        crate::privileges::give_socket_and_switch(to, &acct)?;
+    }
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     poll.registry()
         .register(&mut SourceFd(&up.as_raw_fd()), Token(0), Interest::READABLE)
