@@ -266,8 +266,9 @@ pub fn recv_handoff(sock: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Handoff
     buf.resize(HEADER_LEN + MAX_REQUEST, 0);
     // SAFETY: the caller holds its stage socket open for the call.
     let sock = unsafe { BorrowedFd::borrow_raw(sock) };
-    // Room for more descriptors than a handoff carries, so that a bad message is
-    // seen as one (and its descriptors closed), not cut short by the kernel.
+    // Room for more than the one descriptor a handoff carries: a message with a few
+    // more is refused for its count, a larger one as cut short (`MSG_CTRUNC`; the
+    // kernel closes what did not fit). Either way none stays open here.
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let msg = loop {
