@@ -79,6 +79,15 @@ fn get_once(port: u16) -> Resp {
     read_response(&mut s, false).unwrap()
 }
 
+/// The `MAINPID=` a new server (or front) sent after an upgrade.
+fn main_pid(sock: &UnixDatagram) -> i32 {
+    let main = recv_until(sock, "MAINPID=");
+    main.lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{main:?}"))
+}
+
 fn recv_until(sock: &UnixDatagram, want: &str) -> String {
     let mut buf = [0u8; 4096];
     let t = Instant::now();
@@ -171,12 +180,7 @@ fn an_upgrade_makes_the_new_server_the_main_process() {
     let (_d, sock, srv) = notified_server(docroot(), &[]);
     recv_until(&sock, "READY=1");
     srv.signal(libc::SIGUSR2);
-    let main = recv_until(&sock, "MAINPID=");
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{main:?}"));
+    let pid = main_pid(&sock);
     let _new = PidOnDrop(pid);
     assert_ne!(pid as u32, srv.pid());
     assert!(
@@ -327,12 +331,7 @@ fn the_fronts_unit_is_told_ready_reloading_and_its_new_main_process() {
 
     // SAFETY: a signal to the front this test started.
     unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
-    let main = recv_until(&sock, "MAINPID=");
-    let new: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{main:?}"));
+    let new = main_pid(&sock);
     let _new = PidOnDrop(new);
     assert_ne!(new as u32, pid);
     let t = Instant::now();

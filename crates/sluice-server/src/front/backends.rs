@@ -107,18 +107,20 @@ impl Front {
         self.client(key);
     }
 
-    /// Started as root: give the backends' socket file to `server.user` (default
-    /// `nobody`, as for `sluice serve`), so backends that serve as that user can
-    /// connect (a root-owned socket refused them), then become that user: no client
-    /// byte is parsed as root. `allow_root = true` keeps root. Started as anyone
-    /// else, nothing changes. (`pass` relays do the same with their own sockets:
-    /// [`super::relay()`]'s `user`.)
-    pub(super) fn become_user(&self) -> Result<(), String> {
-        let server = &self.config.server;
-        let Some(acct) = crate::privileges::plan(server.user.as_deref(), server.allow_root)? else {
+    /// Started as root, `user` is `server.user` (default `nobody`, as for `sluice
+    /// serve`; `privileges::plan`): give the backends' socket file to that user, so
+    /// backends that serve as that user can connect (a root-owned socket refused
+    /// them), then become that user: no client byte is parsed as root. `None`
+    /// (`allow_root = true`, or not started as root): nothing changes. (`pass`
+    /// relays do the same with their own sockets: [`super::relay()`]'s `user`.)
+    pub(super) fn become_user(
+        &self,
+        user: Option<&crate::privileges::Account>,
+    ) -> Result<(), String> {
+        let Some(acct) = user else {
             return Ok(());
         };
-        crate::privileges::give_socket_and_switch(&self.unix_path, &acct)?;
+        crate::privileges::give_socket_and_switch(&self.unix_path, acct)?;
         tracing::info!(user = %acct.name, uid = acct.uid, gid = acct.gid, "conditioning as an unprivileged user; the backends' socket is the user's");
         Ok(())
     }

@@ -188,6 +188,8 @@ pub fn run(
     ] {
         signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signals: {e}"))?;
     }
+    // Started as root: whom this process and its relays become (`None`: stay).
+    let user = crate::privileges::plan(config.server.user.as_deref(), config.server.allow_root)?;
     // The chain: this process listens on `to` itself, or on the first relay's input.
     let mut relays = Vec::new();
     let first = if filters.relays == 0 {
@@ -197,9 +199,6 @@ pub fn run(
         let exe = std::env::current_exe().map_err(|e| format!("relays: {e}"))?;
         // Each relay drops root as this process does (`Front::become_user`), after
         // binding its own socket and giving it to the user.
-        let user =
-            crate::privileges::plan(config.server.user.as_deref(), config.server.allow_root)?
-                .map(|a| a.name);
         for i in 0..filters.relays {
             let down = if i + 1 == filters.relays {
                 to.to_path_buf()
@@ -211,7 +210,7 @@ pub fn run(
                 .arg(format!("unix:{}", hop(i).display()))
                 .arg("--to")
                 .arg(format!("unix:{}", down.display()))
-                .args(user.iter().flat_map(|u| ["--user", u.as_str()]))
+                .args(user.iter().flat_map(|a| ["--user", a.name.as_str()]))
                 .spawn()
                 .map_err(|e| format!("starting relay {i}: {e}"))?;
             relays.push(child);
@@ -224,7 +223,7 @@ pub fn run(
     };
     let result =
         Front::new(listen, &first, filters, config, nofile, signals, sockets).and_then(|f| {
-            f.become_user()?;
+            f.become_user(user.as_ref())?;
             f.run(config_path)
         });
     for mut r in relays {
