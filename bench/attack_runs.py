@@ -120,7 +120,8 @@ def main():
     ap.add_argument("--client-fifo", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the experiment list this many times, interleaved (round 1 of every "
-                         "experiment, then round 2, ...), and end with each ratio's median and rounds")
+                         "experiment, then round 2, ...), and end with each ratio's median and rounds "
+                         "(for incomplete-sweep, each step's)")
     ap.add_argument("--sluice-toml", default="",
                     help="TOML appended to sluice's config, e.g. '[condition]\\ndefer_accept = \"0\"' "
                          "(\\n for a newline)")
@@ -174,6 +175,9 @@ def main():
             if e != "incomplete-sweep":
                 for t, x in table_ratios(r.stdout):
                     ratios.setdefault((e, t), []).append(x)
+            else:
+                for t, step, x in sweep_ratios(r.stdout):
+                    ratios.setdefault((f"sweep {step}", t), []).append(x)
             watch.report(e, n if e != "incomplete-sweep" else 0)
         finally:
             for p in procs:
@@ -191,6 +195,19 @@ def main():
         for (e, t), xs in ratios.items():
             print(f"{e:18} {t:8} median {statistics.median(xs):6.2f}   rounds: "
                   f"{' '.join(f'{x:.2f}' for x in xs)}")
+
+
+def sweep_ratios(out):
+    """(target, step, ratio) of each row of an `incomplete-sweep` table."""
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] != "target":
+            try:
+                rows.append((f[0], f[1], float(f[4])))
+            except ValueError:
+                pass
+    return rows
 
 
 def table_ratios(out):

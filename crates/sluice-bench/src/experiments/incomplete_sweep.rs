@@ -10,7 +10,7 @@ use crate::report::Table;
 /// connections, 100 … `--max-concurrency` (the paper went to 32,000), per target.
 /// The run without an attack is measured first and again last (the `0-after` row):
 /// every ratio is to the mean of the two, so that one noisy window at either end does
-/// not tilt the whole curve.
+/// not tilt the whole curve. The targets take turns at every step.
 pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
     if let Some(d) = docroot_dir(o) {
         write_file(&d.join("size-1024.bin"), 1024)?;
@@ -26,12 +26,15 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         "p99_us",
         "ratio_to_none",
     ]);
-    let mut series = Vec::new();
-    for tg in &o.targets {
-        let mut pts = Vec::new();
-        // (label, incomplete connections, req/s, p99 µs), in the order measured.
-        let mut rows: Vec<(String, usize, f64, u64)> = Vec::new();
-        for &n in &steps {
+    // Step by step, every target in turn at each step (not one target's whole
+    // sweep after another's): the machine's speed drifts by ±15% over minutes here,
+    // and interleaving puts the same drift under every target's row of a step.
+    // Per target: the points plotted, and the rows (label, incomplete connections,
+    // req/s, p99 µs) in the order measured.
+    let mut pts: Vec<Vec<(f64, f64)>> = vec![Vec::new(); o.targets.len()];
+    let mut rows: Vec<Vec<(String, usize, f64, u64)>> = vec![Vec::new(); o.targets.len()];
+    for &n in &steps {
+        for (i, tg) in o.targets.iter().enumerate() {
             let kids = if n > 0 {
                 start_attack(tg, "silent", n, o)?
             } else {
@@ -43,13 +46,18 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
             let r = legit(tg, o);
             crate::attack::reap(kids);
             let r = r?;
-            pts.push(((n.max(1)) as f64, r.requests_per_s));
-            rows.push((n.to_string(), n, r.requests_per_s, r.latency_us.p99));
+            pts[i].push(((n.max(1)) as f64, r.requests_per_s));
+            rows[i].push((n.to_string(), n, r.requests_per_s, r.latency_us.p99));
         }
-        if steps.len() > 1 {
+    }
+    if steps.len() > 1 {
+        for (i, tg) in o.targets.iter().enumerate() {
             let r = legit(tg, o)?;
-            rows.push(("0-after".into(), 0, r.requests_per_s, r.latency_us.p99));
+            rows[i].push(("0-after".into(), 0, r.requests_per_s, r.latency_us.p99));
         }
+    }
+    let mut series = Vec::new();
+    for ((tg, rows), points) in o.targets.iter().zip(rows).zip(pts) {
         let nones: Vec<f64> = rows.iter().filter(|r| r.1 == 0).map(|r| r.2).collect();
         let none = nones.iter().sum::<f64>() / nones.len().max(1) as f64;
         for (label, _, rps, p99) in rows {
@@ -63,7 +71,7 @@ pub(super) fn run(o: &ExpOptions) -> Result<String, String> {
         }
         series.push(Series {
             name: tg.name.clone(),
-            points: pts,
+            points,
         });
     }
     finish(
