@@ -603,27 +603,28 @@ fn attack_experiments_hold_connections_and_report() {
         }
         most
     });
-    // One experiment against this server, 1 s per phase, 2 legitimate connections.
-    let run = |experiment: &str, attackers: &str| {
-        sluice(&[
-            "bench",
-            "run",
-            experiment,
-            "--target",
-            &target,
+    // One experiment against this server (named once per `--target`), 1 s per
+    // phase, 2 legitimate connections.
+    let run = |experiment: &str, attackers: &str, targets: &[&str]| {
+        let mut args = vec!["bench", "run", experiment];
+        for t in targets {
+            args.extend(["--target", *t]);
+        }
+        args.extend([
             "--docroot",
-            &root,
+            root.as_str(),
             "--out",
-            &outp,
+            outp.as_str(),
             "-d",
             "1s",
             "-c",
             "2",
             "--max-concurrency",
             attackers,
-        ])
+        ]);
+        sluice(&args)
     };
-    let o = run("persistent-hold", "300");
+    let o = run("persistent-hold", "300", &[&target]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -652,25 +653,8 @@ fn attack_experiments_hold_connections_and_report() {
 
     // The sweep with two targets (the same server under two names): the targets
     // take turns at each step, and each still gets its own three rows.
-    let o = sluice(&[
-        "bench",
-        "run",
-        "incomplete-sweep",
-        "--target",
-        &target,
-        "--target",
-        &format!("again=http://{}/", srv.addr),
-        "--docroot",
-        &root,
-        "--out",
-        &outp,
-        "-d",
-        "1s",
-        "-c",
-        "2",
-        "--max-concurrency",
-        "100",
-    ]);
+    let again = format!("again=http://{}/", srv.addr);
+    let o = run("incomplete-sweep", "100", &[&target, &again]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     for name in ["sluice", "again"] {
@@ -680,8 +664,7 @@ fn attack_experiments_hold_connections_and_report() {
         assert_eq!(rows.len(), 3, "{name}: steps 0, 100 and 0 again: {text}");
         // Each ratio is to the mean of the two runs without an attack, so theirs
         // straddle 1 (or are both 1).
-        let ratio =
-            |row: &str| -> f64 { row.split_whitespace().last().unwrap().parse().unwrap() };
+        let ratio = |row: &str| -> f64 { row.split_whitespace().last().unwrap().parse().unwrap() };
         let (first, last) = (ratio(rows[0]), ratio(rows[2]));
         assert!(rows[1].split_whitespace().nth(1) == Some("100"), "{text}");
         assert!(rows[2].contains("0-after"), "{text}");
