@@ -132,7 +132,8 @@ fn kernel_rto_max_ms() -> libc::c_int {
 /// download that long (5,851 done in the step against 19,215–27,238 without
 /// deferral). With the cap: 19,307 (docs/BENCHMARKS.md). What it costs: a peer that
 /// stops acknowledging is sent a retransmission every second rather than ever more
-/// rarely.
+/// rarely. From Linux 6.19 the cap also times the SYN-ACKs of connections waiting
+/// in the SYN queue, which shortens a deferral of 10 s to about 4 (docs/CONDITIONING.md).
 pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
     let (rto_max, user_timeout) = if on {
         (DEFERRED_RTO_MAX_MS, DEFERRED_USER_TIMEOUT_MS)
