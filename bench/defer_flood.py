@@ -104,14 +104,7 @@ def main():
 
 def sweep_top(out, n):
     """The sweep table's ratio at `n` incomplete connections."""
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) >= 5 and f[1] == str(n):
-            try:
-                return float(f[4])
-            except ValueError:
-                pass
-    return None
+    return next((x for _, step, x in attack_runs.sweep_ratios(out) if step == str(n)), None)
 
 
 if __name__ == "__main__":

@@ -666,7 +666,7 @@ fn attack_experiments_hold_connections_and_report() {
         // straddle 1 (or are both 1).
         let ratio = |row: &str| -> f64 { row.split_whitespace().last().unwrap().parse().unwrap() };
         let (first, last) = (ratio(rows[0]), ratio(rows[2]));
-        assert!(rows[1].split_whitespace().nth(1) == Some("100"), "{text}");
+        assert_eq!(rows[1].split_whitespace().nth(1), Some("100"), "{text}");
         assert!(rows[2].contains("0-after"), "{text}");
         assert!(
             (first - 1.0) * (last - 1.0) <= 0.0 && (first + last - 2.0).abs() < 0.02,
