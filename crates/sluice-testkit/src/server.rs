@@ -369,15 +369,21 @@ pub fn wait_for_stderr(srv: &Server, what: &str) {
     wait_for_text(|| srv.stderr(), what);
 }
 
-/// Wait (up to 5 s) until `text()` (a log, read again each time) contains `what`.
+/// Wait (up to 5 s, looking every 20 ms) until `text()` (a log, read again each
+/// time) contains `what`.
 pub fn wait_for_text(text: impl Fn() -> String, what: &str) {
+    wait_until(
+        || text().contains(what),
+        || format!("no {what:?} in: {}", text()),
+    );
+}
+
+/// Wait (up to 5 s, looking every 20 ms) until `done()`; past that, fail with
+/// `failure()`.
+pub fn wait_until(mut done: impl FnMut() -> bool, failure: impl Fn() -> String) {
     let t = Instant::now();
-    while !text().contains(what) {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "no {what:?} in: {}",
-            text()
-        );
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(5), "{}", failure());
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -914,14 +914,10 @@ fn root_started_chain_serves_as_nobody(filters: &str) {
         let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
         line.split_whitespace().nth(2).unwrap().parse().unwrap()
     };
-    let t = Instant::now();
-    while uid_of(f.pid() as u32) == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the front stayed root"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        || uid_of(f.pid() as u32) != 0,
+        || "the front stayed root".into(),
+    );
     let nobody = uid_of(f.pid() as u32);
     let relays: Vec<u32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", f.pid()))
         .unwrap()
@@ -934,25 +930,13 @@ fn root_started_chain_serves_as_nobody(filters: &str) {
         "the front's relays"
     );
     for &r in &relays {
-        let t = Instant::now();
-        while uid_of(r) != nobody {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "relay {r} stayed root"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(|| uid_of(r) == nobody, || format!("relay {r} stayed root"));
     }
     // The socket backends connect to (the last relay's, with relays) is the user's.
-    let t = Instant::now();
-    while std::fs::metadata(&f.sock).map(|m| m.uid()).ok() != Some(nobody) {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "{} is not the user's",
-            f.sock
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        || std::fs::metadata(&f.sock).map(|m| m.uid()).ok() == Some(nobody),
+        || format!("{} is not the user's", f.sock),
+    );
     let backend = KillOnDrop(
         Command::new(bin())
             .arg("serve")
