@@ -380,10 +380,17 @@ pub fn wait_for_text(text: impl Fn() -> String, what: &str) {
 
 /// Wait (up to 5 s, looking every 20 ms) until `done()`; past that, fail with
 /// `failure()`.
-pub fn wait_until(mut done: impl FnMut() -> bool, failure: impl Fn() -> String) {
+pub fn wait_until(done: impl FnMut() -> bool, failure: impl Fn() -> String) {
+    wait_within(Duration::from_secs(5), done, failure);
+}
+
+/// Wait (up to `limit`, looking every 20 ms) until `done()`; past that, fail with
+/// `failure()`. For what takes longer than [`wait_until`]'s 5 s on a busy
+/// machine (a process starting, an upgrade), or must happen sooner.
+pub fn wait_within(limit: Duration, mut done: impl FnMut() -> bool, failure: impl Fn() -> String) {
     let t = Instant::now();
     while !done() {
-        assert!(t.elapsed() < Duration::from_secs(5), "{}", failure());
+        assert!(t.elapsed() < limit, "{}", failure());
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -142,15 +142,14 @@ fn a_range_over_its_cap_gets_503_and_others_do_not() {
     assert_eq!(keepalive_get(&mut other, "/hello.txt"), Some(200));
     // When one of the four leaves, the range may connect again.
     drop(held.pop());
-    let t = Instant::now();
-    loop {
-        let mut s = connect_from("127.77.0.3", &srv.addr).unwrap();
-        if keepalive_get(&mut s, "/hello.txt") == Some(200) {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(3), "range stayed capped");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_within(
+        Duration::from_secs(3),
+        || {
+            let mut s = connect_from("127.77.0.3", &srv.addr).unwrap();
+            keepalive_get(&mut s, "/hello.txt") == Some(200)
+        },
+        || "range stayed capped".into(),
+    );
 }
 
 /// nginx's `limit_conn` on the client address, counted from accept: an address
@@ -230,14 +229,11 @@ cap_address = 5
     assert!(over("127.88.0.1"), "the sixth connection of one address");
     // When the held connections close, the address may connect again.
     drop((held, fourth, fifth));
-    let t = Instant::now();
-    while get_from("127.88.0.1").1 != Some(200) {
-        assert!(
-            t.elapsed() < Duration::from_secs(3),
-            "address stayed capped"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_within(
+        Duration::from_secs(3),
+        || get_from("127.88.0.1").1 == Some(200),
+        || "address stayed capped".into(),
+    );
     let status = srv.status_json();
     assert!(
         status["closes_by_reason"]["range_cap"].as_u64().unwrap() >= 2,

@@ -8,7 +8,7 @@
 
 use sluice_testkit::*;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Open `n` connections that send nothing (each blocking connect returns once the
 /// handshake is done from the client's side, deferred or answered by a cookie).
@@ -82,15 +82,10 @@ fn a_syn_queue_overflow_turns_deferral_off_and_more_sockets_prevent_it() {
         &["--workers", "1"],
     );
     let held = silent(&srv.addr, burst);
-    let t = Instant::now();
-    while offs(&srv) == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "deferral never switched off; log:\n{}",
-            srv.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        || offs(&srv) > 0,
+        || format!("deferral never switched off; log:\n{}", srv.stderr()),
+    );
     assert!(
         srv.stderr().contains("TCP_DEFER_ACCEPT off"),
         "{}",

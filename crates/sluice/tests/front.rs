@@ -120,11 +120,11 @@ fn front_in(dir: tempfile::TempDir, addr: String, filters: &str, config: &str) -
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while TcpStream::connect(&addr).is_err() || !Path::new(&sock).exists() {
-        assert!(t.elapsed() < Duration::from_secs(10), "front did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_within(
+        Duration::from_secs(10),
+        || TcpStream::connect(&addr).is_ok() && Path::new(&sock).exists(),
+        || "front did not start".into(),
+    );
     FrontProc {
         child: KillOnDrop(child),
         addr,
@@ -470,17 +470,14 @@ fn sluice_serve_from_waits_for_its_front_and_follows_a_restart() {
     let backend = KillOnDrop(backend);
     assert!(line.contains("serving"), "{line}");
     let served = |addr: &str| {
-        let t = Instant::now();
-        loop {
-            let o = curl(&["--max-time", "3", &format!("http://{addr}/hello.txt")]);
-            if o.stdout == b"hello world\n" {
-                return;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "not served through {addr}"
-            );
-        }
+        wait_within(
+            Duration::from_secs(10),
+            || {
+                curl(&["--max-time", "3", &format!("http://{addr}/hello.txt")]).stdout
+                    == b"hello world\n"
+            },
+            || format!("not served through {addr}"),
+        )
     };
     let f = front_in(
         dir,
@@ -553,21 +550,18 @@ fn ccserver_connects_to_the_next_front_after_a_restart() {
     let mut cc = KillOnDrop(start_ccserver(root.path(), &f.sock));
     assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
     let f = f.restart("packaging,persist");
-    let t = Instant::now();
-    loop {
-        let o = curl(&["--max-time", "3", &format!("http://{}/hello.txt", f.addr)]);
-        if o.stdout == b"hello world\n" {
-            break;
-        }
-        assert!(
-            cc.0.try_wait().unwrap().is_none(),
-            "ccserver exited when its front went away"
-        );
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "not served after the restart"
-        );
-    }
+    wait_within(
+        Duration::from_secs(10),
+        || {
+            assert!(
+                cc.0.try_wait().unwrap().is_none(),
+                "ccserver exited when its front went away"
+            );
+            let o = curl(&["--max-time", "3", &format!("http://{}/hello.txt", f.addr)]);
+            o.stdout == b"hello world\n"
+        },
+        || "not served after the restart".into(),
+    );
 }
 
 /// A complete request no backend takes (none is there, or all are busy) is
@@ -623,15 +617,11 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     let log_path = f.log.clone();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let wait_log = |what: &str| {
-        let t = Instant::now();
-        while !log().contains(what) {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "the front's log never said {what:?}:\n{}",
-                log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_within(
+            Duration::from_secs(10),
+            || log().contains(what),
+            || format!("the front's log never said {what:?}:\n{}", log()),
+        )
     };
     // A new binary that cannot start: the old front goes on.
     let good = std::fs::read_to_string(&f.cfg).unwrap();
@@ -662,15 +652,11 @@ fn the_front_upgrades_in_place_and_hands_over_every_connection_it_holds() {
     };
     std::thread::sleep(Duration::from_millis(300));
     usr2();
-    let t = Instant::now();
-    while f.child.0.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the old front did not exit:\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_within(
+        Duration::from_secs(10),
+        || f.child.0.try_wait().unwrap().is_some(),
+        || format!("the old front did not exit:\n{}", log()),
+    );
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed) = hammer.join().unwrap();
@@ -729,11 +715,11 @@ fn serve_from(root: &Path, sock: &str, workers: &str) -> KillOnDrop {
 
 /// Wait (up to 10 s) until `GET /hello.txt` through `addr` is answered 200.
 fn wait_served(addr: &str) {
-    let t = Instant::now();
-    while !ask(addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-        assert!(t.elapsed() < Duration::from_secs(10), "not served");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_within(
+        Duration::from_secs(10),
+        || ask(addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")),
+        || "not served".into(),
+    );
 }
 
 /// What a front holds: a connection kept after one answered request, and one
@@ -948,18 +934,16 @@ fn root_started_chain_serves_as_nobody(filters: &str) {
             .spawn()
             .unwrap(),
     );
-    let t = Instant::now();
-    loop {
-        if ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "a backend serving as nobody is not served through the front:\n{}",
-            f.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_within(
+        Duration::from_secs(10),
+        || ask(&f.addr).is_ok_and(|r| r.starts_with("HTTP/1.1 200")),
+        || {
+            format!(
+                "a backend serving as nobody is not served through the front:\n{}",
+                f.log()
+            )
+        },
+    );
     let pid = backend.0.id();
     assert_eq!(uid_of(pid), nobody, "the backend serves as nobody too");
 }
@@ -993,15 +977,16 @@ fn the_front_listens_on_several_sockets_and_an_upgrade_takes_them_all() {
     let mut f = f;
     // SAFETY: a signal to the front this test started.
     unsafe { libc::kill(old, libc::SIGUSR2) };
-    let t = Instant::now();
-    while f.child.0.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "no upgrade:\n{}",
-            f.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log_path = f.log.clone();
+    let child = &mut f.child.0;
+    wait_within(
+        Duration::from_secs(10),
+        || child.try_wait().unwrap().is_some(),
+        || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            format!("no upgrade:\n{log}")
+        },
+    );
     let _new = PidOnDrop(new_front_pid(&f.log()));
     assert_eq!(listening(), 3, "the new front holds the same sockets");
     assert!(TcpStream::connect(&f.addr).is_ok());

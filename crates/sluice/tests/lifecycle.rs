@@ -189,30 +189,24 @@ fn reload_edge_cases() {
         ))
         .status
     };
-    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
-        let t = Instant::now();
-        while !f() {
-            assert!(t.elapsed() < Duration::from_secs(5), "{what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     let failures = || srv.stderr().matches("reload failed").count();
     // 1. A root that does not exist: refused, old config keeps serving.
     std::fs::write(&cfg, "[server]\nroot = \"/nonexistent/sluice\"\n").unwrap();
     srv.signal(libc::SIGHUP);
     // The command-line root wins over the file's, so this reload is good.
-    wait_for("reload with CLI root", &|| {
-        srv.stderr().contains("reloaded")
-    });
+    wait_for_stderr(&srv, "reloaded");
     assert_eq!(status("/hello.txt"), 200);
     // 2. A broken file, then a good one: the good one applies.
     std::fs::write(&cfg, "[files]\nlisting = nope\n").unwrap();
     srv.signal(libc::SIGHUP);
-    wait_for("failed reload logged", &|| failures() == 1);
+    wait_until(|| failures() == 1, || "failed reload logged".into());
     assert_eq!(status("/list/"), 200);
     std::fs::write(&cfg, "[files]\nlisting = false\n").unwrap();
     srv.signal(libc::SIGHUP);
-    wait_for("reload after a failed one", &|| status("/list/") == 403);
+    wait_until(
+        || status("/list/") == 403,
+        || "reload after a failed one".into(),
+    );
     // 3. Overrides survived: same address (we are talking to it), same root, and
     //    the access log still receives lines.
     assert_eq!(status("/hello.txt"), 200);

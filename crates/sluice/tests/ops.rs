@@ -60,11 +60,7 @@ fn reload_applies_good_config_and_keeps_serving_on_bad() {
 
     std::fs::write(&cfg, "[files]\nlisting = false\n").unwrap();
     srv.signal(libc::SIGHUP);
-    let t = Instant::now();
-    while list(&srv) != 403 {
-        assert!(t.elapsed() < Duration::from_secs(5), "reload not applied");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(|| list(&srv) == 403, || "reload not applied".into());
 
     std::fs::write(&cfg, "[files]\nlisting = maybe\n").unwrap();
     srv.signal(libc::SIGHUP);
@@ -158,21 +154,13 @@ fn the_log_level_is_applied_at_start_and_by_a_reload_and_restart_only_keys_are_n
     std::fs::write(&cfg, "[log]\nlevel = \"warn\"\n").unwrap();
     let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
     let list = |srv: &Server| srv.get("GET /list/ HTTP/1.1\r\nHost: a\r\n\r\n").status;
-    let wait_until = |what: &str, f: &dyn Fn() -> bool| {
-        let t = Instant::now();
-        while !f() {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "{what}: {}",
-                srv.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     // At "warn" a reload's own info line is not logged, though the reload applies.
     std::fs::write(&cfg, "[log]\nlevel = \"warn\"\n[files]\nlisting = false\n").unwrap();
     srv.signal(libc::SIGHUP);
-    wait_until("listing off", &|| list(&srv) == 403);
+    wait_until(
+        || list(&srv) == 403,
+        || format!("listing off: {}", srv.stderr()),
+    );
     assert!(
         !srv.stderr().contains("reloaded configuration"),
         "{}",
@@ -236,11 +224,10 @@ fn the_operators_content_types_are_served_and_a_reload_changes_them() {
     }
     std::fs::write(&cfg, types("application/json")).unwrap();
     srv.signal(libc::SIGHUP);
-    let t = Instant::now();
-    while type_of("/site.webmanifest") != "application/json" {
-        assert!(t.elapsed() < Duration::from_secs(5), "reload not applied");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        || type_of("/site.webmanifest") == "application/json",
+        || "reload not applied".into(),
+    );
 }
 
 #[test]
@@ -313,14 +300,11 @@ fn sigterm_finishes_the_download_in_flight_then_exits_zero() {
     let mut got = 0;
     srv.signal(libc::SIGTERM);
     // New connections are refused once it stops accepting (the listeners are closed).
-    let t = Instant::now();
-    while std::net::TcpStream::connect(&srv.addr).is_ok() {
-        assert!(
-            t.elapsed() < Duration::from_secs(3),
-            "still accepting after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_within(
+        Duration::from_secs(3),
+        || std::net::TcpStream::connect(&srv.addr).is_err(),
+        || "still accepting after SIGTERM".into(),
+    );
     let mut buf = vec![0u8; 1 << 16];
     loop {
         match s.read(&mut buf) {
@@ -379,17 +363,15 @@ fn access_log_is_flushed_within_a_second_or_two() {
     let _ = std::fs::remove_file(&log);
     let srv = Server::start_in(dir, &["--access-log", log.to_str().unwrap()]);
     srv.get("GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
-    let t = Instant::now();
-    loop {
-        if std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("/hello.txt")
-        {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(3), "log not flushed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_within(
+        Duration::from_secs(3),
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("/hello.txt")
+        },
+        || "log not flushed".into(),
+    );
     let _ = std::fs::remove_file(log);
 }
 
