@@ -161,19 +161,6 @@ def probe_p99(sluice_bin, port, seconds):
     return json.loads(out)["latency_us"]["p99"]
 
 
-def rss(pid):
-    total = 0
-    for p in compare.tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
-
-
 def start_sluice(sluice_bin, workers=2, prefix=(), processes=0, extra=""):
     port = compare.PORTS["sluice"]
     with open(f"{compare.WORK}/sluice-attack.toml", "w") as f:
@@ -225,14 +212,14 @@ def main():
                                                  "ratio": under / max(base, 1)}
                 else:
                     base = wrk(port, a.duration)
-                    rss0 = rss(p.pid)
+                    rss0 = compare.rss_bytes(p.pid)
                     n = DEFAULT_N[attack]
                     procs = [subprocess.Popen([sys.executable, __file__, "--attacker", attack, src, str(n),
                                                str(port), str(a.ramp + a.duration + 2)],
                                               stdout=subprocess.PIPE, text=True, start_new_session=True)
                              for src in ATTACKERS]
                     time.sleep(a.ramp)
-                    rss1 = rss(p.pid)
+                    rss1 = compare.rss_bytes(p.pid)
                     under = wrk(port, a.duration)
                     for q in procs:
                         q.wait()

@@ -199,6 +199,25 @@ def cpu_seconds(pid):
     return total / TICK
 
 
+def nstat(counters):
+    """The kernel's counters named in `counters` (`nstat -az`), as a dict."""
+    out = subprocess.run(["nstat", "-az", *counters], capture_output=True, text=True).stdout
+    return {f[0]: int(f[1]) for f in (l.split() for l in out.splitlines()[1:]) if len(f) >= 2}
+
+
+def softirq_seconds():
+    """The machine's softirq time (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as f:
+        cpu = f.readline().split()
+    return int(cpu[7]) / TICK
+
+
+def backlog_drops():
+    """Packets dropped from the CPUs' input backlogs (/proc/net/softnet_stat, column 2)."""
+    with open("/proc/net/softnet_stat") as f:
+        return sum(int(l.split()[1], 16) for l in f if l.strip())
+
+
 def rss_bytes(pid):
     total = 0
     for p in tree(pid):

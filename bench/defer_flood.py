@@ -31,24 +31,6 @@ COUNTERS = ["TcpExtTCPDeferAcceptDrop", "TcpExtSyncookiesSent", "TcpExtSyncookie
             "TcpInSegs", "TcpOutSegs"]
 
 
-def nstat():
-    out = subprocess.run(["nstat", "-az", *COUNTERS], capture_output=True, text=True).stdout
-    return {f[0]: int(f[1]) for f in (l.split() for l in out.splitlines()[1:]) if len(f) >= 2}
-
-
-def softirq_seconds():
-    """The machine's softirq time (all CPUs), from /proc/stat."""
-    with open("/proc/stat") as f:
-        cpu = f.readline().split()
-    return int(cpu[7]) / os.sysconf("SC_CLK_TCK")
-
-
-def backlog_drops():
-    """Packets dropped from the CPUs' input backlogs (/proc/net/softnet_stat, column 2)."""
-    with open("/proc/net/softnet_stat") as f:
-        return sum(int(l.split()[1], 16) for l in f if l.strip())
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -73,9 +55,11 @@ def main():
                        f"sluice=http://127.0.0.1:{port}/", "--docroot", compare.WWW,
                        "--out", f"{compare.WORK}/defer-flood-out", "-d", f"{a.duration}s",
                        "-c", "10", "--max-concurrency", str(a.n)]
-                n0, cpu0, sirq0, d0 = nstat(), compare.cpu_seconds(p.pid), softirq_seconds(), backlog_drops()
+                n0, cpu0 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid)
+                sirq0, d0 = compare.softirq_seconds(), compare.backlog_drops()
                 out = subprocess.run(cmd, capture_output=True, text=True)
-                n1, cpu1, sirq1, d1 = nstat(), compare.cpu_seconds(p.pid), softirq_seconds(), backlog_drops()
+                n1, cpu1 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid)
+                sirq1, d1 = compare.softirq_seconds(), compare.backlog_drops()
             finally:
                 os.killpg(p.pid, 15)
                 p.wait(timeout=20)

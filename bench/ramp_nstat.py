@@ -10,22 +10,29 @@ Each round runs `sluice bench run concurrency --max-concurrency MAX -d DURATION`
 (with --stagger, `--download-stagger`: the downloads out of step) against
 one server at a time (servers as in bench/compare.py, 2 workers each), reads
 `nstat` before and after, and prints the counters that moved with the server's CPU
-(utime + stime from /proc) per GiB of finished downloads. A SYN cookie caps a
+(utime + stime from /proc) per GiB of finished downloads, the load generator's CPU,
+the machine's softirq time, drops from the CPUs' input backlogs, and the top step's
+row of the ramp (downloads done and MiB/s, where the servers part). A SYN cookie caps a
 connection's MSS at 1460 bytes, 45x below loopback's; a ramp that overflows a
 listener's SYN queue shows up here as cookies and a retransmission storm.
 """
-import argparse, os, subprocess, sys
+import argparse, os, resource, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
 
 COUNTERS = ["TcpExtSyncookiesSent", "TcpExtTCPReqQFullDoCookies", "TcpExtListenOverflows",
-            "TcpRetransSegs", "TcpExtTCPSlowStartRetrans", "TcpExtTCPTimeouts", "TcpOutSegs"]
+            "TcpRetransSegs", "TcpExtTCPSlowStartRetrans", "TcpExtTCPTimeouts", "TcpOutSegs",
+            # The kernel's TCP memory: pressure entered, receive queues pruned and
+            # collapsed, segments dropped for want of memory.
+            "TcpExtTCPMemoryPressures", "TcpExtPruneCalled", "TcpExtTCPRcvCollapsed",
+            "TcpExtTCPRcvQDrop", "TcpExtTCPAbortOnMemory", "TcpExtTCPBacklogDrop"]
 
 
-def nstat():
-    out = subprocess.run(["nstat", "-az", *COUNTERS], capture_output=True, text=True).stdout
-    return {f[0]: int(f[1]) for f in (l.split() for l in out.splitlines()[1:]) if len(f) >= 2}
+def client_cpu():
+    """CPU seconds of the finished load generators (this script's waited children)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def main():
@@ -54,18 +61,26 @@ def main():
                        "--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
                 if a.stagger:
                     cmd.append("--download-stagger")
-                n0, c0 = nstat(), compare.cpu_seconds(p.pid)
+                n0, c0, k0 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid), client_cpu()
+                s0, d0 = compare.softirq_seconds(), compare.backlog_drops()
                 run = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=compare.raise_nofile)
-                n1, c1 = nstat(), compare.cpu_seconds(p.pid)
+                n1, c1, k1 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid), client_cpu()
+                s1, d1 = compare.softirq_seconds(), compare.backlog_drops()
             finally:
                 p.terminate()
                 p.wait(timeout=30)
-            rows = [l.split() for l in run.stdout.splitlines() if l.strip().startswith(s) and len(l.split()) > 10]
-            done = sum(int(f[4]) for f in rows if f[4].isdigit())
+            rows = [f for f in (l.split() for l in run.stdout.splitlines())
+                    if len(f) > 10 and f[0] == s and f[1].isdigit()]
+            done = sum(int(f[4]) for f in rows)
             gib = done * 262144 / 2**30
             moved = " ".join(f"{k}={n1.get(k, 0) - n0.get(k, 0)}" for k in COUNTERS)
             print(f"round {r + 1} {s:7} {moved} server_cpu={c1 - c0:.2f}s downloads={done} "
-                  f"GiB={gib:.2f} cpu_s_per_GiB={(c1 - c0) / max(gib, 1e-9):.3f}", flush=True)
+                  f"GiB={gib:.2f} cpu_s_per_GiB={(c1 - c0) / max(gib, 1e-9):.3f} "
+                  f"client_cpu={k1 - k0:.2f}s softirq={s1 - s0:.2f}s backlog_drops={d1 - d0}", flush=True)
+            # The top two steps: where the servers part (downloads done, MiB/s).
+            for f in rows[-2:]:
+                print(f"  step {f[1]}: downloads done {f[4]}, ttfb p99 {f[7]} ms, "
+                      f"probe p99 {f[9]} ms, {f[11]} MiB/s", flush=True)
 
 
 if __name__ == "__main__":
