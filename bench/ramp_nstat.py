@@ -11,8 +11,8 @@ Each round runs `sluice bench run concurrency --max-concurrency MAX -d DURATION`
 one server at a time (servers as in bench/compare.py, 2 workers each), reads
 `nstat` before and after, and prints the counters that moved with the server's CPU
 (utime + stime from /proc) per GiB of finished downloads, the load generator's CPU,
-the machine's softirq time, drops from the CPUs' input backlogs, and the top step's
-row of the ramp (downloads done and MiB/s, where the servers part). A SYN cookie caps a
+the machine's softirq time, drops from the CPUs' input backlogs, and the rows of the
+ramp's top two steps (downloads done and MiB/s, where the servers part). A SYN cookie caps a
 connection's MSS at 1460 bytes, 45x below loopback's; a ramp that overflows a
 listener's SYN queue shows up here as cookies and a retransmission storm.
 """
