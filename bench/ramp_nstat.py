@@ -4,6 +4,7 @@
 
     bench/ramp_nstat.py [--max 10800] [--rounds 2] [--servers sluice,nginx]
                         [--sluice-toml '[condition]\\ndefer_accept = "0"']
+                        [--variant nodefer='[condition]\\ndefer_accept = "0"']
                         [--duration 10s] [--stagger]
 
 Each round runs `sluice bench run concurrency --max-concurrency MAX -d DURATION`
@@ -15,6 +16,9 @@ the machine's softirq time, drops from the CPUs' input backlogs, and the rows of
 ramp's top two steps (downloads done and MiB/s, where the servers part). A SYN cookie caps a
 connection's MSS at 1460 bytes, 45x below loopback's; a ramp that overflows a
 listener's SYN queue shows up here as cookies and a retransmission storm.
+
+--variant NAME=TOML (repeatable) adds a server NAME to choose in --servers: sluice
+with TOML appended to its config, so that settings are compared in one interleaved run.
 """
 import argparse, os, resource, subprocess, sys
 
@@ -41,24 +45,34 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servers", default="sluice,nginx")
     ap.add_argument("--sluice-toml", default="", help="TOML appended to sluice's config (\\n for a newline)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=TOML",
+                    help="a server NAME: sluice with TOML appended to its config")
     ap.add_argument("--duration", default="10s", help="each step's length")
     ap.add_argument("--stagger", action="store_true", help="the downloads out of step")
+    ap.add_argument("--bin", default=os.path.join(compare.ROOT, "target/release/sluice"),
+                    help="the sluice binary (server and load generator)")
     a = ap.parse_args()
     compare.make_files()
     compare.configs()
-    if a.sluice_toml:
-        with open(f"{compare.WORK}/sluice.toml", "a") as f:
-            f.write("\n" + a.sluice_toml.replace("\\n", "\n") + "\n")
-    sluice = os.path.join(compare.ROOT, "target/release/sluice")
+    with open(f"{compare.WORK}/sluice.toml") as f:
+        base = f.read()
+    extra = {"sluice": a.sluice_toml}
+    for v in a.variant:
+        name, _, toml = v.partition("=")
+        extra[name] = toml
+    sluice = a.bin
     names = a.servers.split(",")
     for r in range(a.rounds):
         for s in names:
             # One server at a time: a ramp to thousands of downloads takes the machine.
-            p = compare.start(s, sluice)
+            if s in extra:
+                with open(f"{compare.WORK}/sluice.toml", "w") as f:
+                    f.write(base + "\n" + extra[s].replace("\\n", "\n") + "\n")
+            p = compare.start("sluice" if s in extra else s, sluice)
             try:
                 cmd = [sluice, "bench", "run", "concurrency", "--docroot", compare.WWW,
                        "--out", f"{compare.WORK}/ramp-out", "--max-concurrency", str(a.max), "-d", a.duration,
-                       "--target", f"{s}=http://127.0.0.1:{compare.PORTS[s]}/"]
+                       "--target", f"{s}=http://127.0.0.1:{compare.PORTS['sluice' if s in extra else s]}/"]
                 if a.stagger:
                     cmd.append("--download-stagger")
                 n0, c0, k0 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid), client_cpu()
