@@ -17,8 +17,8 @@
 //! of seconds (measured: 2.1 s smoothed RTT, 7.2 s RTO at 19,000 slow downloads,
 //! where 15 ms and 216 ms without deferral). No counter shows that cheaply; instead
 //! every deferring listener caps its sockets' retransmission timeout at 1 s
-//! (`sluice-server`'s `listener::set_rto_guard`), which is what lets `"auto"` be the
-//! default.
+//! (`sluice-server`'s `listener::set_rto_guard`; lifted from a response that
+//! outlives its first rate window), which is what lets `"auto"` be the default.
 //!
 //! Owns: the decision and the parsing of the kernel's counters. Must not: read
 //! files or touch sockets (`sluice-server`'s `listener::AutoDefer` reads

@@ -116,11 +116,15 @@ const TCP_RTO_MAX_MS: libc::c_int = 44;
 
 /// What a socket has without the guard: the machine's `net.ipv4.tcp_rto_max_ms`
 /// (Linux's own `TCP_RTO_MAX`, 120 s, unless an operator changed it).
+/// Read once per process: lifting the guard from a connection must not cost a file read.
 fn kernel_rto_max_ms() -> libc::c_int {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_max_ms")
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(120_000)
+    static MS: std::sync::OnceLock<libc::c_int> = std::sync::OnceLock::new();
+    *MS.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_max_ms")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(120_000)
+    })
 }
 
 /// Deferral's guard, inherited by accepted sockets: `TCP_RTO_MAX_MS` capped at
@@ -132,7 +136,9 @@ fn kernel_rto_max_ms() -> libc::c_int {
 /// download that long (5,851 done in the step against 19,215–27,238 without
 /// deferral). With the cap: 19,307 (docs/BENCHMARKS.md). What it costs: a peer that
 /// stops acknowledging is sent a retransmission every second rather than ever more
-/// rarely. From Linux 6.19 the cap also times the SYN-ACKs of connections waiting
+/// rarely, and one whose window is closed a probe every second; the worker lifts the
+/// guard from a response that outlives its first rate window ([`lift_rto_guard`]).
+/// From Linux 6.19 the cap also times the SYN-ACKs of connections waiting
 /// in the SYN queue, which shortens a deferral of 10 s to about 4 (docs/CONDITIONING.md).
 pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
     let (rto_max, user_timeout) = if on {
@@ -142,6 +148,26 @@ pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
     };
     set_tcp_int(fd, libc::TCP_USER_TIMEOUT, user_timeout)?;
     set_tcp_int(fd, TCP_RTO_MAX_MS, rto_max)
+}
+
+/// Take deferral's guard ([`set_rto_guard`]) off one accepted connection, if it
+/// has it: `Ok(true)` if it had. The worker calls this when a response's first rate
+/// window ends (30 s by default) with its reader above the minimum rate: by then
+/// the reader's ACKs have long replaced the inflated first RTT sample the guard is
+/// for, and the guard's cost would run on for the rest of the download. That cost,
+/// measured: a reader whose window is closed is probed once a second instead of
+/// ever more rarely (2,000 stalled readers drew 2,000 zero-window probes a second
+/// against nginx's 200), and a peer that vanishes mid-download is sent a
+/// retransmission every second until `send_timeout`. Costs one `getsockopt`, and
+/// two `setsockopt`s where the guard was on, once per response that outlives a
+/// window. A response that ends before its first window, or `min_send_rate = 0`
+/// (no windows), keeps the guard to its end.
+pub fn lift_rto_guard(fd: RawFd) -> io::Result<bool> {
+    if get_tcp_int(fd, TCP_RTO_MAX_MS) != Some(DEFERRED_RTO_MAX_MS) {
+        return Ok(false);
+    }
+    set_rto_guard(fd, false)?;
+    Ok(true)
 }
 
 fn set_tcp_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
@@ -385,10 +411,27 @@ mod tests {
             get_tcp_int(fd, libc::TCP_USER_TIMEOUT),
             Some(super::DEFERRED_USER_TIMEOUT_MS)
         );
+        // Lifted from one connection (its first rate window is over): the kernel's
+        // own bounds, and the listener keeps its guard for the next ones.
+        let (lifted, _c2) = accepted(&l);
+        assert!(super::lift_rto_guard(lifted.as_raw_fd()).unwrap());
+        let kernel = super::kernel_rto_max_ms();
+        assert_eq!(
+            get_tcp_int(lifted.as_raw_fd(), TCP_RTO_MAX_MS),
+            Some(kernel)
+        );
+        assert_eq!(
+            get_tcp_int(lifted.as_raw_fd(), libc::TCP_USER_TIMEOUT),
+            Some(0)
+        );
+        assert!(!super::lift_rto_guard(lifted.as_raw_fd()).unwrap());
+        assert_eq!(
+            get_tcp_int(fd, TCP_RTO_MAX_MS),
+            Some(super::DEFERRED_RTO_MAX_MS)
+        );
         // Deferral switched off (`auto`): the guard goes with it.
         super::set_defer_accept(l.as_raw_fd(), 0).unwrap();
         let (s, _c) = accepted(&l);
-        let kernel = super::kernel_rto_max_ms();
         assert_eq!(get_tcp_int(s.as_raw_fd(), TCP_RTO_MAX_MS), Some(kernel));
         assert_eq!(get_tcp_int(s.as_raw_fd(), libc::TCP_USER_TIMEOUT), Some(0));
         // A listener that never deferred has no guard.

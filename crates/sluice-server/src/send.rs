@@ -135,6 +135,9 @@ pub struct Outgoing {
     /// Its reader has taken `slowread::UNSENT_PROVEN` bytes: its socket may keep
     /// `unsent_max` unsent (`Worker::fit_unsent`).
     pub proven: bool,
+    /// Its first rate window has ended: deferral's RTO guard, if the socket has
+    /// it, was lifted then (`Worker::check_rate`).
+    pub guard_done: bool,
 }
 
 impl Outgoing {
@@ -188,6 +191,7 @@ impl Outgoing {
         self.fast = false;
         self.local = None;
         self.proven = false;
+        self.guard_done = false;
     }
 
     /// The file the next body bytes come from, if they come from a file.

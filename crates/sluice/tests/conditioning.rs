@@ -737,3 +737,102 @@ fn cached_descriptors_give_way_at_the_descriptor_limit() {
         "{v}"
     );
 }
+
+/// The server side's `TCP_RTO_MAX_MS` for the connection from `client`, read from
+/// a copy of the server's socket (`pidfd_getfd`: the server is this process's
+/// child). `None` if no serving process has the connection or the kernel has no
+/// such option (before 6.14).
+fn server_rto_max_ms(srv: &Server, client: &std::net::TcpStream) -> Option<i32> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const TCP_RTO_MAX_MS: libc::c_int = 44;
+    let me = client.local_addr().unwrap();
+    for pid in srv.serving_pids() {
+        // SAFETY: plain syscalls; each descriptor returned is owned below.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if pidfd < 0 {
+            continue;
+        }
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for e in fds.flatten() {
+            let is_socket = std::fs::read_link(e.path())
+                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+            let Some(target) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !is_socket {
+                continue;
+            }
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0) };
+            if fd < 0 {
+                continue;
+            }
+            let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            let peer = socket2::SockRef::from(&fd).peer_addr().ok();
+            if peer.and_then(|a| a.as_socket()) != Some(me) {
+                continue;
+            }
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt into an int of the given length.
+            let r = unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    TCP_RTO_MAX_MS,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            return (r == 0).then_some(v);
+        }
+    }
+    None
+}
+
+/// A download's `TCP_RTO_MAX_MS` on the server side: at the start, and after the
+/// client has kept reading (64 KiB every 50 ms, well above the rate any window
+/// asks) for `span`.
+fn rto_max_of_a_download(conf: &str, span: Duration) -> (Option<i32>, Option<i32>) {
+    let srv = with_a_16_mib_file(conf);
+    let mut c = srv.connect();
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut b = vec![0u8; 64 * 1024];
+    c.read_exact(&mut b).unwrap();
+    let first = server_rto_max_ms(&srv, &c);
+    let t = Instant::now();
+    while t.elapsed() < span {
+        c.read_exact(&mut b).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (first, server_rto_max_ms(&srv, &c))
+}
+
+#[test]
+fn deferrals_rto_guard_is_lifted_when_a_download_outlives_its_first_rate_window() {
+    // Deferral fixed on (not "auto", which a SYN-queue overflow elsewhere on the
+    // machine would switch off): every accepted socket starts with the guard's
+    // 1 s cap; a response still sending at the end of its first rate window has
+    // it lifted, back to the kernel's own. The control has no rate windows.
+    let conf = |rate: u32| {
+        format!(
+            "[condition]\ndefer_accept = \"10s\"\nmin_send_rate = {rate}\n\
+             send_rate_window = \"1s\"\n"
+        )
+    };
+    let (first, later) = rto_max_of_a_download(&conf(1), Duration::from_millis(2500));
+    if first.is_none() {
+        eprintln!("no TCP_RTO_MAX_MS on this kernel (before 6.14): nothing to check");
+        return;
+    }
+    let kernel: i32 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_max_ms")
+        .map(|t| t.trim().parse().unwrap())
+        .unwrap_or(120_000);
+    assert_eq!(first, Some(1000), "the guard at the start");
+    assert_eq!(later, Some(kernel), "lifted after the first window");
+    let (first, later) = rto_max_of_a_download(&conf(0), Duration::from_millis(2500));
+    assert_eq!((first, later), (Some(1000), Some(1000)), "no windows: kept");
+}
