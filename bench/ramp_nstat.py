@@ -65,14 +65,15 @@ def main():
     for r in range(a.rounds):
         for s in names:
             # One server at a time: a ramp to thousands of downloads takes the machine.
+            kind = "sluice" if s in extra else s  # a variant runs as sluice, on sluice's port
             if s in extra:
                 with open(f"{compare.WORK}/sluice.toml", "w") as f:
                     f.write(base + "\n" + extra[s].replace("\\n", "\n") + "\n")
-            p = compare.start("sluice" if s in extra else s, sluice)
+            p = compare.start(kind, sluice)
             try:
                 cmd = [sluice, "bench", "run", "concurrency", "--docroot", compare.WWW,
                        "--out", f"{compare.WORK}/ramp-out", "--max-concurrency", str(a.max), "-d", a.duration,
-                       "--target", f"{s}=http://127.0.0.1:{compare.PORTS['sluice' if s in extra else s]}/"]
+                       "--target", f"{s}=http://127.0.0.1:{compare.PORTS[kind]}/"]
                 if a.stagger:
                     cmd.append("--download-stagger")
                 n0, c0, k0 = compare.nstat(COUNTERS), compare.cpu_seconds(p.pid), client_cpu()
