@@ -137,7 +137,7 @@ fn kernel_rto_max_ms() -> libc::c_int {
 /// deferral). With the cap: 19,307 (docs/BENCHMARKS.md). What it costs: a peer that
 /// stops acknowledging is sent a retransmission every second rather than ever more
 /// rarely, and one whose window is closed a probe every second; the worker lifts the
-/// guard from a response that outlives its first rate window ([`lift_rto_guard`]).
+/// guard as soon as the estimate no longer needs it ([`lift_rto_guard`]).
 /// From Linux 6.19 the cap also times the SYN-ACKs of connections waiting
 /// in the SYN queue, which shortens a deferral of 10 s to about 4 (docs/CONDITIONING.md).
 pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
@@ -150,24 +150,68 @@ pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
     set_tcp_int(fd, TCP_RTO_MAX_MS, rto_max)
 }
 
+/// What [`lift_rto_guard`] found on a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The socket has no guard (never had, or it was lifted before).
+    Absent,
+    /// The guard was on and is now off.
+    Lifted,
+    /// The guard is on and stays: asked to lift only a settled estimate, the
+    /// kernel's retransmission timeout still sits at the guard's cap.
+    Kept,
+}
+
 /// Take deferral's guard ([`set_rto_guard`]) off one accepted connection, if it
-/// has it: `Ok(true)` if it had. The worker calls this when a response's first rate
-/// window ends (30 s by default) with its reader above the minimum rate: by then
-/// the reader's ACKs have long replaced the inflated first RTT sample the guard is
-/// for, and the guard's cost would run on for the rest of the download. That cost,
-/// measured: a reader whose window is closed is probed once a second instead of
-/// ever more rarely (2,000 stalled readers drew 2,000 zero-window probes a second
-/// against nginx's 200), and a peer that vanishes mid-download is sent a
-/// retransmission every second until `send_timeout`. Costs one `getsockopt`, and
-/// two `setsockopt`s where the guard was on, once per response that outlives a
-/// window. A response that ends before its first window, or `min_send_rate = 0`
-/// (no windows), keeps the guard to its end.
-pub fn lift_rto_guard(fd: RawFd) -> io::Result<bool> {
+/// has it. The guard is for a connection's start: it bounds what the inflated
+/// first RTT sample can cost until the reader's ACKs have replaced it. Once they
+/// have, its cost would run on for the rest of the download: a reader whose window
+/// is closed is probed once a second instead of ever more rarely (2,000 stalled
+/// readers drew 2,000 zero-window probes a second against nginx's 200), and a peer
+/// that vanishes mid-download is sent a retransmission every second until
+/// `send_timeout`.
+///
+/// With `settled_only`, the guard is lifted only if the kernel's own timeout
+/// (`tcpi_rto`, which the guard caps) is already below the cap: the estimate no
+/// longer needs it, and from here a loss or a closed window backs off as the
+/// kernel's default does. The worker asks so each time a response's socket blocks
+/// (on loopback and on any path whose first ACKs are in, that is the first block),
+/// and without `settled_only` when a response's first rate window ends (30 s by
+/// default), whatever the estimate then says. Costs one `getsockopt` of an int;
+/// where the guard is on, one of `TCP_INFO` (~230 bytes), and two `setsockopt`s
+/// where it is lifted.
+pub fn lift_rto_guard(fd: RawFd, settled_only: bool) -> io::Result<Guard> {
     if get_tcp_int(fd, TCP_RTO_MAX_MS) != Some(DEFERRED_RTO_MAX_MS) {
-        return Ok(false);
+        return Ok(Guard::Absent);
+    }
+    if settled_only {
+        let cap_us = DEFERRED_RTO_MAX_MS as u32 * 1000;
+        match tcp_rto_us(fd) {
+            Some(rto) if rto < cap_us => {}
+            _ => return Ok(Guard::Kept),
+        }
     }
     set_rto_guard(fd, false)?;
-    Ok(true)
+    Ok(Guard::Lifted)
+}
+
+/// The socket's current retransmission timeout (`tcpi_rto`, µs).
+fn tcp_rto_us(fd: RawFd) -> Option<u32> {
+    // SAFETY: a zeroed tcp_info is valid (plain integers); getsockopt writes at
+    // most `len` bytes into it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt into a tcp_info of the length passed.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(info.tcpi_rto)
 }
 
 fn set_tcp_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
@@ -411,10 +455,15 @@ mod tests {
             get_tcp_int(fd, libc::TCP_USER_TIMEOUT),
             Some(super::DEFERRED_USER_TIMEOUT_MS)
         );
-        // Lifted from one connection (its first rate window is over): the kernel's
-        // own bounds, and the listener keeps its guard for the next ones.
+        // A client that sent its request at once: the first RTT sample is the
+        // loopback's, the kernel's timeout already below the cap, so the guard
+        // goes at the first ask that wants a settled estimate: the kernel's own
+        // bounds, and the listener keeps its guard for the next ones.
         let (lifted, _c2) = accepted(&l);
-        assert!(super::lift_rto_guard(lifted.as_raw_fd()).unwrap());
+        assert_eq!(
+            super::lift_rto_guard(lifted.as_raw_fd(), true).unwrap(),
+            super::Guard::Lifted
+        );
         let kernel = super::kernel_rto_max_ms();
         assert_eq!(
             get_tcp_int(lifted.as_raw_fd(), TCP_RTO_MAX_MS),
@@ -424,10 +473,51 @@ mod tests {
             get_tcp_int(lifted.as_raw_fd(), libc::TCP_USER_TIMEOUT),
             Some(0)
         );
-        assert!(!super::lift_rto_guard(lifted.as_raw_fd()).unwrap());
+        assert_eq!(
+            super::lift_rto_guard(lifted.as_raw_fd(), false).unwrap(),
+            super::Guard::Absent
+        );
         assert_eq!(
             get_tcp_int(fd, TCP_RTO_MAX_MS),
             Some(super::DEFERRED_RTO_MAX_MS)
+        );
+        // A client that waited 0.6 s before its request (under the SYN-ACK's first
+        // 1 s timer): its first sample is 0.6 s, the kernel's timeout three times
+        // that, held at the cap. Asked for a settled estimate, the guard stays;
+        // asked unconditionally (a first rate window's end), it goes.
+        let addr = l.local_addr().unwrap();
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        std::io::Write::write_all(&mut slow, b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let inflated = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(
+            super::tcp_rto_us(inflated.as_raw_fd()),
+            Some(super::DEFERRED_RTO_MAX_MS as u32 * 1000),
+            "the inflated estimate should sit at the cap"
+        );
+        assert_eq!(
+            super::lift_rto_guard(inflated.as_raw_fd(), true).unwrap(),
+            super::Guard::Kept
+        );
+        assert_eq!(
+            get_tcp_int(inflated.as_raw_fd(), TCP_RTO_MAX_MS),
+            Some(super::DEFERRED_RTO_MAX_MS)
+        );
+        assert_eq!(
+            super::lift_rto_guard(inflated.as_raw_fd(), false).unwrap(),
+            super::Guard::Lifted
+        );
+        assert_eq!(
+            get_tcp_int(inflated.as_raw_fd(), TCP_RTO_MAX_MS),
+            Some(kernel)
         );
         // Deferral switched off (`auto`): the guard goes with it.
         super::set_defer_accept(l.as_raw_fd(), 0).unwrap();

@@ -135,8 +135,9 @@ pub struct Outgoing {
     /// Its reader has taken `slowread::UNSENT_PROVEN` bytes: its socket may keep
     /// `unsent_max` unsent (`Worker::fit_unsent`).
     pub proven: bool,
-    /// Its first rate window has ended: deferral's RTO guard, if the socket has
-    /// it, was lifted then (`Worker::check_rate`).
+    /// Deferral's RTO guard is off this socket, or was never on: lifted at a block
+    /// that found the kernel's estimate settled (`Worker::send_response`), or at
+    /// the end of the first rate window whatever it found (`Worker::check_rate`).
     pub guard_done: bool,
 }
 

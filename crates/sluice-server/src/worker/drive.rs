@@ -232,6 +232,14 @@ impl Worker {
             Ok(Flush::Blocked) => {
                 c.flags.set(Flags::WRITE_BLOCKED, true);
                 c.phase = Phase::Send { last: self.now_ms };
+                // Deferral's RTO guard is for a connection's start: it goes at the
+                // first block that finds the kernel's estimate no longer needs it
+                // (on loopback and most paths, the first block), so a reader that
+                // stops is probed as the kernel's default would, not every second.
+                if !out.guard_done {
+                    let guard = crate::listener::lift_rto_guard(c.sock.as_raw_fd(), true);
+                    out.guard_done = !matches!(guard, Ok(crate::listener::Guard::Kept));
+                }
                 if !std::mem::replace(&mut out.armed, true) {
                     self.arm_writable(key);
                 }

@@ -217,12 +217,13 @@ impl Worker {
             RateVerdict::TooSlow => None,
             RateVerdict::CheckAt(t) => Some(stall.min(t)),
             RateVerdict::Renewed => {
-                // After the first window, deferral's guard has done its work: the
-                // reader's ACKs have measured its RTT for a whole window, so a
-                // loss or a closed window from now on backs off as the kernel
-                // means it to, not once a second (listener::lift_rto_guard).
+                // After the first window, deferral's guard has done its work
+                // whatever the estimate says (a block that found it settled has
+                // lifted it already): the reader's ACKs have measured its RTT for
+                // a whole window, so a loss or a closed window from now on backs
+                // off as the kernel means it to (listener::lift_rto_guard).
                 if !std::mem::replace(&mut out.guard_done, true) {
-                    let _ = crate::listener::lift_rto_guard(c.sock.as_raw_fd());
+                    let _ = crate::listener::lift_rto_guard(c.sock.as_raw_fd(), false);
                 }
                 // Once a window: the share of the unsent budget may have shrunk
                 // since this response began.
