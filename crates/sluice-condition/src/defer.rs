@@ -17,17 +17,23 @@
 //! of seconds (measured: 2.1 s smoothed RTT, 7.2 s RTO at 19,000 slow downloads,
 //! where 15 ms and 216 ms without deferral). No counter shows that cheaply; instead
 //! every deferring listener caps its sockets' retransmission timeout at 1 s
-//! (`sluice-server`'s `listener::set_rto_guard`; lifted from a response that
-//! outlives its first rate window), which is what lets `"auto"` be the default.
+//! (`sluice-server`'s `listener::set_rto_guard`; lifted at a response's first
+//! block once the kernel's estimate is below the cap, or when it outlives its
+//! first rate window), which is what lets `"auto"` be the default.
 //!
-//! Owns: the decision and the parsing of the kernel's counters. Must not: read
-//! files or touch sockets (`sluice-server`'s `listener::AutoDefer` reads
-//! `/proc/net/netstat` and sets the option on its listeners). The counters are the
-//! network namespace's, not one listener's: an overflow on any port of the machine
-//! turns deferral off, which errs on the safe side. Costs: one comparison per
-//! observation; the caller reads the counters every [`CHECK_MS`].
+//! Owns: the decision, the parsing of the kernel's counters, and who reads them
+//! ([`SharedReading`]). Must not: read files or touch sockets (`sluice-server`'s
+//! `listener::AutoDefer` reads `/proc/net/netstat` and sets the option on its
+//! listeners). The counters are the network namespace's, not one listener's: an
+//! overflow on any port of the machine turns deferral off, which errs on the safe
+//! side. Costs: one comparison per observation; the server reads the counters once
+//! every [`CHECK_MS`] for all its workers, whichever worker's turn comes first.
 
-/// How often the server asks the kernel (a `/proc/net/netstat` read and scan, ~50 µs: 0.05% of a core).
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How often the server asks the kernel: one `/proc/net/netstat` read and scan
+/// (~100 µs of a core on the project's VM, most of it the kernel formatting the
+/// text) per interval for the whole server, not per worker ([`SharedReading`]).
 pub const CHECK_MS: u64 = 100;
 /// Deferral comes back on after this long without a SYN-queue overflow.
 pub const QUIET_MS: u64 = 60_000;
@@ -100,6 +106,58 @@ impl DeferSwitch {
     }
 }
 
+/// One reading of the overflow count shared by every worker of a server (it lives
+/// in memory all serving processes map). The counters are the machine's, so one
+/// read every [`CHECK_MS`] serves every worker: with one read per worker, an idle
+/// server's cost grew with its workers (two workers idled at ~0.45% of a core, most
+/// of it these reads; docs/BENCHMARKS.md). Atomics only: a process that dies
+/// between claiming a read and publishing it leaves the last value in place for
+/// one more interval, after which the next worker claims the read again.
+#[derive(Debug, Default)]
+pub struct SharedReading {
+    /// When the last read was claimed (ms of a clock every process shares; 0: never).
+    claimed_ms: AtomicU64,
+    /// The last published count, plus one (0: none yet).
+    value: AtomicU64,
+}
+
+/// What [`SharedReading::take`] tells a worker whose check is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Another worker read the counters less than [`CHECK_MS`] ago: this count.
+    Fresh(u64),
+    /// This worker reads them now, and then [`SharedReading::publish`]es the count.
+    Read,
+    /// Another worker has claimed the read and not yet published it: skip this check.
+    Skip,
+}
+
+impl SharedReading {
+    /// At `now_ms` (a clock every process shares, e.g. `CLOCK_MONOTONIC`, above 0).
+    pub fn take(&self, now_ms: u64) -> Take {
+        let at = self.claimed_ms.load(Ordering::Acquire);
+        if at != 0 && now_ms < at.saturating_add(CHECK_MS) {
+            return match self.value.load(Ordering::Acquire) {
+                0 => Take::Skip,
+                v => Take::Fresh(v - 1),
+            };
+        }
+        match self
+            .claimed_ms
+            .compare_exchange(at, now_ms, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Take::Read,
+            Err(_) => Take::Skip,
+        }
+    }
+
+    /// The count the worker that was told [`Take::Read`] found.
+    pub fn publish(&self, overflows: u64) {
+        self.value
+            .store(overflows.saturating_add(1), Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +179,34 @@ IpExt: 0 0\n";
             syn_queue_overflows("TcpExt: TCPReqQFullDrop\nTcpExt: x\n"),
             None
         );
+    }
+
+    #[test]
+    fn one_read_per_interval_serves_every_worker() {
+        let r = SharedReading::default();
+        // The first worker due reads; a second one in the same interval waits for
+        // the count, then takes it as it is.
+        assert_eq!(r.take(1_000), Take::Read);
+        assert_eq!(r.take(1_010), Take::Skip);
+        r.publish(7);
+        assert_eq!(r.take(1_020), Take::Fresh(7));
+        assert_eq!(r.take(1_099), Take::Fresh(7));
+        // The interval over: the next worker due reads again, the others take the
+        // last count until it publishes the new one.
+        assert_eq!(r.take(1_100), Take::Read);
+        assert_eq!(r.take(1_150), Take::Fresh(7));
+        r.publish(9);
+        assert_eq!(r.take(1_160), Take::Fresh(9));
+        // A reader that never published (its process died) holds the read for one
+        // interval only.
+        assert_eq!(r.take(1_300), Take::Read);
+        assert_eq!(r.take(1_399), Take::Fresh(9));
+        assert_eq!(r.take(1_400), Take::Read);
+        // A zero count is a count.
+        let z = SharedReading::default();
+        assert_eq!(z.take(5), Take::Read);
+        z.publish(0);
+        assert_eq!(z.take(6), Take::Fresh(0));
     }
 
     #[test]

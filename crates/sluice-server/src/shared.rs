@@ -24,6 +24,9 @@ pub struct Shared {
     pub procs: &'static [crate::shm::ProcSlot],
     /// Where rule sets compiled on a reload count their rate conditions.
     pub rates: sluice_rules::rates::SharedRates,
+    /// The kernel's SYN-queue overflow count, read once per interval for every
+    /// worker of the server (`listener::AutoDefer`).
+    pub netstat: &'static sluice_condition::defer::SharedReading,
     /// Tarpits and oversize replies this process drips (its slot in the shared
     /// region; the cap is on the sum, [`Shared::drips_open`]).
     pub drips: &'static std::sync::atomic::AtomicUsize,
@@ -99,6 +102,7 @@ impl Shared {
             open: &region.procs[process].open,
             procs: region.procs,
             rates: region.rates,
+            netstat: region.netstat,
             drips: &region.procs[process].drips,
             max_open: max_connections,
             local_workers,

@@ -9,7 +9,10 @@
 //! so a /24's cap, and one address's, holds across processes as it holds across
 //! threads) and the rate cells of the
 //! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
-//! requests whichever process answers them).
+//! requests whichever process answers them), and the last reading of the kernel's
+//! SYN-queue overflow count (`sluice_condition::defer::SharedReading`, so
+//! `defer_accept = "auto"` reads `/proc/net/netstat` once per interval for the
+//! whole server, not once per worker).
 //!
 //! What it owns: the mapping and the layout of what is in it. What it must not do:
 //! hold anything but atomics (no pointers, no locks: a process that dies mid-update
@@ -25,6 +28,7 @@
 //! Written here rather than with a crate: it is one `mmap` call and a layout.
 
 use sluice_condition::caps::{Tables, ADDRESS_SLOTS, SLOTS};
+use sluice_condition::defer::SharedReading;
 use sluice_rules::rates::CELLS as RATE_CELLS;
 use sluice_status::slot::TopSlot;
 use sluice_status::Counters as Stats;
@@ -64,6 +68,8 @@ pub struct Region {
     addresses: &'static [AtomicU32],
     /// Where every rule set's rate conditions count.
     pub rates: sluice_rules::rates::SharedRates,
+    /// The kernel's SYN-queue overflow count, read for every worker at once.
+    pub netstat: &'static SharedReading,
 }
 
 impl Region {
@@ -87,7 +93,9 @@ impl Region {
         let tables_at = procs_at + procs_bytes;
         let addresses_at = tables_at + 3 * table_bytes;
         let rates_at = addresses_at + ADDRESS_SLOTS * std::mem::size_of::<AtomicU32>();
-        let len = rates_at + RATE_CELLS * std::mem::size_of::<AtomicU64>();
+        let netstat_at =
+            (rates_at + RATE_CELLS * std::mem::size_of::<AtomicU64>()).next_multiple_of(64);
+        let len = netstat_at + std::mem::size_of::<SharedReading>();
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let base = unsafe {
             libc::mmap(
@@ -146,6 +154,8 @@ impl Region {
                     cells: rates,
                     epoch: std::time::Instant::now(),
                 },
+                // Zeroed memory is a valid SharedReading (atomics: never read).
+                netstat: &*base.add(netstat_at).cast::<SharedReading>(),
             })
         }
     }

@@ -425,7 +425,7 @@ impl Front {
             && defer > 0)
             .then(|| {
                 let fds = tcp.iter().map(|l| l.as_raw_fd()).collect();
-                listener::AutoDefer::new(fds, defer, CLOCK_BASE)
+                listener::AutoDefer::new(fds, defer, CLOCK_BASE, None)
             });
         Ok(Front {
             poll,

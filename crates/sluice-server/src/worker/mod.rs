@@ -202,7 +202,7 @@ impl Worker {
         }
         let auto_defer = auto_defer.map(|secs| {
             let fds = listeners.iter().map(|l| l.as_raw_fd()).collect();
-            crate::listener::AutoDefer::new(fds, secs, 0)
+            crate::listener::AutoDefer::new(fds, secs, 0, Some(shared.netstat))
         });
         let (snap, snap_gen) = shared.current();
         // Which listeners are PROXY-protocol or HTTPS ones: by their address.
