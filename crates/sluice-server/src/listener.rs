@@ -1,8 +1,10 @@
-//! Listening sockets: `server.listen_sockets` (1 by default) per worker per address,
+//! Listening sockets: `server.listen_sockets` (4 by default) per worker per address,
 //! with `SO_REUSEPORT`, so the kernel spreads new connections over workers without a
 //! shared accept lock (and each socket has its own SYN and accept queues); and
-//! `TCP_DEFER_ACCEPT` on them, fixed or switched by [`AutoDefer`]; sockets passed in
-//! by systemd or an upgrade are dealt out to the workers (`deal_out`).
+//! `TCP_DEFER_ACCEPT` on them, fixed or switched by [`AutoDefer`], with its guard on
+//! the accepted sockets' retransmission timeout ([`set_rto_guard`], taken off by
+//! [`lift_rto_guard`]); sockets passed in by systemd or an upgrade are dealt out to
+//! the workers (`deal_out`).
 
 use sluice_condition::defer::{DeferSwitch, SharedReading, Take};
 use socket2::{Domain, Protocol, Socket, Type};
