@@ -17,13 +17,13 @@
 //! of seconds (measured: 2.1 s smoothed RTT, 7.2 s RTO at 19,000 slow downloads,
 //! where 15 ms and 216 ms without deferral). No counter shows that cheaply; instead
 //! every deferring listener caps its sockets' retransmission timeout at 1 s
-//! (`sluice-server`'s `listener::set_rto_guard`; lifted at a response's first
+//! (`sluice-server`'s `deferral::set_rto_guard`; lifted at a response's first
 //! block once the kernel's estimate is below the cap, or when it outlives its
 //! first rate window), which is what lets `"auto"` be the default.
 //!
 //! Owns: the decision, the parsing of the kernel's counters, and who reads them
 //! ([`SharedReading`]). Must not: read files or touch sockets (`sluice-server`'s
-//! `listener::AutoDefer` reads `/proc/net/netstat` and sets the option on its
+//! `deferral::AutoDefer` reads `/proc/net/netstat` and sets the option on its
 //! listeners). The counters are the network namespace's, not one listener's: an
 //! overflow on any port of the machine turns deferral off, which errs on the safe
 //! side. Costs: one comparison per observation; the server reads the counters once

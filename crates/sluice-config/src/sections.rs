@@ -395,7 +395,7 @@ pub struct ConditionSection {
     /// MSS table caps a loopback or jumbo-frame connection at 1460 bytes), and a
     /// client slow to send its request after connecting leaves the connection with
     /// an inflated RTT estimate, which deferring listeners bound by capping their
-    /// sockets' retransmission timeout at 1 s (`listener::set_rto_guard`; Linux
+    /// sockets' retransmission timeout at 1 s (`deferral::set_rto_guard`; Linux
     /// 6.14+). `"auto"` defers for 10 s and switches deferral off while the kernel
     /// reports SYN-queue overflows, back on after a minute without any
     /// (docs/CONDITIONING.md). Set at start.

@@ -2,13 +2,14 @@
 //! and the pool of read buffers: [`read_into`] (bounded reads into a pooled
 //! buffer), [`recycle`] (a buffer back to the pool, so idle connections hold none),
 //! [`keep_bytes`] (a waiting connection keeps its few bytes, not a pooled buffer),
-//! one-shot `send`, draining and peeking input, and the reset-on-close option.
+//! one-shot `send`, draining and peeking input, the reset-on-close option, and
+//! TCP-level socket options by number (`set_tcp_int`, `get_tcp`).
 //! The hot `recv` goes through rustix (a system call without libc's cancellation-point
 //! bookkeeping); raw libc where neither std nor that matters (`MSG_PEEK`, `SO_LINGER` 0).
 
 use mio::net::TcpStream;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// What one read asks for, and a new buffer's capacity.
 pub const READ_CHUNK: usize = 4096;
@@ -183,6 +184,47 @@ pub fn recycle(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
         buf.clear();
         pool.push(buf);
     }
+}
+
+pub(crate) fn set_tcp_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: setsockopt with an int on a socket the caller owns.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub(crate) fn get_tcp_int(fd: RawFd, opt: libc::c_int) -> Option<libc::c_int> {
+    get_tcp::<libc::c_int>(fd, opt)
+}
+
+/// A TCP-level option read into a `T`: a `c_int` or a `tcp_info`, plain integers
+/// for which all-zero bytes are a valid value (a shorter answer leaves the rest 0).
+pub(crate) fn get_tcp<T: Copy>(fd: RawFd, opt: libc::c_int) -> Option<T> {
+    // SAFETY: T is one of the plain-integer types above: zeroed is a valid value.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`, which has that many.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            opt,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
 }
 
 #[cfg(test)]

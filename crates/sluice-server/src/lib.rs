@@ -20,6 +20,7 @@
 //! the top.
 
 pub mod accesslog;
+pub mod deferral;
 pub mod disk;
 pub mod front;
 pub mod io;

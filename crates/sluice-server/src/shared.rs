@@ -25,7 +25,7 @@ pub struct Shared {
     /// Where rule sets compiled on a reload count their rate conditions.
     pub rates: sluice_rules::rates::SharedRates,
     /// The kernel's SYN-queue overflow count, read once per interval for every
-    /// worker of the server (`listener::AutoDefer`).
+    /// worker of the server (`deferral::AutoDefer`).
     pub netstat: &'static sluice_condition::defer::SharedReading,
     /// Tarpits and oversize replies this process drips (its slot in the shared
     /// region; the cap is on the sum, [`Shared::drips_open`]).

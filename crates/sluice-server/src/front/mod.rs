@@ -51,7 +51,7 @@ mod handover;
 mod relay;
 mod status;
 
-use crate::listener;
+use crate::{deferral, listener};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -305,7 +305,7 @@ struct Front {
     /// The public port's sockets (`TCP + i`).
     listeners: Vec<TcpListener>,
     /// `defer_accept = "auto"`: deferral off while the kernel's SYN queues overflow.
-    auto_defer: Option<listener::AutoDefer>,
+    auto_defer: Option<deferral::AutoDefer>,
     unix: OwnedFd,
     unix_path: PathBuf,
     conns: Slab<FConn>,
@@ -425,7 +425,7 @@ impl Front {
             && defer > 0)
             .then(|| {
                 let fds = tcp.iter().map(|l| l.as_raw_fd()).collect();
-                listener::AutoDefer::new(fds, defer, CLOCK_BASE, None)
+                deferral::AutoDefer::new(fds, defer, CLOCK_BASE, None)
             });
         Ok(Front {
             poll,

@@ -237,8 +237,8 @@ impl Worker {
                 // (on loopback and most paths, the first block), so a reader that
                 // stops is probed as the kernel's default would, not every second.
                 if !out.guard_done {
-                    let guard = crate::listener::lift_rto_guard(c.sock.as_raw_fd(), true);
-                    out.guard_done = !matches!(guard, Ok(crate::listener::Guard::Kept));
+                    let guard = crate::deferral::lift_rto_guard(c.sock.as_raw_fd(), true);
+                    out.guard_done = !matches!(guard, Ok(crate::deferral::Guard::Kept));
                 }
                 if !std::mem::replace(&mut out.armed, true) {
                     self.arm_writable(key);

@@ -135,8 +135,8 @@ pub struct Worker {
     evictions: u32,
     eviction_tick_ms: Ms,
     /// `defer_accept = "auto"`: deferral on this worker's listeners, off while the
-    /// kernel's SYN queues overflow (`listener::AutoDefer`).
-    auto_defer: Option<crate::listener::AutoDefer>,
+    /// kernel's SYN queues overflow (`deferral::AutoDefer`).
+    auto_defer: Option<crate::deferral::AutoDefer>,
     /// Most incomplete connections before the heaviest range's oldest is closed.
     max_incomplete: usize,
     /// Responses in flight on this worker (`c.out` is some), and this worker's
@@ -202,7 +202,7 @@ impl Worker {
         }
         let auto_defer = auto_defer.map(|secs| {
             let fds = listeners.iter().map(|l| l.as_raw_fd()).collect();
-            crate::listener::AutoDefer::new(fds, secs, 0, Some(shared.netstat))
+            crate::deferral::AutoDefer::new(fds, secs, 0, Some(shared.netstat))
         });
         let (snap, snap_gen) = shared.current();
         // Which listeners are PROXY-protocol or HTTPS ones: by their address.
@@ -214,7 +214,7 @@ impl Worker {
         };
         let deferred = listeners
             .iter()
-            .map(|l| crate::listener::defer_accept_is_on(l.as_raw_fd()))
+            .map(|l| crate::deferral::defer_accept_is_on(l.as_raw_fd()))
             .collect();
         let proxy_listeners = marked(&snap.config.server.proxy_protocol);
         let tls_listeners = marked(&snap.config.tls.listen);

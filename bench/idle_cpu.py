@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""What a server costs while nobody talks to it: CPU of its whole process tree
+(utime + stime from /proc), as a share of one core, over SECONDS of idling.
+
+    bench/idle_cpu.py [--seconds 60] [--rounds 2] [--workers 2]
+                      [--sluice NAME=BIN]... [--nginx] [--h2o] [--lighttpd]
+
+Each --sluice NAME=BIN is a sluice binary run with bench/attacks.py's defaults and
+WORKERS workers; the peers run with bench/compare.py's configs (2 workers). Every
+round starts each server in turn, lets it settle for 3 s, and reads its tree's CPU
+before and after SECONDS. A second of CPU is 100 ticks here, so a 60 s window
+resolves 1/6000 of a core (0.017%). Nothing else should run: an idle server's cost
+is a few ms a second, and a compiler beside it is not.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attacks  # noqa: E402
+import compare  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sluice", action="append", default=[], metavar="NAME=BIN")
+    ap.add_argument("--nginx", action="store_true")
+    ap.add_argument("--h2o", action="store_true")
+    ap.add_argument("--lighttpd", action="store_true")
+    a = ap.parse_args()
+    runs = [tuple(s.split("=", 1)) for s in a.sluice] or [
+        ("sluice", os.path.join(compare.ROOT, "target/release/sluice"))]
+    compare.make_files()
+    compare.configs()
+    peers = [(n, None) for n in ("nginx", "h2o", "lighttpd") if getattr(a, n)]
+    results = {name: [] for name, _ in runs + peers}
+    for r in range(a.rounds):
+        for name, binary in runs + peers:
+            if binary is None:
+                p = compare.start(name, runs[0][1])
+            else:
+                p = attacks.start_sluice(binary, a.workers, (), 0, "")
+            try:
+                time.sleep(3)
+                c0 = compare.cpu_seconds(p.pid)
+                time.sleep(a.seconds)
+                c1 = compare.cpu_seconds(p.pid)
+            finally:
+                p.terminate()
+                p.wait(timeout=30)
+            share = (c1 - c0) / a.seconds * 100
+            results[name].append(share)
+            print(f"round {r + 1} {name:12} {share:.3f}% of a core", flush=True)
+    print("median, every round:")
+    for name, v in results.items():
+        s = sorted(v)
+        med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+        print(f"  {name:12} {med:.3f}%   " + " ".join(f"{x:.3f}" for x in v))
+
+
+if __name__ == "__main__":
+    main()
