@@ -151,7 +151,7 @@ pub struct AutoDefer {
     secs: u64,
     switch: DeferSwitch,
     next_ms: u64,
-    /// `/proc/net/netstat`, opened at the first read and kept.
+    /// `/proc/net/netstat`, opened with the switch and kept.
     file: Option<std::fs::File>,
     /// The file's text, read into the same buffer every time.
     text: Vec<u8>,
@@ -175,7 +175,10 @@ impl AutoDefer {
             secs,
             switch: DeferSwitch::new(on, now_ms),
             next_ms: now_ms,
-            file: None,
+            // Opened now, not at the first read: which worker reads first is the
+            // luck of its timing, and a descriptor that appeared later would look,
+            // from outside, like one a connection left behind.
+            file: std::fs::File::open(NETSTAT).ok(),
             text: Vec::with_capacity(8192),
             shared,
         }
@@ -226,7 +229,7 @@ impl AutoDefer {
     fn read(&mut self) -> Option<u64> {
         use std::os::unix::fs::FileExt;
         if self.file.is_none() {
-            self.file = std::fs::File::open("/proc/net/netstat").ok();
+            self.file = std::fs::File::open(NETSTAT).ok();
         }
         let f = self.file.as_ref()?;
         self.text.clear();
@@ -246,6 +249,9 @@ impl AutoDefer {
         sluice_condition::defer::syn_queue_overflows(text)
     }
 }
+
+/// Where the kernel's `TcpExt` counters are.
+const NETSTAT: &str = "/proc/net/netstat";
 
 /// Milliseconds of `CLOCK_MONOTONIC`, which every process of the machine shares
 /// (a worker's own clock counts from its start). Never 0.
@@ -288,11 +294,14 @@ mod tests {
         let mut a = super::AutoDefer::new(vec![l.as_raw_fd()], 10, 0, Some(shared));
         let mut b = super::AutoDefer::new(vec![l.as_raw_fd()], 10, 0, Some(shared));
         // The first worker due reads; the second, in the same interval, takes its
-        // count without opening the file.
+        // count without reading the file.
         assert_eq!(a.poll(0), None);
-        assert!(a.file.is_some(), "the first worker read the counters");
+        let read_bytes = |d: &super::AutoDefer| d.text.len();
+        assert!(read_bytes(&a) > 0, "the first worker read the counters");
         assert_eq!(b.poll(0), None);
-        assert!(b.file.is_none(), "the second read them again");
+        assert_eq!(read_bytes(&b), 0, "the second read them again");
+        // Each holds its descriptor from the start (none appears later).
+        assert!(a.file.is_some() && b.file.is_some());
         // The kept descriptor reads the text anew from offset 0, every time.
         let first = a.read().expect("overflow count");
         let again = a.read().expect("overflow count, read again");
