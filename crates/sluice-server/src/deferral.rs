@@ -11,8 +11,12 @@
 //! keep per-connection state (the worker's `Outgoing::guard_done` says whether a
 //! response has had its guard seen to). Costs: nothing per request; per response
 //! that blocks, one `getsockopt` (and where the guard is on, one of `TCP_INFO` and
-//! two `setsockopt`s when lifted); one `/proc/net/netstat` read per 100 ms for the
-//! whole server.
+//! two `setsockopt`s when lifted); a response whose estimate stays at the cap (a
+//! path whose real timeout is 1 s or more) asks again at each block, two
+//! `getsockopt`s beside a 256 KiB send turn, until its first rate window ends, or to
+//! its end with `min_send_rate = 0`; one `/proc/net/netstat` read per 100 ms for the
+//! whole server. Connections a `sluice condition` front hands to another server keep
+//! the guard: nothing on that server's side lifts it.
 
 use crate::io::{get_tcp, get_tcp_int, set_tcp_int};
 use sluice_condition::defer::{DeferSwitch, SharedReading, Take};
