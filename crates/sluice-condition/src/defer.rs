@@ -109,7 +109,7 @@ impl DeferSwitch {
 /// One reading of the overflow count shared by every worker of a server (it lives
 /// in memory all serving processes map). The counters are the machine's, so one
 /// read every [`CHECK_MS`] serves every worker: with one read per worker, an idle
-/// server's cost grew with its workers (two workers idled at ~0.45% of a core, most
+/// server's cost grew with its workers (two workers idled at 0.53% of a core, most
 /// of it these reads; docs/BENCHMARKS.md). Atomics only: a process that dies
 /// between claiming a read and publishing it leaves the last value in place for
 /// one more interval, after which the next worker claims the read again.
