@@ -149,7 +149,7 @@ pub fn defer_accept_is_on(fd: RawFd) -> bool {
 /// itself. Cost: one read and scan (~100 µs on the project's VM, from a descriptor
 /// kept open and read again from offset 0: no `open` per read) per interval for the
 /// whole server; before, one per worker per interval, and an idle two-worker server
-/// spent ~0.45% of a core on it.
+/// spent 0.53% of a core, most of it on these reads (0.30% now; docs/BENCHMARKS.md).
 pub struct AutoDefer {
     fds: Vec<RawFd>,
     secs: u64,

@@ -795,24 +795,6 @@ fn rto_max_ms(fd: std::os::fd::RawFd) -> Option<i32> {
     (r == 0).then_some(v)
 }
 
-/// The server side's `TCP_RTO_MAX_MS` for `client`'s connection, asked every 20 ms
-/// for up to `span` until it is `want`: the last value read.
-fn rto_max_until(
-    srv: &Server,
-    client: &std::net::TcpStream,
-    want: i32,
-    span: Duration,
-) -> Option<i32> {
-    let t = Instant::now();
-    loop {
-        let v = server_rto_max_ms(srv, client);
-        if v == Some(want) || t.elapsed() >= span {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn deferrals_rto_guard_is_lifted_at_a_downloads_first_block_once_the_estimate_has_settled() {
     // Deferral fixed on (not "auto", which a SYN-queue overflow elsewhere on the
@@ -851,8 +833,15 @@ fn deferrals_rto_guard_is_lifted_at_a_downloads_first_block_once_the_estimate_ha
     c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
     c.read_exact(&mut b).unwrap();
-    let stalled = rto_max_until(&srv, &c, kernel, Duration::from_secs(5));
-    assert_eq!(stalled, Some(kernel), "lifted at the first block");
+    wait_until(
+        || server_rto_max_ms(&srv, &c) == Some(kernel),
+        || {
+            format!(
+                "lifted at the first block: TCP_RTO_MAX_MS {:?}, the kernel's {kernel}",
+                server_rto_max_ms(&srv, &c)
+            )
+        },
+    );
     assert_eq!(
         server_rto_max_ms(&srv, &idle),
         Some(1000),
