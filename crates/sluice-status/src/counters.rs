@@ -21,6 +21,25 @@ pub const TRANSFER_BOUNDS: [f64; 10] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0,
 ];
 
+/// [`TTFB_BOUNDS`] and [`TRANSFER_BOUNDS`] in whole µs, the unit they are counted
+/// in: a request's two buckets are found by integer comparisons, most often the
+/// first (a test checks that each pair says the same).
+const TTFB_BOUNDS_US: [u64; 11] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+];
+const TRANSFER_BOUNDS_US: [u64; 10] = [
+    1_000_000,
+    5_000_000,
+    15_000_000,
+    30_000_000,
+    60_000_000,
+    300_000_000,
+    900_000_000,
+    1_800_000_000,
+    3_600_000_000,
+    7_200_000_000,
+];
+
 /// Upper bounds (µs) of the loop-turn histogram: 100 µs … 100 ms.
 pub const TURN_BOUNDS_US: [u64; 6] = [100, 1_000, 5_000, 10_000, 50_000, 100_000];
 
@@ -140,11 +159,10 @@ impl Default for Counters {
     }
 }
 
-fn bucket(bounds: &[f64], secs: f64) -> usize {
-    bounds
-        .iter()
-        .position(|b| secs <= *b)
-        .unwrap_or(bounds.len())
+/// The first bucket whose upper bound `us` does not pass (`bounds.len()`: beyond).
+#[inline]
+fn bucket(bounds: &[u64], us: u64) -> usize {
+    bounds.iter().position(|b| us <= *b).unwrap_or(bounds.len())
 }
 
 impl Counters {
@@ -173,23 +191,16 @@ impl Counters {
 
     /// A response finished: its time to first byte and whole transfer, in µs.
     pub fn timings(&self, ttfb_us: u64, transfer_us: u64) {
-        Counters::add(&self.ttfb[bucket(&TTFB_BOUNDS, ttfb_us as f64 / 1e6)], 1);
+        Counters::add(&self.ttfb[bucket(&TTFB_BOUNDS_US, ttfb_us)], 1);
         Counters::add(&self.ttfb_sum_us, ttfb_us);
-        Counters::add(
-            &self.transfer[bucket(&TRANSFER_BOUNDS, transfer_us as f64 / 1e6)],
-            1,
-        );
+        Counters::add(&self.transfer[bucket(&TRANSFER_BOUNDS_US, transfer_us)], 1);
         Counters::add(&self.transfer_sum_ms, transfer_us / 1000);
     }
 
     /// One event-loop turn ended after `us` µs.
     #[inline]
     pub fn turn(&self, us: u64) {
-        let i = TURN_BOUNDS_US
-            .iter()
-            .position(|b| us <= *b)
-            .unwrap_or(TURN_BOUNDS_US.len());
-        Counters::add(&self.turn[i], 1);
+        Counters::add(&self.turn[bucket(&TURN_BOUNDS_US, us)], 1);
         Counters::add(&self.turn_sum_us, us);
     }
 }
@@ -327,6 +338,23 @@ mod tests {
         assert_eq!(t.ttfb[TTFB_BOUNDS.len()], 1, "2 s is past 1 s");
         assert_eq!(t.transfer[1], 1, "2 s: the 5 s bucket");
         assert_eq!(t.transfer[TRANSFER_BOUNDS.len()], 1);
+    }
+
+    #[test]
+    fn the_microsecond_bounds_are_the_published_ones() {
+        for (us, secs) in [
+            (&TTFB_BOUNDS_US[..], &TTFB_BOUNDS[..]),
+            (&TRANSFER_BOUNDS_US[..], &TRANSFER_BOUNDS[..]),
+        ] {
+            assert_eq!(us.len(), secs.len());
+            for (u, s) in us.iter().zip(secs) {
+                assert_eq!(*u as f64 / 1e6, *s, "{u} µs");
+            }
+        }
+        // A bound is inclusive, as the page's `le` says.
+        assert_eq!(bucket(&TTFB_BOUNDS_US, 500), 0);
+        assert_eq!(bucket(&TTFB_BOUNDS_US, 501), 1);
+        assert_eq!(bucket(&TTFB_BOUNDS_US, 1_000_001), TTFB_BOUNDS_US.len());
     }
 
     #[test]
