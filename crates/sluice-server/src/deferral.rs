@@ -8,14 +8,14 @@
 //!
 //! Owns: the socket options of deferral and its guard, and the reading of
 //! `/proc/net/netstat`. Must not: decide when to switch (`DeferSwitch` does) or
-//! keep per-connection state (the worker's `Outgoing::guard_done` says whether a
-//! response has had its guard seen to). Costs: nothing per request; per response
-//! that blocks, one `getsockopt` (and where the guard is on, one of `TCP_INFO` and
-//! two `setsockopt`s when lifted); a response whose estimate stays at the cap (a
-//! path whose real timeout is 1 s or more) asks again at each block, two
-//! `getsockopt`s beside a 256 KiB send turn, until its first rate window ends, or to
-//! its end with `min_send_rate = 0`; one `/proc/net/netstat` read per 100 ms for the
-//! whole server. Connections a `sluice condition` front hands to another server keep
+//! keep per-connection state (the worker's `Outgoing::guard_next` says whether, and
+//! from when, a response's block asks about its guard). Costs: nothing per request;
+//! per response that blocks, one `getsockopt` (and where the guard is on, one of
+//! `TCP_INFO` and two `setsockopt`s when lifted); a response whose estimate stays at
+//! the cap (a path whose real timeout is 1 s or more) asks again at a block at most
+//! every [`GUARD_ASK_EVERY_MS`], two `getsockopt`s each time, until its first rate
+//! window ends, or to its end with `min_send_rate = 0`; one `/proc/net/netstat` read
+//! per 100 ms for the whole server. Connections a `sluice condition` front hands to another server keep
 //! the guard: nothing on that server's side lifts it.
 
 use crate::io::{get_tcp, get_tcp_int, set_tcp_int};
@@ -83,6 +83,12 @@ pub fn set_rto_guard(fd: RawFd, on: bool) -> io::Result<()> {
     set_tcp_int(fd, TCP_RTO_MAX_MS, rto_max)
 }
 
+/// While the kernel's estimate stays at the guard's cap, a response's blocks ask
+/// again at most this often (each ask: two `getsockopt`s). A path whose timeout
+/// is a second or more takes seconds to settle anyway; asking at every block of a
+/// fast reader behind a long path would cost ~10 system calls a second for nothing.
+pub const GUARD_ASK_EVERY_MS: u64 = 250;
+
 /// What [`lift_rto_guard`] found on a socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Guard {
@@ -107,8 +113,9 @@ pub enum Guard {
 /// With `settled_only`, the guard is lifted only if the kernel's own timeout
 /// (`tcpi_rto`, which the guard caps) is already below the cap: the estimate no
 /// longer needs it, and from here a loss or a closed window backs off as the
-/// kernel's default does. The worker asks so each time a response's socket blocks
-/// (on loopback and on any path whose first ACKs are in, that is the first block),
+/// kernel's default does. The worker asks so when a response's socket blocks, at
+/// most every [`GUARD_ASK_EVERY_MS`] (on loopback and on any path whose first ACKs
+/// are in, the first block finds it settled),
 /// and without `settled_only` when a response's first rate window ends (30 s by
 /// default), whatever the estimate then says. Costs one `getsockopt` of an int;
 /// where the guard is on, one of `TCP_INFO` (~230 bytes), and two `setsockopt`s

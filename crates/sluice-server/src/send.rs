@@ -135,10 +135,13 @@ pub struct Outgoing {
     /// Its reader has taken `slowread::UNSENT_PROVEN` bytes: its socket may keep
     /// `unsent_max` unsent (`Worker::fit_unsent`).
     pub proven: bool,
-    /// Deferral's RTO guard is off this socket, or was never on: lifted at a block
-    /// that found the kernel's estimate settled (`Worker::send_response`), or at
-    /// the end of the first rate window whatever it found (`Worker::check_rate`).
-    pub guard_done: bool,
+    /// When a block may next ask whether deferral's RTO guard can come off this
+    /// socket (ms since the worker started; 0: at the first block). `u64::MAX`
+    /// once it is off or was never on: lifted at a block that found the kernel's
+    /// estimate settled (`Worker::send_response`, which asks again at most every
+    /// `deferral::GUARD_ASK_EVERY_MS` while it is not), or at the end of the
+    /// first rate window whatever it found (`Worker::check_rate`).
+    pub guard_next: u64,
 }
 
 impl Outgoing {
@@ -192,7 +195,7 @@ impl Outgoing {
         self.fast = false;
         self.local = None;
         self.proven = false;
-        self.guard_done = false;
+        self.guard_next = 0;
     }
 
     /// The file the next body bytes come from, if they come from a file.

@@ -236,9 +236,14 @@ impl Worker {
                 // first block that finds the kernel's estimate no longer needs it
                 // (on loopback and most paths, the first block), so a reader that
                 // stops is probed as the kernel's default would, not every second.
-                if !out.guard_done {
+                if self.now_ms >= out.guard_next {
                     let guard = crate::deferral::lift_rto_guard(c.sock.as_raw_fd(), true);
-                    out.guard_done = !matches!(guard, Ok(crate::deferral::Guard::Kept));
+                    out.guard_next = match guard {
+                        Ok(crate::deferral::Guard::Kept) => {
+                            self.now_ms + crate::deferral::GUARD_ASK_EVERY_MS
+                        }
+                        _ => NEVER,
+                    };
                 }
                 if !std::mem::replace(&mut out.armed, true) {
                     self.arm_writable(key);

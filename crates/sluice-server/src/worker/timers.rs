@@ -222,7 +222,7 @@ impl Worker {
                 // lifted it already): the reader's ACKs have measured its RTT for
                 // a whole window, so a loss or a closed window from now on backs
                 // off as the kernel means it to (deferral::lift_rto_guard).
-                if !std::mem::replace(&mut out.guard_done, true) {
+                if std::mem::replace(&mut out.guard_next, NEVER) != NEVER {
                     let _ = crate::deferral::lift_rto_guard(c.sock.as_raw_fd(), false);
                 }
                 // Once a window: the share of the unsent budget may have shrunk
