@@ -15,8 +15,8 @@
 //! the cap (a path whose real timeout is 1 s or more) asks again at a block at most
 //! every [`GUARD_ASK_EVERY_MS`], two `getsockopt`s each time, until its first rate
 //! window ends, or to its end with `min_send_rate = 0`; one `/proc/net/netstat` read
-//! per 100 ms for the whole server. Connections a `sluice condition` front hands to another server keep
-//! the guard: nothing on that server's side lifts it.
+//! per 100 ms for the whole server. Connections a `sluice condition` front hands to
+//! another server keep the guard: nothing on that server's side lifts it.
 
 use crate::io::{get_tcp, get_tcp_int, set_tcp_int};
 use sluice_condition::defer::{DeferSwitch, SharedReading, Take};

@@ -40,7 +40,10 @@
 //!
 //! Cost: every request one hash of its buffer (foldhash, seeded at random per
 //! worker: the keys are the clients' bytes, and a table of at most `max` entries
-//! bounds what colliding keys could cost; a hit also compares the whole key),
+//! bounds what colliding keys could cost; a hit also compares the whole key), or
+//! none when its length is the last hit's and its bytes are that hit's key (the
+//! last hit's hash is tried first: the same head asked again and again, as a
+//! monitor or a benchmark asks, costs a probe and a comparison),
 //! and on a miss a search for the head's end and perhaps a second hash. A miss
 //! then goes the full way; a cacheable miss is admitted only on its second
 //! sighting (a 4,096-slot memory of hashes seen once), so a scan of many files,
