@@ -11,23 +11,17 @@
 use sluice_condition::CloseReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Upper bounds (seconds) of the time-to-first-byte histogram: 0.5 ms … 1 s.
-pub const TTFB_BOUNDS: [f64; 11] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
-/// Upper bounds (seconds) of the whole-transfer histogram: 1 s … 2 h (an ISO
-/// download lands in a bucket, not in `+Inf`).
-pub const TRANSFER_BOUNDS: [f64; 10] = [
-    1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0,
-];
+// Every histogram's upper bounds are whole µs, the unit its values are counted in,
+// so a value's bucket is found by integer comparisons (most often the first); the
+// page shows them in seconds (`render::secs`).
 
-/// [`TTFB_BOUNDS`] and [`TRANSFER_BOUNDS`] in whole µs, the unit they are counted
-/// in: a request's two buckets are found by integer comparisons, most often the
-/// first (a test checks that each pair says the same).
-const TTFB_BOUNDS_US: [u64; 11] = [
+/// Upper bounds (µs) of the time-to-first-byte histogram: 0.5 ms … 1 s.
+pub const TTFB_BOUNDS_US: [u64; 11] = [
     500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
 ];
-const TRANSFER_BOUNDS_US: [u64; 10] = [
+/// Upper bounds (µs) of the whole-transfer histogram: 1 s … 2 h (an ISO download
+/// lands in a bucket, not in `+Inf`).
+pub const TRANSFER_BOUNDS_US: [u64; 10] = [
     1_000_000,
     5_000_000,
     15_000_000,
@@ -109,9 +103,9 @@ pub struct Counters {
     /// Requests a rule decided, by action ([`ACTIONS`]).
     pub rule_actions: [AtomicU64; ACTIONS.len()],
     responses: [AtomicU64; CODES],
-    ttfb: [AtomicU64; TTFB_BOUNDS.len() + 1],
+    ttfb: [AtomicU64; TTFB_BOUNDS_US.len() + 1],
     ttfb_sum_us: AtomicU64,
-    transfer: [AtomicU64; TRANSFER_BOUNDS.len() + 1],
+    transfer: [AtomicU64; TRANSFER_BOUNDS_US.len() + 1],
     transfer_sum_ms: AtomicU64,
     /// The worker's event-loop turns by how long each took, from `epoll_wait`'s
     /// return to its next call: while a turn runs, every other connection of the
@@ -243,8 +237,8 @@ impl Totals {
     pub fn sum(workers: &[Counters]) -> Totals {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut t = Totals {
-            ttfb: vec![0; TTFB_BOUNDS.len() + 1],
-            transfer: vec![0; TRANSFER_BOUNDS.len() + 1],
+            ttfb: vec![0; TTFB_BOUNDS_US.len() + 1],
+            transfer: vec![0; TRANSFER_BOUNDS_US.len() + 1],
             turn: vec![0; TURN_BOUNDS_US.len() + 1],
             ..Default::default()
         };
@@ -335,13 +329,19 @@ mod tests {
         assert_eq!(t.requests, 4);
         assert_eq!(t.responses, vec![(200, 2), (404, 1)]);
         assert_eq!(t.ttfb[0], 1);
-        assert_eq!(t.ttfb[TTFB_BOUNDS.len()], 1, "2 s is past 1 s");
+        assert_eq!(t.ttfb[TTFB_BOUNDS_US.len()], 1, "2 s is past 1 s");
         assert_eq!(t.transfer[1], 1, "2 s: the 5 s bucket");
-        assert_eq!(t.transfer[TRANSFER_BOUNDS.len()], 1);
+        assert_eq!(t.transfer[TRANSFER_BOUNDS_US.len()], 1);
     }
 
     #[test]
     fn the_microsecond_bounds_are_the_published_ones() {
+        const TTFB_BOUNDS: [f64; 11] = [
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+        ];
+        const TRANSFER_BOUNDS: [f64; 10] = [
+            1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0,
+        ];
         for (us, secs) in [
             (&TTFB_BOUNDS_US[..], &TTFB_BOUNDS[..]),
             (&TRANSFER_BOUNDS_US[..], &TRANSFER_BOUNDS[..]),

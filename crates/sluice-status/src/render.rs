@@ -4,7 +4,7 @@
 //! Labels are bounded sets (status code, state, close reason, range level); client
 //! addresses and paths appear only in the JSON and HTML top lists, never as labels.
 
-use crate::counters::{ACTIONS, STATES, TRANSFER_BOUNDS, TTFB_BOUNDS, TURN_BOUNDS_US};
+use crate::counters::{ACTIONS, STATES, TRANSFER_BOUNDS_US, TTFB_BOUNDS_US, TURN_BOUNDS_US};
 use crate::View;
 use serde_json::{json, Value};
 use sluice_condition::CloseReason;
@@ -12,9 +12,9 @@ use std::fmt::Write;
 
 const LEVELS: [&str; 3] = ["8", "16", "24"];
 
-/// The loop-turn histogram's bounds in seconds, as the other histograms have them.
-fn turn_bounds() -> [f64; TURN_BOUNDS_US.len()] {
-    TURN_BOUNDS_US.map(|us| us as f64 / 1e6)
+/// A histogram's bounds (counted in µs) in seconds, as the page shows them.
+fn secs<const N: usize>(bounds_us: [u64; N]) -> [f64; N] {
+    bounds_us.map(|us| us as f64 / 1e6)
 }
 
 pub fn json(v: &View) -> String {
@@ -111,9 +111,9 @@ pub fn json(v: &View) -> String {
         "top_rules": v.top.rules.iter().map(|r| json!({"rule": r.rule, "action": r.action, "matches": r.matches, "bytes": r.bytes})).collect::<Vec<_>>(),
         "top_urls_by_requests": urls(&v.top.urls_by_requests, "requests"),
         "top_urls_by_bytes": urls(&v.top.urls_by_bytes, "bytes"),
-        "ttfb_seconds": hist(&TTFB_BOUNDS, &t.ttfb, t.ttfb_sum_s),
-        "transfer_seconds": hist(&TRANSFER_BOUNDS, &t.transfer, t.transfer_sum_s),
-        "loop_turn_seconds": hist(&turn_bounds(), &t.turn, t.turn_sum_s),
+        "ttfb_seconds": hist(&secs(TTFB_BOUNDS_US), &t.ttfb, t.ttfb_sum_s),
+        "transfer_seconds": hist(&secs(TRANSFER_BOUNDS_US), &t.transfer, t.transfer_sum_s),
+        "loop_turn_seconds": hist(&secs(TURN_BOUNDS_US), &t.turn, t.turn_sum_s),
     });
     let mut s = serde_json::to_string_pretty(&out).unwrap_or_default();
     s.push('\n');
@@ -311,7 +311,7 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         &mut o,
         "sluice_time_to_first_byte_seconds",
         "From the start of a request head to the first response byte sent.",
-        &TTFB_BOUNDS,
+        &secs(TTFB_BOUNDS_US),
         &t.ttfb,
         t.ttfb_sum_s,
     );
@@ -319,7 +319,7 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         &mut o,
         "sluice_transfer_seconds",
         "From the start of a request head to the last response byte sent.",
-        &TRANSFER_BOUNDS,
+        &secs(TRANSFER_BOUNDS_US),
         &t.transfer,
         t.transfer_sum_s,
     );
@@ -327,7 +327,7 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         &mut o,
         "sluice_loop_turn_seconds",
         "How long the workers' event-loop turns took; while one runs, the worker's other connections wait.",
-        &turn_bounds(),
+        &secs(TURN_BOUNDS_US),
         &t.turn,
         t.turn_sum_s,
     );
@@ -457,11 +457,11 @@ pub fn html(v: &View) -> String {
     o.push_str(
         "</table>\n<h2>Latency</h2><table><tr><th>time to first byte ≤</th><th>responses</th></tr>",
     );
-    for (b, n) in TTFB_BOUNDS.iter().zip(&t.ttfb) {
+    for (b, n) in secs(TTFB_BOUNDS_US).iter().zip(&t.ttfb) {
         let _ = write!(o, "<tr><td>{} ms</td><td>{n}</td></tr>", b * 1000.0);
     }
     let _ = write!(o, "<tr><td>more</td><td>{}</td></tr></table><table><tr><th>transfer ≤</th><th>responses</th></tr>", t.ttfb.last().unwrap_or(&0));
-    for (b, n) in TRANSFER_BOUNDS.iter().zip(&t.transfer) {
+    for (b, n) in secs(TRANSFER_BOUNDS_US).iter().zip(&t.transfer) {
         let _ = write!(o, "<tr><td>{b} s</td><td>{n}</td></tr>");
     }
     let _ = writeln!(
