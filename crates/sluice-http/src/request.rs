@@ -180,6 +180,12 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             if !buf[..method_end].iter().all(|&b| is_tchar(b)) || method_end > MAX_METHOD {
                 return Err(ParseError::Malformed);
             }
+            // A CR that something other than LF follows ends nothing (RFC 9112 §2.2:
+            // a bare CR is invalid); waiting for a newline would hold the connection
+            // until the head deadline for bytes already known to be wrong.
+            if memchr(b'\r', buf).is_some_and(|i| i + 1 < buf.len()) {
+                return Err(ParseError::Malformed);
+            }
             return Ok(Parsed::Partial);
         }
         Some(i) => i,

@@ -403,6 +403,12 @@ fn standards_gaps() {
     // HTTP/1.2–1.9 are answered as 1.1.
     let r = srv.get("GET /hello.txt HTTP/1.5\r\nHost: a\r\nConnection: close\r\n\r\n");
     assert_eq!((r.status, r.text().as_str()), (200, "hello world\n"));
+    // A bare CR (no LF after it) is refused at once, not held until the head
+    // deadline as a head that may yet end.
+    let t = std::time::Instant::now();
+    let r = srv.get("GET /hello.txt HTTP/1.1\rHost: a\r\r");
+    assert_eq!(r.status, 400);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     // Characters RFC 3986 never allows raw in a target.
     for t in ["/a#b", "/\"x", "/<x>", "/{x}", "/a|b", "/a^b", "/a`b"] {
         let r = srv.get(&format!("GET {t} HTTP/1.1\r\nHost: a\r\n\r\n"));

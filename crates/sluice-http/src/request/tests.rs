@@ -156,6 +156,31 @@ fn junk_is_refused_before_a_newline() {
 }
 
 #[test]
+fn a_bare_cr_is_refused_at_once() {
+    // No LF anywhere: the request line itself carries the bare CR.
+    for bad in [
+        &b"GET / HTTP/1.1\rHost: a\r\r"[..],
+        b"GET /\rx",
+        // The request line is whole; a header line ends in a bare CR.
+        b"GET / HTTP/1.1\r\nHost: a\rX: b\r\r",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: b\rY",
+    ] {
+        assert_eq!(
+            parse_head(bad, &Limits::default()).unwrap_err(),
+            ParseError::Malformed,
+            "{bad:?}"
+        );
+    }
+    // A CR that ends what has arrived may yet be followed by its LF.
+    for partial in [&b"GET / HTTP/1.1\r"[..], b"GET / HTTP/1.1\r\nHost: a\r"] {
+        assert!(
+            matches!(parse_head(partial, &Limits::default()), Ok(Parsed::Partial)),
+            "{partial:?}"
+        );
+    }
+}
+
+#[test]
 fn minor_versions_above_one_are_one_one() {
     let h = complete("GET / HTTP/1.7\r\nHost: a\r\n\r\n");
     assert_eq!(h.minor, 7);
