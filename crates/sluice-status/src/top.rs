@@ -121,10 +121,15 @@ pub fn range_label(ip: IpAddr, level: usize) -> String {
 }
 
 fn range_key(ip: IpAddr, level: usize) -> (bool, u128) {
-    use sluice_condition::addr::{addr_bits, prefix_mask};
-    let (bits, v4) = addr_bits(ip);
+    let (bits, v4) = sluice_condition::addr::addr_bits(ip);
+    within(v4, bits, level)
+}
+
+/// The key of the level-`level` range (0: /8, 1: /16, 2: /24; IPv6 /32, /48, /64)
+/// that holds the address (or narrower range's key) `bits`.
+fn within(v4: bool, bits: u128, level: usize) -> (bool, u128) {
     let len = if v4 { [8, 16, 24] } else { [32, 48, 64] }[level];
-    (v4, bits & prefix_mask(len, v4))
+    (v4, bits & sluice_condition::addr::prefix_mask(len, v4))
 }
 
 /// One range's figures in a published list.
@@ -301,8 +306,8 @@ impl Talkers {
         // Every connection and every tally counts once, in its /24 (IPv6 /64) row;
         // the /16 and /8 rows are then summed from those. One FxHash lookup per
         // connection: this runs once a second over all of a worker's connections,
-        // and the whole loop waits for it (~0.3 ms at 15,000; three SipHash lookups
-        // per connection took ~2.5 ms).
+        // and the whole loop waits for it (under 1 ms at 15,000; three SipHash
+        // lookups per connection took 1-5 ms, `bench/held_turns.py`).
         type Rows = FxHashMap<(bool, u128), (RangeRow, IpAddr)>;
         fn row(rows: &mut Rows, key: (bool, u128), level: usize, ip: IpAddr) -> &mut RangeRow {
             let new = || {
@@ -342,9 +347,7 @@ impl Talkers {
         let [l8, l16, l24] = &mut levels;
         for (&(v4, bits), (r24, ip)) in l24.iter() {
             for (level, rows) in [(0, &mut *l8), (1, &mut *l16)] {
-                let len = if v4 { [8, 16] } else { [32, 48] }[level];
-                let key = (v4, bits & sluice_condition::addr::prefix_mask(len, v4));
-                let r = row(rows, key, level, *ip);
+                let r = row(rows, within(v4, bits, level), level, *ip);
                 r.open += r24.open;
                 r.incomplete += r24.incomplete;
                 r.req_rate += r24.req_rate;
