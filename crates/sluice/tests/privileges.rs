@@ -1,7 +1,7 @@
 //! Dropping root (issue 14): bind as root, serve as the named user, every thread.
 
 use sluice_testkit::*;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
@@ -127,6 +127,31 @@ fn user_flag_drops_every_thread_and_root_only_files_are_refused() {
         text.contains("\"GET /root-only.txt HTTP/1.0\" 403"),
         "{text}"
     );
+    // The status page counts the descriptors of every serving process, not only
+    // those of the one answering: after the switch another process's `/proc/PID/fd`
+    // cannot be listed (it is not dumpable), so they were counted as none.
+    let held: Vec<_> = (0..200)
+        .map(|_| {
+            let mut s = srv.connect();
+            s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    for s in &held {
+        let mut got = [0u8; 512];
+        assert!(std::io::Read::read(&mut &*s, &mut got).unwrap() > 0);
+    }
+    let st = srv.status_json();
+    let (fds, open) = (
+        st["open_fds"].as_u64().unwrap(),
+        st["open_connections"].as_u64().unwrap(),
+    );
+    assert!(
+        open >= 200 && fds >= open,
+        "open_fds {fds}, open_connections {open}"
+    );
+    drop(held);
     let _ = std::fs::remove_file(&log);
 }
 
