@@ -848,3 +848,41 @@ fn deferrals_rto_guard_is_lifted_at_a_downloads_first_block_once_the_estimate_ha
         "never blocked: kept"
     );
 }
+
+#[test]
+fn a_burst_queued_while_the_worker_was_stopped_is_answered_in_full() {
+    // A worker takes at most 64 new connections per loop turn and comes back for
+    // the rest without waiting for another event (its listeners are edge-
+    // triggered: the kernel announces the burst once). 300 connections queue in
+    // the kernel while the serving process is stopped; every one must be answered.
+    let srv = Server::start(&["--workers", "1"]);
+    let pids = srv.serving_pids();
+    assert!(!pids.is_empty());
+    for &p in &pids {
+        // SAFETY: signals to the serving processes this test started.
+        unsafe { libc::kill(p as i32, libc::SIGSTOP) };
+    }
+    let mut burst = Vec::new();
+    for _ in 0..300 {
+        let mut s = connect_from("127.0.0.1", &srv.addr).unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        burst.push(s);
+    }
+    for &p in &pids {
+        // SAFETY: as above.
+        unsafe { libc::kill(p as i32, libc::SIGCONT) };
+    }
+    let began = Instant::now();
+    let mut answered = 0;
+    for s in &mut burst {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if read_response(s, false).is_some_and(|r| r.status == 200) {
+            answered += 1;
+        }
+        if began.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+    }
+    assert_eq!(answered, 300, "answered within 10 s");
+}

@@ -23,6 +23,14 @@ impl Worker {
             return;
         }
         loop {
+            if self.accept_left == 0 {
+                // This turn's share is taken: the rest at the next turn, which
+                // does not sleep while a listener is pending.
+                if !self.accept_pending.contains(&li) {
+                    self.accept_pending.push(li);
+                }
+                return;
+            }
             // At the limit, conditioning makes room (the oldest idle, else incomplete,
             // connection of the heaviest address range); with everyone busy, accepting
             // pauses for a tick and the kernel's backlog holds the newcomers.
@@ -39,6 +47,7 @@ impl Worker {
             };
             match l.accept() {
                 Ok((sock, addr)) => {
+                    self.accept_left -= 1;
                     // At the limit, a newcomer from a range already at its cap would
                     // only be answered 503: close it at once, evicting nobody (an
                     // attacking range that reconnects as fast as it is closed then
