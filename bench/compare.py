@@ -19,7 +19,7 @@ Needs: wrk, curl, nginx, h2o, lighttpd (apt-get install wrk curl nginx-light h2o
 and a release build of sluice (cargo build --release).
 """
 import argparse, json, os, random, re, resource, selectors, shutil, socket, statistics
-import subprocess, sys, time
+import subprocess, sys, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = "/tmp/sluice-bench"
@@ -164,6 +164,28 @@ def wait_listening(p, name, port):
 def raise_nofile():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def start_sluice_with_status(sluice_bin, port, workers, http_extra=""):
+    """One sluice on `port` serving WWW with `workers` workers and the status page on;
+    returns the process and a function that reads the page's JSON."""
+    conf = f"{WORK}/sluice-status-{port}.toml"
+    with open(conf, "w") as f:
+        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\nroot = "{WWW}"\nworkers = {workers}\n'
+                f"[http]\n{http_extra}[status]\nenabled = true\n")
+    p = subprocess.Popen([sluice_bin, "serve", "--allow-root", "--config", conf, "--access-log", "off"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=raise_nofile, start_new_session=True)
+    wait_listening(p, "sluice", port)
+    url = f"http://127.0.0.1:{port}/server-status?format=json"
+    return p, lambda: json.load(urllib.request.urlopen(url, timeout=5))
+
+
+def turns_between(a, b):
+    """The loop turns counted between two status pages, as (upper bound in s, count),
+    the last bound infinite."""
+    ta, tb = a["loop_turn_seconds"], b["loop_turn_seconds"]
+    return list(zip(tb["le"] + [float("inf")], [y - x for x, y in zip(ta["counts"], tb["counts"])]))
 
 
 def tree(pid):
