@@ -219,21 +219,12 @@ mod tests {
 
     #[test]
     fn a_send_further_in_does_not_read_the_gap_before_it() {
-        use std::os::fd::AsRawFd;
         const MIB: usize = 1 << 20;
         let (path, file) = file_of("gap", 3, 8 * MIB);
         file.sync_all().unwrap();
         // The first 4 MiB leave the page cache; the rest stays (a reader of a
         // shared window is further on, and found its bytes cached).
-        // SAFETY: advice on our own open file.
-        unsafe {
-            libc::posix_fadvise(
-                file.as_raw_fd(),
-                0,
-                4 * MIB as i64,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
+        crate::disk::tests::evict(&file, 0, 4 * MIB as u64);
         let w = MapWindow::map(&file, 0, 8 * MIB).unwrap();
         w.populate(4 * MIB, 8 * MIB);
         let mut vec = vec![0u8; 4 * MIB / 4096];
