@@ -428,18 +428,24 @@ pub(crate) mod tests {
         let (_poll, done, pool) = one_thread_pool();
         // Its own MiB, then one more; the third is not asked for.
         assert!(pool.submit(&f, 0, PREFETCH, 2 * PREFETCH, (1, 1), &done));
-        let all = (PREFETCH / 4096) as usize;
+        // All but a few pages: this VM now and then drops a few pages of a file by
+        // itself (3 of the first MiB here, twice in ~250 runs beside the other
+        // tests; 4 pages of another test's file). A job that skips a range, or reads
+        // none ahead, leaves all its pages out.
+        let nearly_all = (PREFETCH / 4096) as usize - 8;
         let mut got = Vec::new();
         for _ in 0..500 {
             done.take(&mut got);
-            if !got.is_empty() && cached_pages(&f, PREFETCH, PREFETCH) == all {
+            if !got.is_empty() && cached_pages(&f, PREFETCH, PREFETCH) >= nearly_all {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(got, vec![(1, 1)]);
-        assert_eq!(cached_pages(&f, 0, PREFETCH), all, "the job's own range");
-        assert_eq!(cached_pages(&f, PREFETCH, PREFETCH), all, "not read ahead");
+        let own = cached_pages(&f, 0, PREFETCH);
+        assert!(own >= nearly_all, "the job's own range: {own} pages");
+        let next = cached_pages(&f, PREFETCH, PREFETCH);
+        assert!(next >= nearly_all, "not read ahead: {next} pages");
         assert_eq!(
             cached_pages(&f, 2 * PREFETCH, PREFETCH),
             0,

@@ -222,21 +222,34 @@ mod tests {
         const MIB: usize = 1 << 20;
         let (path, file) = file_of("gap", 3, 8 * MIB);
         file.sync_all().unwrap();
-        // The first 4 MiB leave the page cache; the rest stays (a reader of a
-        // shared window is further on, and found its bytes cached).
-        crate::disk::tests::evict(&file, 0, 4 * MIB as u64);
-        let w = MapWindow::map(&file, 0, 8 * MIB).unwrap();
-        w.populate(4 * MIB, 8 * MIB);
-        let mut vec = vec![0u8; 4 * MIB / 4096];
-        // SAFETY: mincore over the first 4 MiB of our mapping into a vector of one
-        // byte per page.
-        let r = unsafe { libc::mincore(w.ptr, 4 * MIB, vec.as_mut_ptr()) };
+        // Up to five tries, each from the start: this VM now and then drops a few
+        // pages of a file by itself (4 of the second 4 MiB once in ~300 runs, found
+        // by `mincore` just before populating), and populating reads around the
+        // missing page, into the first 4 MiB. Populating from the window's start
+        // (the bug this guards) fills the first 4 MiB in every try.
+        let mut resident = Vec::new();
+        for _ in 0..5 {
+            // The first 4 MiB leave the page cache; the rest is in it (a reader
+            // of a shared window is further on, and found its bytes cached).
+            crate::disk::tests::evict(&file, 0, 4 * MIB as u64);
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut vec![0; 4 * MIB], 4 * MIB as u64)
+                .unwrap();
+            let w = MapWindow::map(&file, 0, 8 * MIB).unwrap();
+            w.populate(4 * MIB, 8 * MIB);
+            let mut vec = vec![0u8; 4 * MIB / 4096];
+            // SAFETY: mincore over the first 4 MiB of our mapping into a vector of
+            // one byte per page.
+            let r = unsafe { libc::mincore(w.ptr, 4 * MIB, vec.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            resident.push(vec.iter().filter(|&&b| b & 1 == 1).count());
+            if resident[resident.len() - 1] <= 16 {
+                break;
+            }
+        }
         remove(&path);
-        assert_eq!(r, 0);
-        let resident = vec.iter().filter(|&&b| b & 1 == 1).count();
         assert!(
-            resident <= 16,
-            "populating from 4 MiB read {resident} pages of the unchecked first 4 MiB"
+            resident.iter().any(|&n| n <= 16),
+            "populating from 4 MiB read {resident:?} pages of the unchecked first 4 MiB"
         );
     }
 
