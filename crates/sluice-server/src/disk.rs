@@ -351,7 +351,7 @@ pub(crate) mod tests {
                 return t;
             }
         }
-        panic!("evicted pages were found cached, twenty times");
+        panic!("twenty tries, and none found the evicted pages cold where it should");
     }
 
     /// Drop `f`'s pages of `[off, off + len)` from the page cache, and wait (1 s
