@@ -340,8 +340,8 @@ pub(crate) mod tests {
     /// 20 times at most, 25 ms apart. On this VM a `RWF_NOWAIT` probe of evicted
     /// pages sometimes finishes within the call the disk read it started (~110 µs,
     /// in windows of ~10 ms; see sluice-static's `cold` tests) and then reports
-    /// them resident: 3 to 7 runs in 100 of the send and disk tests failed so. A build
-    /// whose probe never finds them cold still fails.
+    /// them resident: 3 to 7 runs in 100 of the send and disk tests failed so. A
+    /// build whose probe never finds them cold still fails.
     pub(crate) fn until_found_cold<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
         for i in 0..20 {
             if i > 0 {
