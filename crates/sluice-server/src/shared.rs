@@ -1,8 +1,9 @@
 //! What the workers share ([`Shared`]): the current snapshot (read on a generation
 //! change), the stop flag, the process's connection count, the per-range cap
 //! counters and the per-worker counters (relaxed atomics; these two in memory every
-//! serving process shares, see `shm`), the status board and the disk threads. No
-//! locks on the request path: the mutex is taken only after a reload.
+//! serving process shares, see `shm`), the status board, the disk threads and the
+//! workers' wakers. No locks on the request path: the mutexes are taken only after
+//! a reload, and when a worker starts or the server stops.
 
 use crate::disk;
 use crate::snapshot::Snapshot;
@@ -59,6 +60,9 @@ pub struct Shared {
     /// Reads of cold file ranges off the workers (`[files] disk_threads`; set at
     /// start, not on reload). `None`: cold turns are sent from the worker.
     pub disk: Option<disk::DiskPool>,
+    /// Each running worker's waker, by worker id: an idle worker sleeps up to a
+    /// second, and `stop`/`quit` must not wait for it to look.
+    wakers: Mutex<Vec<(usize, Arc<mio::Waker>)>>,
 }
 
 impl Shared {
@@ -121,7 +125,26 @@ impl Shared {
             from: None,
             unsent_budget,
             disk,
+            wakers: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A worker (new, or one replacing a worker that died) says how to wake it.
+    pub fn set_waker(&self, id: usize, waker: Arc<mio::Waker>) {
+        let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|(i, _)| *i != id);
+        w.push((id, waker));
+    }
+
+    /// End every worker's sleep, after `stop` or `quit` changed: each looks at
+    /// them in the turn that follows.
+    pub fn wake_workers(&self) {
+        let w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, waker) in w.iter() {
+            if let Err(e) = waker.wake() {
+                tracing::warn!(worker = id, error = %e, "cannot wake a worker");
+            }
+        }
     }
 
     pub fn current(&self) -> (Arc<Snapshot>, u64) {

@@ -9,6 +9,12 @@
 //! master) to restart.
 //! With `server.processes > 1`, `processes` forks that many serving processes from
 //! the prepared [`Start`], each running [`run_process`] for its share of the workers.
+//!
+//! The main thread sleeps until something happens: signals reach it from a thread of
+//! their own on the channel the workers report on, and it wakes by itself once a
+//! second for the status page's rate sample (every 100 ms while a new binary starts
+//! on its sockets). Setting `stop` wakes the workers (`Shared::wake_workers`), whose
+//! idle sleep is up to a second.
 
 use crate::settings::{load_config, raise_nofile_limit, Overrides};
 use crate::shared::Shared;
@@ -294,7 +300,9 @@ pub(crate) fn run_process(
             Some(sluicecc::proto::unix_path(f).to_path_buf());
     }
 
-    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<WorkerExit>();
+    // What the main thread waits for: workers' reports, and (once all are ready)
+    // signals, forwarded by a thread of their own.
+    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<Event>();
     // `i`: the worker's index in this process; its id is global (counters, logs).
     let spawn = |i: usize| -> Result<std::thread::JoinHandle<()>, String> {
         let id = part.first + i;
@@ -324,8 +332,29 @@ pub(crate) fn run_process(
     }
     if let Err(e) = all_ready(&exit_rx, workers) {
         shared.stop.store(true, Ordering::Relaxed);
+        shared.wake_workers();
         return Err(e);
     }
+    // Signals that came during start-up were kept for this thread to pass on.
+    let signals_handle = signals.handle();
+    let tx = exit_tx.clone();
+    let signal_thread = std::thread::Builder::new()
+        .name("sluice-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(Event::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        });
+    let signal_thread = match signal_thread {
+        Ok(t) => t,
+        Err(e) => {
+            shared.stop.store(true, Ordering::Relaxed);
+            shared.wake_workers();
+            return Err(format!("spawn: {e}"));
+        }
+    };
     match &managed {
         None => start.announce(),
         Some(m) => {
@@ -354,14 +383,26 @@ pub(crate) fn run_process(
     };
     'main: loop {
         // The status page's rates: one sample of the summed counters a second.
-        if std::time::Instant::now() >= next_sample {
+        let now = std::time::Instant::now();
+        if now >= next_sample {
             next_sample += std::time::Duration::from_secs(1);
             shared
                 .board
                 .sample(&sluice_status::Totals::sum(shared.stats));
         }
-        for sig in signals.pending() {
-            match sig {
+        if upgrade::served(&mut upgrading, crate::upgrade::FINISHING) {
+            handed_over = true;
+            shared.quit.store(true, Ordering::Relaxed);
+            break 'main;
+        }
+        // Asleep until the next sample, a signal or a worker's report; a new binary
+        // starting on our sockets is looked at every 100 ms until it serves.
+        let mut wait = next_sample.saturating_duration_since(now);
+        if upgrading.is_some() {
+            wait = wait.min(std::time::Duration::from_millis(100));
+        }
+        match exit_rx.recv_timeout(wait) {
+            Ok(Event::Signal(sig)) => match sig {
                 SIGHUP => {
                     if managed.is_none() {
                         systemd::reloading();
@@ -394,15 +435,8 @@ pub(crate) fn run_process(
                     tracing::info!("stopping: finishing in-flight responses");
                     break 'main;
                 }
-            }
-        }
-        if upgrade::served(&mut upgrading, crate::upgrade::FINISHING) {
-            handed_over = true;
-            shared.quit.store(true, Ordering::Relaxed);
-            break 'main;
-        }
-        match exit_rx.recv_timeout(std::time::Duration::from_millis(100)) {
-            Ok(WorkerExit::Panicked(id, msg)) | Ok(WorkerExit::Failed(id, msg)) => {
+            },
+            Ok(Event::Panicked(id, msg)) | Ok(Event::Failed(id, msg)) => {
                 shared.stats[id].restarts.fetch_add(1, Ordering::Relaxed);
                 let i = id - part.first;
                 if let Some(t) = threads[i].take() {
@@ -427,7 +461,8 @@ pub(crate) fn run_process(
                     }
                 }
             }
-            Ok(WorkerExit::Ready(id)) => tracing::warn!(worker = id, "worker restarted"),
+            Ok(Event::Ready(id)) => tracing::warn!(worker = id, "worker restarted"),
+            // The next sample, or a look at an upgrade.
             Err(_) => {}
         }
     }
@@ -442,10 +477,13 @@ pub(crate) fn run_process(
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
+    shared.wake_workers();
     // Close our copies of the listening sockets now, so that once the workers close
     // theirs new connections are refused instead of queueing in a backlog nobody reads.
     start.per_worker.clear();
-    finish_workers(threads, &mut signals, &shared, reopen_logs);
+    finish_workers(threads, &exit_rx, &shared, reopen_logs);
+    signals_handle.close();
+    let _ = signal_thread.join();
     for (_, w) in log_writers {
         w.finish();
     }
@@ -457,14 +495,16 @@ pub(crate) fn run_process(
 
 /// Start-up: every worker must build (its file handler opens the root), or the
 /// server does not start at all.
-fn all_ready(exits: &std::sync::mpsc::Receiver<WorkerExit>, workers: usize) -> Result<(), String> {
+fn all_ready(exits: &std::sync::mpsc::Receiver<Event>, workers: usize) -> Result<(), String> {
     let mut ready = 0;
     while ready < workers {
         match exits.recv() {
-            Ok(WorkerExit::Ready(_)) => ready += 1,
-            Ok(WorkerExit::Failed(id, e)) | Ok(WorkerExit::Panicked(id, e)) => {
+            Ok(Event::Ready(_)) => ready += 1,
+            Ok(Event::Failed(id, e)) | Ok(Event::Panicked(id, e)) => {
                 return Err(format!("worker {id}: {e}"))
             }
+            // (Signals are passed on only once every worker is ready.)
+            Ok(Event::Signal(_)) => {}
             Err(_) => return Err("a worker exited during start-up".into()),
         }
     }
@@ -477,36 +517,41 @@ fn all_ready(exits: &std::sync::mpsc::Receiver<WorkerExit>, workers: usize) -> R
 /// server's hour of downloads).
 fn finish_workers(
     threads: Vec<Option<std::thread::JoinHandle<()>>>,
-    signals: &mut signal_hook::iterator::Signals,
+    events: &std::sync::mpsc::Receiver<Event>,
     shared: &Shared,
     reopen_logs: impl Fn(),
 ) {
     use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    // A worker that ends normally reports nothing: look every 50 ms.
     while threads.iter().flatten().any(|t| !t.is_finished()) {
-        for sig in signals.pending() {
-            match sig {
-                SIGTERM | SIGINT if shared.quit.swap(false, Ordering::Relaxed) => {
-                    tracing::info!("stopping sooner: responses in flight get shutdown_grace")
-                }
-                SIGUSR1 => reopen_logs(),
-                _ => {}
+        let Ok(Event::Signal(sig)) = events.recv_timeout(std::time::Duration::from_millis(50))
+        else {
+            continue;
+        };
+        match sig {
+            SIGTERM | SIGINT if shared.quit.swap(false, Ordering::Relaxed) => {
+                tracing::info!("stopping sooner: responses in flight get shutdown_grace");
+                shared.wake_workers();
             }
+            SIGUSR1 => reopen_logs(),
+            _ => {}
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     for t in threads.into_iter().flatten() {
         let _ = t.join();
     }
 }
 
-/// What a worker thread reports to the main thread.
-enum WorkerExit {
+/// What the main thread waits for: a worker's report, or a signal.
+enum Event {
     /// Built and serving.
     Ready(usize),
     /// Could not build, or its event loop failed (an I/O error from epoll).
     Failed(usize, String),
     /// Panicked, with the panic message.
     Panicked(usize, String),
+    /// A signal, passed on by the signal thread.
+    Signal(std::ffi::c_int),
 }
 
 struct WorkerSpawn {
@@ -517,7 +562,7 @@ struct WorkerSpawn {
     shared: Arc<Shared>,
     logs: Vec<(String, accesslog::Handle)>,
     max_conns: usize,
-    exits: std::sync::mpsc::Sender<WorkerExit>,
+    exits: std::sync::mpsc::Sender<Event>,
 }
 
 /// Start one worker thread. Workers own Rc-based caches, so each is built on its own
@@ -535,13 +580,13 @@ fn spawn_worker(w: WorkerSpawn) -> Result<std::thread::JoinHandle<()>, String> {
                 let worker =
                     worker::Worker::new(id, w.listeners, w.auto_defer, w.shared, wl, w.max_conns)
                         .map_err(|e| e.to_string())?;
-                let _ = w.exits.send(WorkerExit::Ready(id));
+                let _ = w.exits.send(Event::Ready(id));
                 worker.run().map_err(|e| e.to_string())
             });
             let exit = match std::panic::catch_unwind(body) {
                 Ok(Ok(())) => return,
-                Ok(Err(e)) => WorkerExit::Failed(id, e),
-                Err(payload) => WorkerExit::Panicked(id, panic_message(payload.as_ref())),
+                Ok(Err(e)) => Event::Failed(id, e),
+                Err(payload) => Event::Panicked(id, panic_message(payload.as_ref())),
             };
             let _ = exits.send(exit);
         })

@@ -386,3 +386,92 @@ fn a_connection_accepted_just_before_a_stop_is_still_answered() {
     );
     assert!(t.elapsed() < Duration::from_secs(3), "did not exit in time");
 }
+
+/// Voluntary context switches (wake-ups) of every thread of `pids`, by
+/// "pid/tid name".
+fn wakeups(pids: &[u32]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let n = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let name = format!("{pid}/{} {}", t.file_name().to_string_lossy(), comm.trim());
+            m.insert(name, n);
+        }
+    }
+    m
+}
+
+#[test]
+fn an_idle_server_sleeps_and_still_answers_and_stops_at_once() {
+    // Two workers in two serving processes under a master (the default layout).
+    let mut srv = Server::start(&["--workers", "2"]);
+    let ok = "GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    assert_eq!(srv.get(ok).status, 200);
+    // The connection is gone; within a second every worker's sleep is the idle one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut pids = vec![srv.pid()];
+    pids.extend(srv.children());
+    let secs = 3;
+    let before = wakeups(&pids);
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = wakeups(&pids);
+    let table: Vec<String> = after
+        .iter()
+        .map(|(t, n)| format!("{t}: {}", n - before.get(t).copied().unwrap_or(*n)))
+        .collect();
+    // Each thread that keeps time wakes once a second (workers: housekeeping;
+    // processes' main threads: the status page's sample), the rest never. Ten a
+    // second was the old 100 ms poll.
+    for (t, n) in &after {
+        let woke = n - before.get(t).copied().unwrap_or(*n);
+        assert!(
+            woke <= 2 * secs,
+            "{t} woke {woke} times in {secs} s of idleness:\n{}",
+            table.join("\n")
+        );
+    }
+    // A sleeping worker still answers a new client at once.
+    let t = Instant::now();
+    assert_eq!(srv.get(ok).status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    // And a stop does not wait for a worker's sleep to end (the supervisor wakes
+    // the workers). Sent just after a worker's housekeeping wake-up, when every
+    // worker (they started together, so they keep time together) has a whole
+    // second of sleep ahead: a worker left asleep would hold the exit that long.
+    let worker = after
+        .keys()
+        .find(|t| t.ends_with(" sluice-w0") || t.ends_with(" sluice-w1"))
+        .expect("a worker thread")
+        .clone();
+    let woke = |m: &std::collections::BTreeMap<String, u64>| m.get(&worker).copied();
+    // (After the wake-ups that answering and closing took.)
+    std::thread::sleep(Duration::from_millis(300));
+    let last = woke(&wakeups(&pids));
+    let t = Instant::now();
+    while woke(&wakeups(&pids)) == last {
+        assert!(t.elapsed() < Duration::from_secs(3), "{worker} never woke");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    srv.signal(libc::SIGTERM);
+    let t = Instant::now();
+    let st = srv.exited_within(Duration::from_secs(5));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "{}", srv.stderr());
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "an idle server took {:?} to stop",
+        t.elapsed()
+    );
+}

@@ -259,6 +259,16 @@ impl WorkerLog {
         }
     }
 
+    /// When [`WorkerLog::tick`] next has lines to write out, if any are buffered:
+    /// an idle worker sleeps no longer than that.
+    pub fn next_flush(&self) -> Option<Instant> {
+        self.outs
+            .iter()
+            .filter(|o| !o.buf.is_empty())
+            .map(|o| o.flush_by)
+            .min()
+    }
+
     /// Called on every timer tick; flushes buffers a second old.
     pub fn tick(&mut self, now: Instant) {
         for o in &mut self.outs {

@@ -33,6 +33,10 @@
 //! to the worker's pool), just its `Conn` record in the slab, one wheel entry and
 //! its links in the conditioning trees' side tables.
 //!
+//! Sleep: a turn with nothing waiting sleeps one wheel tick (100 ms) while the
+//! worker has connections, and up to a second with none ([`Worker::sleep_for`]); a
+//! stop ends the sleep through the `WAKE` token.
+//!
 //! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
 //! the range caps, making room at the limit: conditioning's entry points), `drive`
 //! (one connection's state machine, its steps assembled in `drive_inner`), `answer`
@@ -76,6 +80,11 @@ const LISTENER_BASE: usize = usize::MAX / 2;
 const FRONT: usize = LISTENER_BASE - 1;
 /// The disk pool's wake-up: cold ranges this worker parked are cached now.
 const DISK: usize = LISTENER_BASE - 2;
+/// The supervisor's wake-up: `stop` or `quit` changed (`Shared::wake_workers`).
+const WAKE: usize = LISTENER_BASE - 3;
+/// Longest an idle worker (no connection at all) sleeps: its once-a-second
+/// housekeeping (caches' expiry, the status page's figures, deferral's check).
+const IDLE_SLEEP_MS: Ms = 1000;
 /// Connections a worker asks the front process for ahead of need.
 const FRONT_CREDIT: u32 = 64;
 
@@ -202,6 +211,7 @@ impl Worker {
         let poll = Poll::new()?;
         let disk_done =
             crate::disk::Completions::new(mio::Waker::new(poll.registry(), Token(DISK))?);
+        shared.set_waker(id, Arc::new(mio::Waker::new(poll.registry(), Token(WAKE))?));
         let mut listeners = listeners;
         for (i, l) in listeners.iter_mut().enumerate() {
             poll.registry()
@@ -318,7 +328,7 @@ impl Worker {
             // responses wait for one to finish instead).
             let ready = self.cond.ready() > 0 && self.active < self.max_active;
             let timeout = if self.cond.waiting() == 0 && !ready && self.accept_pending.is_empty() {
-                self.wheel.tick()
+                self.sleep_for()
             } else {
                 Duration::ZERO
             };
@@ -343,6 +353,10 @@ impl Worker {
                 }
                 if t == DISK {
                     self.disk_ready();
+                    continue;
+                }
+                if t == WAKE {
+                    // Only to end the sleep: `stop` and `quit` are read below.
                     continue;
                 }
                 if t >= LISTENER_BASE {
@@ -436,6 +450,27 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// How long a turn with nothing waiting sleeps in `epoll_wait` at most. With
+    /// connections open (their deadlines are on the wheel) or a stop under way: one
+    /// wheel tick. With none: until the once-a-second housekeeping or the access
+    /// log's next flush, so an idle worker wakes once a second, not ten times (a
+    /// new connection or a stop wakes it at once; a reload is read by the turn the
+    /// next request starts, as always).
+    fn sleep_for(&self) -> Duration {
+        let tick = self.wheel.tick();
+        if !self.conns.is_empty() || self.stopping.is_some() || self.accept_paused_until.is_some() {
+            return tick;
+        }
+        let mut ms = self
+            .next_expire_ms
+            .saturating_sub(self.now_ms)
+            .min(IDLE_SLEEP_MS);
+        if let Some(at) = self.log.next_flush() {
+            ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);
+        }
+        Duration::from_millis(ms).max(tick)
     }
 
     fn refresh_snapshot(&mut self) {
