@@ -395,6 +395,29 @@ pub fn wait_within(limit: Duration, mut done: impl FnMut() -> bool, failure: imp
     }
 }
 
+/// Voluntary context switches (wake-ups: each time the thread went to sleep) of
+/// every thread of `pids`, by "pid/tid name": how an idle process is seen to sleep.
+pub fn wakeups(pids: &[u32]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let n = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let name = format!("{pid}/{} {}", t.file_name().to_string_lossy(), comm.trim());
+            m.insert(name, n);
+        }
+    }
+    m
+}
+
 /// A fresh access-log path in the temp directory, unique to this test process.
 pub fn log_path(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("sluice-{tag}-{}.log", std::process::id()));

@@ -991,3 +991,44 @@ fn the_front_listens_on_several_sockets_and_an_upgrade_takes_them_all() {
     assert_eq!(listening(), 3, "the new front holds the same sockets");
     assert!(TcpStream::connect(&f.addr).is_ok());
 }
+
+/// An idle front sleeps: with no connection held it sweeps once a second (not ten
+/// times), and its backend's worker, with no connection either, wakes once a second
+/// too. A stop still ends it at once.
+#[test]
+fn an_idle_front_and_its_backend_sleep_and_stop_at_once() {
+    let root = docroot();
+    let mut f = front("packaging,persist,fair", "");
+    let backend = serve_from(root.path(), &f.sock, "1");
+    wait_served(&f.addr);
+    // The connection is closed; within a second both sides sleep their idle sleep.
+    std::thread::sleep(Duration::from_millis(1500));
+    let pids = [f.pid() as u32, backend.0.id()];
+    let secs = 3;
+    let before = wakeups(&pids);
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = wakeups(&pids);
+    let woke = |t: &str| after[t] - before.get(t).copied().unwrap_or(after[t]);
+    let table: Vec<String> = after.keys().map(|t| format!("{t}: {}", woke(t))).collect();
+    for t in after.keys() {
+        assert!(
+            woke(t) <= 2 * secs,
+            "{t} woke {} times in {secs} s of idleness:\n{}",
+            woke(t),
+            table.join("\n")
+        );
+    }
+    // The front still answers at once, and stops at once.
+    assert_eq!(get(&f.addr, "/hello.txt").stdout, b"hello world\n");
+    // SAFETY: a signal to the front this test started.
+    unsafe { libc::kill(f.pid(), libc::SIGTERM) };
+    let t = Instant::now();
+    while f.child.0.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_millis(600),
+            "an idle front took over 600 ms to stop:\n{}",
+            f.log()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -387,29 +387,6 @@ fn a_connection_accepted_just_before_a_stop_is_still_answered() {
     assert!(t.elapsed() < Duration::from_secs(3), "did not exit in time");
 }
 
-/// Voluntary context switches (wake-ups) of every thread of `pids`, by
-/// "pid/tid name".
-fn wakeups(pids: &[u32]) -> std::collections::BTreeMap<String, u64> {
-    let mut m = std::collections::BTreeMap::new();
-    for pid in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-            let n = status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            let name = format!("{pid}/{} {}", t.file_name().to_string_lossy(), comm.trim());
-            m.insert(name, n);
-        }
-    }
-    m
-}
-
 #[test]
 fn an_idle_server_sleeps_and_still_answers_and_stops_at_once() {
     // Two workers in two serving processes under a master (the default layout).

@@ -62,7 +62,7 @@ use sluice_config::Valid;
 use sluice_http::Limits;
 use sluicecc::proto;
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -85,6 +85,11 @@ const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
 const CLOCK_BASE: u64 = 1 << 32;
 const BACKEND_BASE: usize = usize::MAX / 2;
 const SWEEP: Duration = Duration::from_millis(100);
+/// The sweep's period while the front holds no connection (nothing has a deadline):
+/// an idle front wakes once a second, for deferral's check.
+const IDLE_SWEEP: Duration = Duration::from_secs(1);
+/// The signals' wake-up (below the backends' tokens, above any client's).
+const SIGNAL: Token = Token(BACKEND_BASE - 1);
 /// Most connections closed per sweep period to make room (1,280/s), as a worker of
 /// `sluice serve` rations them: an attacker that reconnects as fast as it is
 /// evicted then waits in the kernel's backlog instead of taking the whole CPU.
@@ -178,16 +183,7 @@ pub fn run(
     let listeners = crate::upgrade::inherited()?;
     let predecessor = crate::upgrade::inherited_fd(HANDOVER_VAR)?;
     let nofile = crate::settings::raise_nofile_limit();
-    let signals = Signals::default();
-    for (sig, flag) in [
-        (signal_hook::consts::SIGTERM, &signals.stop),
-        (signal_hook::consts::SIGINT, &signals.stop),
-        (signal_hook::consts::SIGHUP, &signals.reload),
-        (signal_hook::consts::SIGUSR1, &signals.ignored),
-        (signal_hook::consts::SIGUSR2, &signals.upgrade),
-    ] {
-        signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("signals: {e}"))?;
-    }
+    let signals = Signals::register().map_err(|e| format!("signals: {e}"))?;
     // Started as root: whom this process and its relays become (`None`: stay).
     let user = crate::privileges::plan(config.server.user.as_deref(), config.server.allow_root)?;
     // The chain: this process listens on `to` itself, or on the first relay's input.
@@ -247,7 +243,6 @@ fn random_start() -> u32 {
 }
 
 /// What the signals ask of the front's loop, set by their handlers.
-#[derive(Default)]
 struct Signals {
     /// SIGTERM, SIGINT: stop.
     stop: Arc<AtomicBool>,
@@ -257,6 +252,42 @@ struct Signals {
     upgrade: Arc<AtomicBool>,
     /// SIGUSR1: nothing to do here; say so.
     ignored: Arc<AtomicBool>,
+    /// Every handler also writes a byte here (the `SIGNAL` token), so that a signal
+    /// that lands just before `epoll_wait` still ends its sleep, which is up to
+    /// [`IDLE_SWEEP`] long.
+    wake: std::os::unix::net::UnixStream,
+}
+
+impl Signals {
+    fn register() -> io::Result<Signals> {
+        let (wake, tx) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let s = Signals {
+            stop: Arc::default(),
+            reload: Arc::default(),
+            upgrade: Arc::default(),
+            ignored: Arc::default(),
+            wake,
+        };
+        for (sig, flag) in [
+            (signal_hook::consts::SIGTERM, &s.stop),
+            (signal_hook::consts::SIGINT, &s.stop),
+            (signal_hook::consts::SIGHUP, &s.reload),
+            (signal_hook::consts::SIGUSR1, &s.ignored),
+            (signal_hook::consts::SIGUSR2, &s.upgrade),
+        ] {
+            // The flag first: by the time the byte wakes the loop, it is set.
+            signal_hook::flag::register(sig, flag.clone())?;
+            signal_hook::low_level::pipe::register(sig, tx.try_clone()?)?;
+        }
+        Ok(s)
+    }
+
+    /// Empty the wake-up socket (the flags say what came).
+    fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+    }
 }
 
 /// What a front started by an older one's upgrade takes from it: the listening
@@ -404,6 +435,13 @@ impl Front {
         poll.registry()
             .register(&mut SourceFd(&unix.as_raw_fd()), UNIX, Interest::READABLE)
             .map_err(|e| e.to_string())?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&signals.wake.as_raw_fd()),
+                SIGNAL,
+                Interest::READABLE,
+            )
+            .map_err(|e| e.to_string())?;
         if let Some(h) = &sockets.predecessor {
             socket2::SockRef::from(h)
                 .set_nonblocking(true)
@@ -459,6 +497,14 @@ impl Front {
         })
     }
 
+    /// Nothing held and nothing under way: the loop may sleep its idle second.
+    fn idle(&self) -> bool {
+        self.conns.is_empty()
+            && self.upgrading.is_none()
+            && self.predecessor.is_none()
+            && !self.accept_paused
+    }
+
     fn run(mut self, config_path: Option<&Path>) -> Result<(), String> {
         use std::io::Write;
         let _ = writeln!(
@@ -492,7 +538,13 @@ impl Front {
             if self.signals.ignored.swap(false, Ordering::Relaxed) {
                 tracing::warn!("SIGUSR1 ignored: sluice condition has no log file to reopen");
             }
-            let wait = next_sweep.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            // A connection came while the front slept its idle second: its
+            // deadlines want the ordinary sweep.
+            if !self.idle() {
+                next_sweep = next_sweep.min(now + SWEEP);
+            }
+            let wait = next_sweep.saturating_duration_since(now);
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e.to_string());
@@ -501,6 +553,7 @@ impl Front {
             self.now = CLOCK_BASE + self.epoch.elapsed().as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
+                    SIGNAL => self.signals.drain(),
                     UNIX => self.accept_backends(),
                     HANDOVER => self.adopt_handed(),
                     Token(t) if (TCP..TCP + MAX_LISTENERS).contains(&t) => self.accept(t - TCP),
@@ -513,7 +566,7 @@ impl Front {
                 a.poll(self.now); // it logs a switch itself
             }
             if Instant::now() >= next_sweep {
-                next_sweep = Instant::now() + SWEEP;
+                next_sweep = Instant::now() + if self.idle() { IDLE_SWEEP } else { SWEEP };
                 self.evictions = 0;
                 self.sweep();
                 if self.accept_paused {

@@ -34,7 +34,7 @@
 //! its links in the conditioning trees' side tables.
 //!
 //! Sleep: a turn with nothing waiting sleeps one wheel tick (100 ms) while the
-//! worker has connections, and up to a second with none ([`Worker::sleep_for`]); a
+//! worker has connections, and up to a second with none (`Worker::sleep_for`); a
 //! stop ends the sleep through the `WAKE` token.
 //!
 //! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
