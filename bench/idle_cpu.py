@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """What a server costs while nobody talks to it: CPU of its whole process tree
-(utime + stime from /proc), as a share of one core, over SECONDS of idling.
+(utime + stime from /proc), as a share of one core, and how often its threads
+wake (voluntary context switches: each time a thread goes back to sleep), per
+second, over SECONDS of idling.
 
     bench/idle_cpu.py [--seconds 60] [--rounds 2] [--workers 2]
                       [--sluice NAME=BIN]... [--nginx] [--h2o] [--lighttpd]
@@ -22,6 +24,25 @@ import attacks  # noqa: E402
 import compare  # noqa: E402
 
 
+def wakeups(pid):
+    """Voluntary context switches of every thread of `pid`'s process tree."""
+    total = 0
+    for p in compare.tree(pid):
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+            except OSError:
+                pass
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=60)
@@ -38,6 +59,7 @@ def main():
     compare.configs()
     peers = [(n, None) for n in ("nginx", "h2o", "lighttpd") if getattr(a, n)]
     results = {name: [] for name, _ in runs + peers}
+    wakes = {name: [] for name, _ in runs + peers}
     for r in range(a.rounds):
         for name, binary in runs + peers:
             if binary is None:
@@ -46,20 +68,26 @@ def main():
                 p = attacks.start_sluice(binary, a.workers, (), 0, "")
             try:
                 time.sleep(3)
-                c0 = compare.cpu_seconds(p.pid)
+                c0, w0 = compare.cpu_seconds(p.pid), wakeups(p.pid)
                 time.sleep(a.seconds)
-                c1 = compare.cpu_seconds(p.pid)
+                c1, w1 = compare.cpu_seconds(p.pid), wakeups(p.pid)
             finally:
                 p.terminate()
                 p.wait(timeout=30)
             share = (c1 - c0) / a.seconds * 100
             results[name].append(share)
-            print(f"round {r + 1} {name:12} {share:.3f}% of a core", flush=True)
+            wakes[name].append((w1 - w0) / a.seconds)
+            print(f"round {r + 1} {name:12} {share:.3f}% of a core, "
+                  f"{wakes[name][-1]:.1f} wake-ups/s", flush=True)
+    def median(v):
+        s = sorted(v)
+        return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+
     print("median, every round:")
     for name, v in results.items():
-        s = sorted(v)
-        med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-        print(f"  {name:12} {med:.3f}%   " + " ".join(f"{x:.3f}" for x in v))
+        print(f"  {name:12} {median(v):.3f}%   " + " ".join(f"{x:.3f}" for x in v)
+              + f"   wake-ups/s {median(wakes[name]):.1f}   "
+              + " ".join(f"{x:.1f}" for x in wakes[name]))
 
 
 if __name__ == "__main__":

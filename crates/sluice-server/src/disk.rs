@@ -59,11 +59,13 @@ const QUEUE: usize = 4096;
 /// Connections of one worker whose cold range is now cached: `(key, generation)`.
 pub struct Completions {
     done: Mutex<Vec<(u32, u32)>>,
-    waker: mio::Waker,
+    /// The worker's one waker (mio allows one per poll): the supervisor wakes
+    /// the worker with it too (`Shared::wake_workers`).
+    waker: Arc<mio::Waker>,
 }
 
 impl Completions {
-    pub fn new(waker: mio::Waker) -> Arc<Completions> {
+    pub fn new(waker: Arc<mio::Waker>) -> Arc<Completions> {
         Arc::new(Completions {
             done: Mutex::new(Vec::new()),
             waker,
@@ -301,7 +303,9 @@ pub(crate) mod tests {
     /// must outlive the waker).
     fn one_thread_pool() -> (mio::Poll, Arc<Completions>, DiskPool) {
         let poll = mio::Poll::new().unwrap();
-        let done = Completions::new(mio::Waker::new(poll.registry(), mio::Token(1)).unwrap());
+        let done = Completions::new(Arc::new(
+            mio::Waker::new(poll.registry(), mio::Token(1)).unwrap(),
+        ));
         (poll, done, DiskPool::start(1).unwrap())
     }
 

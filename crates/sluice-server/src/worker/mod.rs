@@ -35,7 +35,7 @@
 //!
 //! Sleep: a turn with nothing waiting sleeps one wheel tick (100 ms) while the
 //! worker has connections, and up to a second with none (`Worker::sleep_for`); a
-//! stop ends the sleep through the `WAKE` token.
+//! stop ends the sleep through the worker's waker (the `DISK` token).
 //!
 //! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
 //! the range caps, making room at the limit: conditioning's entry points), `drive`
@@ -78,10 +78,10 @@ use std::time::{Duration, Instant};
 const LISTENER_BASE: usize = usize::MAX / 2;
 /// The connection to a `sluice condition` front process (`serve --from`).
 const FRONT: usize = LISTENER_BASE - 1;
-/// The disk pool's wake-up: cold ranges this worker parked are cached now.
+/// The worker's waker (mio allows one per poll): the disk pool's (cold ranges this
+/// worker parked are cached now), or the supervisor's (`stop` or `quit` changed:
+/// `Shared::wake_workers`).
 const DISK: usize = LISTENER_BASE - 2;
-/// The supervisor's wake-up: `stop` or `quit` changed (`Shared::wake_workers`).
-const WAKE: usize = LISTENER_BASE - 3;
 /// Longest an idle worker (no connection at all) sleeps: its once-a-second
 /// housekeeping (caches' expiry, the status page's figures, deferral's check).
 const IDLE_SLEEP_MS: Ms = 1000;
@@ -209,9 +209,9 @@ impl Worker {
         max_conns: usize,
     ) -> io::Result<Worker> {
         let poll = Poll::new()?;
-        let disk_done =
-            crate::disk::Completions::new(mio::Waker::new(poll.registry(), Token(DISK))?);
-        shared.set_waker(id, Arc::new(mio::Waker::new(poll.registry(), Token(WAKE))?));
+        let waker = Arc::new(mio::Waker::new(poll.registry(), Token(DISK))?);
+        shared.set_waker(id, waker.clone());
+        let disk_done = crate::disk::Completions::new(waker);
         let mut listeners = listeners;
         for (i, l) in listeners.iter_mut().enumerate() {
             poll.registry()
@@ -352,11 +352,8 @@ impl Worker {
                     continue;
                 }
                 if t == DISK {
+                    // (For a stop, nothing to take: `stop` and `quit` are read below.)
                     self.disk_ready();
-                    continue;
-                }
-                if t == WAKE {
-                    // Only to end the sleep: `stop` and `quit` are read below.
                     continue;
                 }
                 if t >= LISTENER_BASE {
