@@ -16,8 +16,8 @@
 //! machine), `listener`, `systemd`, `privileges`, `logging` (the server's own log
 //! and its level), `front` (`sluice condition`), `shm` (what serving processes
 //! share), `start` (what serving starts from), `processes` (the master of several
-//! serving processes) and `supervisor` (the process: workers, signals, reload) at
-//! the top.
+//! serving processes), `worker_threads` (a process's worker threads: start, report,
+//! finish) and `supervisor` (the process: workers, signals, reload) at the top.
 
 pub mod accesslog;
 pub mod deferral;
@@ -44,6 +44,7 @@ mod snapshot;
 mod start;
 mod supervisor;
 mod upgrade;
+mod worker_threads;
 
 pub use settings::{load_config, raise_nofile_limit, Overrides};
 pub use shared::{Shared, Stats};

@@ -43,12 +43,14 @@
 //! backends, the sweep that enforces deadlines), `backends` (the Unix-socket side:
 //! asks, KEEP and CLOSE), `handover` (the in-place upgrade: both ends), `status`
 //! (the front's own figures, at `/server-status/front`), `relay` (a `pass` process
-//! of a chain).
+//! of a chain), `signals` (the handlers, and the wake-up they send the loop).
 
 mod backends;
 mod clients;
 mod handover;
 mod relay;
+mod signals;
+use signals::Signals;
 mod status;
 
 use crate::{deferral, listener};
@@ -62,12 +64,11 @@ use sluice_config::Valid;
 use sluice_http::Limits;
 use sluicecc::proto;
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const UNIX: Token = Token(usize::MAX - 1);
@@ -240,54 +241,6 @@ fn random_start() -> u32 {
     std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish() as u32
-}
-
-/// What the signals ask of the front's loop, set by their handlers.
-struct Signals {
-    /// SIGTERM, SIGINT: stop.
-    stop: Arc<AtomicBool>,
-    /// SIGHUP: read the config file again.
-    reload: Arc<AtomicBool>,
-    /// SIGUSR2: start a new binary and hand it everything (`handover`).
-    upgrade: Arc<AtomicBool>,
-    /// SIGUSR1: nothing to do here; say so.
-    ignored: Arc<AtomicBool>,
-    /// Every handler also writes a byte here (the `SIGNAL` token), so that a signal
-    /// that lands just before `epoll_wait` still ends its sleep, which is up to
-    /// [`IDLE_SWEEP`] long.
-    wake: std::os::unix::net::UnixStream,
-}
-
-impl Signals {
-    fn register() -> io::Result<Signals> {
-        let (wake, tx) = std::os::unix::net::UnixStream::pair()?;
-        wake.set_nonblocking(true)?;
-        let s = Signals {
-            stop: Arc::default(),
-            reload: Arc::default(),
-            upgrade: Arc::default(),
-            ignored: Arc::default(),
-            wake,
-        };
-        for (sig, flag) in [
-            (signal_hook::consts::SIGTERM, &s.stop),
-            (signal_hook::consts::SIGINT, &s.stop),
-            (signal_hook::consts::SIGHUP, &s.reload),
-            (signal_hook::consts::SIGUSR1, &s.ignored),
-            (signal_hook::consts::SIGUSR2, &s.upgrade),
-        ] {
-            // The flag first: by the time the byte wakes the loop, it is set.
-            signal_hook::flag::register(sig, flag.clone())?;
-            signal_hook::low_level::pipe::register(sig, tx.try_clone()?)?;
-        }
-        Ok(s)
-    }
-
-    /// Empty the wake-up socket (the flags say what came).
-    fn drain(&self) {
-        let mut buf = [0u8; 64];
-        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
-    }
 }
 
 /// What a front started by an older one's upgrade takes from it: the listening

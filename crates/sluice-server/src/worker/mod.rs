@@ -22,7 +22,7 @@
 //! caps), the end of `drive` (the connection's class: incomplete, idle, ready,
 //! waiting or busy), `run_ready` and `run_sendq` (whose turn is next),
 //! `make_room` (which connection gives way at the limit) and `check_rate` (slow
-//! readers). Every close goes through `close` with a [`CloseReason`].
+//! readers). Every close goes through `close` with a [`CloseReason`](sluice_condition::CloseReason).
 //!
 //! Sockets are registered edge-triggered for reading when adopted, and for writing
 //! too once a response first finds its socket full (`arm_writable`); the flags
@@ -41,7 +41,8 @@
 //! the range caps, making room at the limit: conditioning's entry points), `drive`
 //! (one connection's state machine, its steps assembled in `drive_inner`), `answer`
 //! (a complete request → a response), `kept` (the kept answers), `errant` (the
-//! errant-client answers), `timers` (deadlines, the send queue, closing). The rest
+//! errant-client answers), `timers` (deadlines, the send queue, closing, how long
+//! a turn sleeps), `stop` (SIGTERM and SIGQUIT: which connections finish). The rest
 //! is here: the worker itself, its event loop and its snapshot.
 
 mod admit;
@@ -51,6 +52,7 @@ mod drive;
 mod errant;
 mod kept;
 mod publish;
+mod stop;
 mod timers;
 
 use crate::accesslog::WorkerLog;
@@ -63,7 +65,7 @@ use conn::*;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
-use sluice_condition::{Class, CloseReason, Conditioner, RangeKey};
+use sluice_condition::{Class, Conditioner, RangeKey};
 use sluice_http::date::DateCache;
 use sluice_http::Limits;
 use sluice_static::answers::AnswerCache;
@@ -449,27 +451,6 @@ impl Worker {
         }
     }
 
-    /// How long a turn with nothing waiting sleeps in `epoll_wait` at most. With
-    /// connections open (their deadlines are on the wheel) or a stop under way: one
-    /// wheel tick. With none: until the once-a-second housekeeping or the access
-    /// log's next flush, so an idle worker wakes once a second, not ten times (a
-    /// new connection or a stop wakes it at once; a reload is read by the turn the
-    /// next request starts, as always).
-    fn sleep_for(&self) -> Duration {
-        let tick = self.wheel.tick();
-        if !self.conns.is_empty() || self.stopping.is_some() || self.accept_paused_until.is_some() {
-            return tick;
-        }
-        let mut ms = self
-            .next_expire_ms
-            .saturating_sub(self.now_ms)
-            .min(IDLE_SLEEP_MS);
-        if let Some(at) = self.log.next_flush() {
-            ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);
-        }
-        Duration::from_millis(ms).max(tick)
-    }
-
     fn refresh_snapshot(&mut self) {
         let g = self.shared.generation.load(Ordering::Acquire);
         if g == self.snap_gen {
@@ -494,85 +475,6 @@ impl Worker {
             }
         }
         self.snap_gen = g;
-    }
-
-    /// SIGTERM during a quit: what is left of the grace is `shutdown_grace` from
-    /// now at most, and the idle keep-alive connections kept for the quit close,
-    /// by `begin_stop`'s rule: one whose next request already waits in its socket
-    /// is answered (with `Connection: close`), not dropped.
-    fn hurry_stop(&mut self) {
-        self.quitting = false;
-        let by = self.now + self.snap.config.server.shutdown_grace;
-        self.stopping = self.stopping.map(|d| d.min(by));
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| matches!(c.phase, Phase::Idle { .. }) && c.asks_nothing())
-            .map(|(k, _)| k)
-            .collect();
-        for k in idle {
-            self.close(k, CloseReason::Shutdown);
-        }
-    }
-
-    fn begin_stop(&mut self) {
-        self.quitting = self.shared.quit.load(Ordering::Relaxed);
-        let server = &self.snap.config.server;
-        let grace = if self.quitting {
-            server.upgrade_grace
-        } else {
-            server.shutdown_grace
-        };
-        self.stopping = Some(self.now + grace);
-        for mut l in self.listeners.drain(..) {
-            let _ = self.poll.registry().deregister(&mut l);
-        }
-        // Nothing asked on them: on SIGTERM idle keep-alive connections close now
-        // (a client retries a request it sends on one, as after any keep-alive
-        // timeout), and so do connections silent since they were accepted a second
-        // or more ago. Kept, and answered with `Connection: close`: one whose next
-        // request is already in its socket (a busy keep-alive client; one peek each,
-        // once); one accepted within the last second, whose request is on the way
-        // (the old server of an upgrade accepted it while the new one started),
-        // until a second after its accept; and on SIGQUIT (an upgrade) every idle
-        // keep-alive connection, until its next request or its keep-alive timeout,
-        // so that no request a client sends on one is lost to the upgrade.
-        let fresh_until = self.now_ms.saturating_sub(JUST_ACCEPTED_MS);
-        let (mut idle, mut fresh) = (Vec::new(), Vec::new());
-        for (k, c) in self.conns.iter() {
-            // On a quit, idle ones stay (no peek needed).
-            if (self.quitting && matches!(c.phase, Phase::Idle { .. })) || !c.asks_nothing() {
-                continue;
-            }
-            match c.phase {
-                Phase::Head {
-                    started,
-                    discard: 0,
-                } if started > fresh_until => fresh.push((k, started + JUST_ACCEPTED_MS)),
-                _ => idle.push(k),
-            }
-        }
-        for k in idle {
-            self.close(k, CloseReason::Shutdown);
-        }
-        for (k, d) in fresh {
-            let d = d.min(self.conns[k].deadline);
-            self.set_deadline(k, d);
-        }
-        for (_, c) in self.conns.iter_mut() {
-            // A request already complete and waiting for its turn, still arriving
-            // with no response before it, or waiting in the socket of an idle one
-            // kept above, is answered (with `Connection: close`: `stopping` turns
-            // keep-alive off), within its head (or keep-alive) deadline. The rest
-            // close once their response in flight is out.
-            if matches!(c.phase, Phase::Ready { .. } | Phase::Idle { .. })
-                || (matches!(c.phase, Phase::Head { .. }) && c.out.is_none())
-            {
-                continue;
-            }
-            c.flags.set(Flags::CLOSE_AFTER, true);
-            c.why = CloseReason::Shutdown;
-        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Time in the worker: what a timer does when it fires (close, or resume a held
 //! connection), turns for waiting requests (`run_ready`), send turns (by address range, least recently served first) and
-//! their 125 µs passes, disk-pool wake-ups, the minimum send rate, deadlines, and
-//! [`Worker::close`], where every connection ends with a reason.
+//! their 125 µs passes, disk-pool wake-ups, the minimum send rate, deadlines,
+//! [`Worker::close`], where every connection ends with a reason, and how long a
+//! turn with nothing to do sleeps (`Worker::sleep_for`).
 
 use super::answer::release;
 use super::conn::*;
@@ -324,5 +325,28 @@ impl Worker {
         if d < c.wheel_at {
             c.wheel_at = self.wheel.insert(d, (key as u32, c.gen));
         }
+    }
+}
+
+impl Worker {
+    /// How long a turn with nothing waiting sleeps in `epoll_wait` at most. With
+    /// connections open (their deadlines are on the wheel) or a stop under way: one
+    /// wheel tick. With none: until the once-a-second housekeeping or the access
+    /// log's next flush, so an idle worker wakes once a second, not ten times (a
+    /// new connection or a stop wakes it at once; a reload is read by the turn the
+    /// next request starts, as always).
+    pub(super) fn sleep_for(&self) -> Duration {
+        let tick = self.wheel.tick();
+        if !self.conns.is_empty() || self.stopping.is_some() || self.accept_paused_until.is_some() {
+            return tick;
+        }
+        let mut ms = self
+            .next_expire_ms
+            .saturating_sub(self.now_ms)
+            .min(IDLE_SLEEP_MS);
+        if let Some(at) = self.log.next_flush() {
+            ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);
+        }
+        Duration::from_millis(ms).max(tick)
     }
 }
