@@ -22,25 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attacks  # noqa: E402
 import compare  # noqa: E402
-
-
-def wakeups(pid):
-    """Voluntary context switches of every thread of `pid`'s process tree."""
-    total = 0
-    for p in compare.tree(pid):
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{p}/task/{t}/status") as f:
-                    for line in f:
-                        if line.startswith("voluntary_ctxt_switches:"):
-                            total += int(line.split()[1])
-            except OSError:
-                pass
-    return total
+from slowread_windows import counters  # noqa: E402  (a tree's CPU and switches)
 
 
 def main():
@@ -68,9 +50,9 @@ def main():
                 p = attacks.start_sluice(binary, a.workers, (), 0, "")
             try:
                 time.sleep(3)
-                c0, w0 = compare.cpu_seconds(p.pid), wakeups(p.pid)
+                c0, w0 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
                 time.sleep(a.seconds)
-                c1, w1 = compare.cpu_seconds(p.pid), wakeups(p.pid)
+                c1, w1 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
             finally:
                 p.terminate()
                 p.wait(timeout=30)

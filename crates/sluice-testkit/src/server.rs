@@ -418,6 +418,18 @@ pub fn wakeups(pids: &[u32]) -> std::collections::BTreeMap<String, u64> {
     m
 }
 
+/// How many times each thread of `pids` woke during the next `window` (by
+/// "pid/tid name", as [`wakeups`]): how idle processes are seen to sleep.
+pub fn wakeups_during(pids: &[u32], window: Duration) -> std::collections::BTreeMap<String, u64> {
+    let before = wakeups(pids);
+    std::thread::sleep(window);
+    let mut after = wakeups(pids);
+    for (t, n) in after.iter_mut() {
+        *n -= before.get(t).copied().unwrap_or(*n);
+    }
+    after
+}
+
 /// A fresh access-log path in the temp directory, unique to this test process.
 pub fn log_path(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("sluice-{tag}-{}.log", std::process::id()));

@@ -326,9 +326,7 @@ impl Worker {
             c.wheel_at = self.wheel.insert(d, (key as u32, c.gen));
         }
     }
-}
 
-impl Worker {
     /// How long a turn with nothing waiting sleeps in `epoll_wait` at most. With
     /// connections open (their deadlines are on the wheel) or a stop under way: one
     /// wheel tick. With none: until the once-a-second housekeeping or the access
