@@ -33,9 +33,10 @@
 //! to the worker's pool), just its `Conn` record in the slab, one wheel entry and
 //! its links in the conditioning trees' side tables.
 //!
-//! Sleep: a turn with nothing waiting sleeps one wheel tick (100 ms) while the
-//! worker has connections, and up to a second with none (`Worker::sleep_for`); a
-//! stop ends the sleep through the worker's waker (the `DISK` token).
+//! Sleep: a turn with nothing waiting sleeps until the earliest connection deadline
+//! on the wheel, the once-a-second housekeeping or the log's next flush, whichever
+//! is first (`Worker::sleep_for`), so idle keep-alive connections do not wake it
+//! every tick; a stop ends the sleep through the worker's waker (the `DISK` token).
 //!
 //! Files: `conn` (the record and its types, at the bottom), `admit` (accept, adopt,
 //! the range caps, making room at the limit: conditioning's entry points), `drive`

@@ -327,24 +327,32 @@ impl Worker {
         }
     }
 
-    /// How long a turn with nothing waiting sleeps in `epoll_wait` at most. With
-    /// connections open (their deadlines are on the wheel) or a stop under way: one
-    /// wheel tick. With none: until the once-a-second housekeeping or the access
-    /// log's next flush, so an idle worker wakes once a second, not ten times (a
-    /// new connection or a stop wakes it at once; a reload is read by the turn the
-    /// next request starts, as always).
+    /// How long a turn with nothing waiting sleeps in `epoll_wait` at most: until
+    /// the first of the next wheel entry's slot (the earliest deadline of any
+    /// connection), the once-a-second housekeeping and the access log's next flush.
+    /// So a worker with no connection wakes once a second, and one whose
+    /// connections are all idle keep-alives (deadlines up to `keepalive_timeout`
+    /// away) not more often, where it used to wake every tick. A new connection, an
+    /// event on an open one or a stop wakes it at once; a reload is read by the
+    /// turn the next request starts, as always. While a stop is under way or
+    /// accepting is paused: one tick, as those are checked every turn.
     pub(super) fn sleep_for(&self) -> Duration {
         let tick = self.wheel.tick();
-        if !self.conns.is_empty() || self.stopping.is_some() || self.accept_paused_until.is_some() {
+        if self.stopping.is_some() || self.accept_paused_until.is_some() {
             return tick;
         }
         let mut ms = self
             .next_expire_ms
             .saturating_sub(self.now_ms)
             .min(IDLE_SLEEP_MS);
+        if let Some(at) = self.wheel.next_due() {
+            ms = ms.min(at.saturating_sub(self.now_ms));
+        }
         if let Some(at) = self.log.next_flush() {
             ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);
         }
-        Duration::from_millis(ms).max(tick)
+        // Never a zero sleep from a time just passed: the turn it would start
+        // would find nothing due before this one's clock had moved anyway.
+        Duration::from_millis(ms.max(1))
     }
 }
