@@ -4,8 +4,15 @@
 wake (voluntary context switches: each time a thread goes back to sleep), per
 second, over SECONDS of idling.
 
-    bench/idle_cpu.py [--seconds 60] [--rounds 2] [--workers 2]
+    bench/idle_cpu.py [--seconds 60] [--rounds 2] [--workers 2] [--held N]
                       [--sluice NAME=BIN]... [--nginx] [--h2o] [--lighttpd]
+
+With --held N the server is not quite idle: N keep-alive connections, each after
+one request for a 1 KiB file, are held open through the window (what a mirror's
+quiet hours look like: browsers and download managers keeping their connections).
+The peers close idle connections sooner than sluice and nginx (75 s): h2o after
+10 s, lighttpd after 5 s, so keep SECONDS at 4 for them; the report says how many
+connections were still open when the window ended.
 
 Each --sluice NAME=BIN is a sluice binary run with bench/attacks.py's defaults and
 WORKERS workers; the peers run with bench/compare.py's configs (2 workers). Every
@@ -16,6 +23,7 @@ is a few ms a second, and a compiler beside it is not.
 """
 import argparse
 import os
+import socket
 import sys
 import time
 
@@ -34,6 +42,7 @@ def main():
     ap.add_argument("--nginx", action="store_true")
     ap.add_argument("--h2o", action="store_true")
     ap.add_argument("--lighttpd", action="store_true")
+    ap.add_argument("--held", type=int, default=0, metavar="N")
     a = ap.parse_args()
     runs = [tuple(s.split("=", 1)) for s in a.sluice] or [
         ("sluice", os.path.join(compare.ROOT, "target/release/sluice"))]
@@ -48,19 +57,27 @@ def main():
                 p = compare.start(name, runs[0][1])
             else:
                 p = attacks.start_sluice(binary, a.workers, (), 0, "")
+            held = []
             try:
                 time.sleep(3)
+                held = hold(compare.PORTS[name if binary is None else "sluice"], a.held)
+                time.sleep(0.5 if held else 0)
                 c0, w0 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
                 time.sleep(a.seconds)
                 c1, w1 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
+                still = sum(map(is_open, held))
             finally:
+                for s in held:
+                    s.close()
                 p.terminate()
                 p.wait(timeout=30)
             share = (c1 - c0) / a.seconds * 100
             results[name].append(share)
             wakes[name].append((w1 - w0) / a.seconds)
             print(f"round {r + 1} {name:12} {share:.3f}% of a core, "
-                  f"{wakes[name][-1]:.1f} wake-ups/s", flush=True)
+                  f"{wakes[name][-1]:.1f} wake-ups/s"
+                  + (f", {still} of {a.held} held connections open at the end" if a.held else ""),
+                  flush=True)
     def median(v):
         s = sorted(v)
         return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
@@ -70,6 +87,33 @@ def main():
         print(f"  {name:12} {median(v):.3f}%   " + " ".join(f"{x:.3f}" for x in v)
               + f"   wake-ups/s {median(wakes[name]):.1f}   "
               + " ".join(f"{x:.1f}" for x in wakes[name]))
+
+
+def hold(port, n):
+    """N keep-alive connections to `port`, each after one answered request."""
+    req = b"GET /f1k.bin HTTP/1.1\r\nHost: bench\r\n\r\n"
+    held = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(req)
+        got = b""
+        while b"\r\n\r\n" not in got or len(got) < got.index(b"\r\n\r\n") + 4 + 1024:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise SystemExit(f"port {port} closed a connection before its answer")
+            got += chunk
+        held.append(s)
+    return held
+
+
+def is_open(s):
+    """Whether the server has not closed `s` (no EOF, no reset, nothing to read)."""
+    try:
+        return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

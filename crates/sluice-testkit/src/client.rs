@@ -113,6 +113,49 @@ pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// `n` keep-alive connections to `addr`, each after one answered request for
+/// `/hello.txt`, opened `every` apart (so their deadlines spread over that much
+/// time, whatever the server's own clock phase is), with when each answer came.
+pub fn hold_keepalives(addr: &str, n: usize, every: Duration) -> Vec<(Client, Instant)> {
+    let mut held = Vec::new();
+    for i in 0..n {
+        if i > 0 {
+            std::thread::sleep(every);
+        }
+        let mut c = Client::new(TcpStream::connect(addr).unwrap());
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(c.response(false).expect("an answer").status, 200);
+        held.push((c, Instant::now()));
+    }
+    held
+}
+
+/// Asserts that the server closes each of `held` (from [`hold_keepalives`]) within
+/// `slack` after `timeout` from its answer: not early, and not a timer's
+/// resolution (a second) late. Returns the latest close, after its answer.
+pub fn assert_closed_on_time(
+    held: Vec<(Client, Instant)>,
+    timeout: Duration,
+    slack: Duration,
+) -> Duration {
+    let mut latest = Duration::ZERO;
+    for (mut c, answered) in held {
+        let wait = (timeout + slack + Duration::from_secs(1)).saturating_sub(answered.elapsed());
+        assert!(
+            closed_within(&mut c.s, wait),
+            "not closed {:?} after its answer",
+            answered.elapsed()
+        );
+        let d = answered.elapsed();
+        assert!(
+            d >= timeout.saturating_sub(Duration::from_millis(100)) && d < timeout + slack,
+            "an idle keep-alive connection was closed {d:?} after its answer (timeout {timeout:?})"
+        );
+        latest = latest.max(d);
+    }
+    latest
+}
+
 /// Read until EOF (or reset/timeout); returns the bytes and whether it ended cleanly.
 pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
