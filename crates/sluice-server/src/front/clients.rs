@@ -360,22 +360,27 @@ impl Front {
         earliest
     }
 
-    /// How long after a sweep the next one comes: the earliest deadline it saw
-    /// (`earliest`), at most [`IDLE_SWEEP`](super::IDLE_SWEEP), and never later than the shorter of
-    /// the two timeouts, since a connection that arrives or changes state after
-    /// this sweep has its deadline at least that far ahead (its `since` is now).
-    /// Every [`SWEEP`](super::SWEEP) while accepting is paused or connections are handed over
-    /// (theirs keep their age). So a front that holds only idle keep-alive
-    /// connections sleeps until the first of them is due, not one tick at a time.
+    /// How long after a sweep the next one comes: when the earliest deadline it
+    /// saw (`earliest`) is due, but never sooner than [`SWEEP`](super::SWEEP) (a
+    /// sweep is a pass over every connection: under an attack's thousands of
+    /// deadlines it must not run every millisecond), nor later than
+    /// [`IDLE_SWEEP`](super::IDLE_SWEEP) or the shorter of the two timeouts, since a
+    /// connection that arrives or changes state after this sweep has its deadline
+    /// at least that far ahead (its `since` is now). Every `SWEEP` while accepting
+    /// is paused or connections are handed over (theirs keep their age). So a front
+    /// that holds only idle keep-alive connections sleeps until the first of them is
+    /// due, not one tick at a time, and a busy one sweeps as often as it always did.
     pub(super) fn sweep_in(&self, earliest: Option<u64>) -> Duration {
+        let least = SWEEP.as_millis() as u64;
         if self.upgrading.is_some() || self.predecessor.is_some() || self.accept_paused {
             return SWEEP;
         }
         let most = (IDLE_SWEEP.as_millis() as u64)
             .min(self.set.header_ms)
-            .min(self.set.idle_ms);
-        let ms = earliest.map_or(most, |at| at.saturating_sub(self.now).min(most));
-        Duration::from_millis(ms.max(1))
+            .min(self.set.idle_ms)
+            .max(least);
+        let ms = earliest.map_or(most, |at| at.saturating_sub(self.now).clamp(least, most));
+        Duration::from_millis(ms)
     }
 
     pub(super) fn close(&mut self, key: usize, why: CloseReason) {
