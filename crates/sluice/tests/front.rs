@@ -1026,31 +1026,3 @@ fn an_idle_front_and_its_backend_sleep_and_stop_at_once() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
-
-/// A front whose connections are all idle keep-alives sleeps until the first of
-/// them is due (it swept every 100 ms before), and still closes each one at its
-/// deadline, not a second later.
-#[test]
-fn a_front_holding_only_idle_keepalives_sleeps_until_their_deadline() {
-    let root = docroot();
-    let f = front(
-        "packaging,persist,fair",
-        "[http]\nkeepalive_timeout = \"5s\"\n",
-    );
-    let backend = serve_from(root.path(), &f.sock, "1");
-    wait_served(&f.addr);
-    // Opened over a second: their deadlines spread over the front's longest sleep.
-    let held = hold_keepalives(&f.addr, 10, Duration::from_millis(100));
-    // Back from the backend and kept by the front (`persist`).
-    std::thread::sleep(Duration::from_millis(200));
-    let pids = [f.pid() as u32, backend.0.id()];
-    let secs = 3;
-    let woke = wakeups_during(&pids, Duration::from_secs(secs));
-    for (t, &n) in &woke {
-        assert!(
-            n <= 2 * secs,
-            "{t} woke {n} times in {secs} s holding idle keep-alives:\n{woke:#?}"
-        );
-    }
-    assert_closed_on_time(held, Duration::from_secs(5), Duration::from_millis(500));
-}

@@ -1,8 +1,7 @@
 //! The client side of the front: accept (with the caps and eviction at the limit),
 //! read until a request is complete (`package`), refuse what `sanity` rejects,
 //! hand ready requests to backends in per-range round robin (`dispatch`), and the
-//! sweep that closes whatever passed its deadline and says when the next is due
-//! (the earliest deadline left, at most a second: `sweep_in`).
+//! 100 ms sweep that closes whatever passed its deadline.
 
 use super::*;
 use crate::io::{read_into, recycle, ReadOutcome};
@@ -23,7 +22,7 @@ impl Front {
                 // At the limit: the oldest idle, else incomplete, connection of the
                 // heaviest range makes room; with everyone busy, the backlog waits.
                 match self.cond.victim() {
-                    Some((v, why)) if self.eviction_ration_left() => {
+                    Some((v, why)) if self.evictions < EVICTIONS_PER_SWEEP => {
                         self.evictions += 1;
                         self.close(v as usize, why)
                     }
@@ -305,42 +304,28 @@ impl Front {
         }
     }
 
-    /// Whether this period's evictions ([`EVICTIONS_PER_PERIOD`] per [`SWEEP`])
-    /// are not all spent. Counted on the clock, not per sweep: a front holding
-    /// only idle connections sweeps rarely.
-    fn eviction_ration_left(&mut self) -> bool {
-        if self.now >= self.evictions_since + SWEEP.as_millis() as u64 {
-            self.evictions_since = self.now;
-            self.evictions = 0;
-        }
-        self.evictions < EVICTIONS_PER_PERIOD
-    }
-
     /// Deadlines: a request must be whole `header_timeout` after its first byte
     /// (after accept for the first one), and handed to a backend by then too: one
     /// still waiting for a backend (none asks: they are down, or all busy) is
     /// answered 503 with `Retry-After` (`CloseReason::Busy`, as `sluice serve`
     /// answers a request that waited too long behind `max_active`). A kept
-    /// connection waits `keepalive_timeout`. Returns the earliest deadline of the
-    /// connections left (`None` if none has one), for the loop's next sweep.
-    pub(super) fn sweep(&mut self) -> Option<u64> {
+    /// connection waits `keepalive_timeout`.
+    pub(super) fn sweep(&mut self) {
         let now = self.now;
-        let (header, idle) = (self.set.header_ms, self.set.idle_ms);
-        let mut earliest = None::<u64>;
-        let mut expired: Vec<(usize, CloseReason)> = Vec::new();
-        for (k, c) in self.conns.iter() {
-            let (due, why) = match c.st {
-                St::Reading => (c.since + header, CloseReason::HeaderTimeout),
-                St::Ready => (c.since + header, CloseReason::Busy),
-                St::Idle => (c.since + idle, CloseReason::IdleTimeout),
-                St::Backend(_) => continue,
-            };
-            if now >= due {
-                expired.push((k, why));
-            } else {
-                earliest = Some(earliest.map_or(due, |e| e.min(due)));
-            }
-        }
+        let expired: Vec<(usize, CloseReason)> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c.st {
+                St::Reading if now >= c.since + self.set.header_ms => {
+                    Some((k, CloseReason::HeaderTimeout))
+                }
+                St::Ready if now >= c.since + self.set.header_ms => Some((k, CloseReason::Busy)),
+                St::Idle if now >= c.since + self.set.idle_ms => {
+                    Some((k, CloseReason::IdleTimeout))
+                }
+                _ => None,
+            })
+            .collect();
         for (k, why) in expired {
             let sock = &self.conns[k].sock;
             match why {
@@ -357,30 +342,6 @@ impl Front {
             }
             self.close(k, why);
         }
-        earliest
-    }
-
-    /// How long after a sweep the next one comes: when the earliest deadline it
-    /// saw (`earliest`) is due, but never sooner than [`SWEEP`](super::SWEEP) (a
-    /// sweep is a pass over every connection: under an attack's thousands of
-    /// deadlines it must not run every millisecond), nor later than
-    /// [`IDLE_SWEEP`](super::IDLE_SWEEP) or the shorter of the two timeouts, since a
-    /// connection that arrives or changes state after this sweep has its deadline
-    /// at least that far ahead (its `since` is now). Every `SWEEP` while accepting
-    /// is paused or connections are handed over (theirs keep their age). So a front
-    /// that holds only idle keep-alive connections sleeps until the first of them is
-    /// due, not one tick at a time, and a busy one sweeps as often as it always did.
-    pub(super) fn sweep_in(&self, earliest: Option<u64>) -> Duration {
-        let least = SWEEP.as_millis() as u64;
-        if self.upgrading.is_some() || self.predecessor.is_some() || self.accept_paused {
-            return SWEEP;
-        }
-        let most = (IDLE_SWEEP.as_millis() as u64)
-            .min(self.set.header_ms)
-            .min(self.set.idle_ms)
-            .max(least);
-        let ms = earliest.map_or(most, |at| at.saturating_sub(self.now).clamp(least, most));
-        Duration::from_millis(ms)
     }
 
     pub(super) fn close(&mut self, key: usize, why: CloseReason) {

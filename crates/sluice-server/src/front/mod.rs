@@ -85,18 +85,16 @@ const HANDOVER_VAR: &str = "SLUICE_FRONT_HANDOVER";
 /// from its predecessor (`handover`) starts, at now minus its age, above zero.
 const CLOCK_BASE: u64 = 1 << 32;
 const BACKEND_BASE: usize = usize::MAX / 2;
-/// The sweep's period while accepting is paused or connections pass to or from
-/// another front (`Front::sweep_in`), and the evictions' ration period.
 const SWEEP: Duration = Duration::from_millis(100);
-/// The longest the loop sleeps: a front with no connection (or only idle
-/// keep-alives far from their deadline) wakes once a second, for deferral's check.
+/// The sweep's period while the front holds no connection (nothing has a deadline):
+/// an idle front wakes once a second, for deferral's check.
 const IDLE_SWEEP: Duration = Duration::from_secs(1);
 /// The signals' wake-up (below the backends' tokens, above any client's).
 const SIGNAL: Token = Token(BACKEND_BASE - 1);
-/// Most connections closed per [`SWEEP`] period to make room (1,280/s), as a worker of
+/// Most connections closed per sweep period to make room (1,280/s), as a worker of
 /// `sluice serve` rations them: an attacker that reconnects as fast as it is
 /// evicted then waits in the kernel's backlog instead of taking the whole CPU.
-const EVICTIONS_PER_PERIOD: u32 = 128;
+const EVICTIONS_PER_SWEEP: u32 = 128;
 /// Largest request body the front buffers and hands over (a mirror takes GETs).
 const MAX_BODY: usize = 64 * 1024;
 
@@ -315,8 +313,6 @@ struct Front {
     closes: [u64; CloseReason::ALL.len()],
     handed: u64,
     evictions: u32,
-    /// When the evictions' period began (`Front::now`).
-    evictions_since: u64,
     /// The program file and arguments this front started with (for an upgrade).
     program: Option<crate::upgrade::Program>,
     /// A new front started on SIGUSR2, until it serves or fails.
@@ -446,13 +442,20 @@ impl Front {
             closes: [0; CloseReason::ALL.len()],
             handed: 0,
             evictions: 0,
-            evictions_since: 0,
             program: crate::upgrade::Program::this(),
             upgrading: None,
             handover: None,
             predecessor: sockets.predecessor,
             adopted: 0,
         })
+    }
+
+    /// Nothing held and nothing under way: the loop may sleep its idle second.
+    fn idle(&self) -> bool {
+        self.conns.is_empty()
+            && self.upgrading.is_none()
+            && self.predecessor.is_none()
+            && !self.accept_paused
     }
 
     fn run(mut self, config_path: Option<&Path>) -> Result<(), String> {
@@ -479,8 +482,6 @@ impl Front {
                 crate::systemd::reloading();
                 let began = crate::reloaded::Began::now();
                 let made = self.reload(config_path);
-                // Shorter timeouts apply to open connections at once.
-                next_sweep = Instant::now();
                 crate::systemd::notify("READY=1");
                 began.tell(&made); // a waiting `sluice reload`
             }
@@ -491,6 +492,11 @@ impl Front {
                 tracing::warn!("SIGUSR1 ignored: sluice condition has no log file to reopen");
             }
             let now = Instant::now();
+            // A connection came while the front slept its idle second: its
+            // deadlines want the ordinary sweep.
+            if !self.idle() {
+                next_sweep = next_sweep.min(now + SWEEP);
+            }
             let wait = next_sweep.saturating_duration_since(now);
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -513,17 +519,15 @@ impl Front {
                 a.poll(self.now); // it logs a switch itself
             }
             if Instant::now() >= next_sweep {
-                let earliest = self.sweep();
+                next_sweep = Instant::now() + if self.idle() { IDLE_SWEEP } else { SWEEP };
+                self.evictions = 0;
+                self.sweep();
                 if self.accept_paused {
                     self.accept_paused = false;
                     for i in 0..self.listeners.len() {
                         self.accept(i);
                     }
                 }
-                next_sweep = Instant::now() + self.sweep_in(earliest);
-            } else if self.accept_paused || self.upgrading.is_some() || self.predecessor.is_some() {
-                // Paused, or a handover began, during a long sleep.
-                next_sweep = next_sweep.min(Instant::now() + SWEEP);
             }
             if self.upgrade_done() {
                 // The socket file is the new front's now.
