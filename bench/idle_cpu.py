@@ -8,7 +8,7 @@ second, over SECONDS of idling.
                       [--sluice NAME=BIN]... [--nginx] [--h2o] [--lighttpd]
 
 With --held N the server is not quite idle: N keep-alive connections, each after
-one request for a 1 KiB file, are held open through the window (what a mirror's
+one request for a 100-byte file (`compare.open_idle`), are held open through the window (what a mirror's
 quiet hours look like: browsers and download managers keeping their connections).
 The peers close idle connections sooner than sluice and nginx (75 s): h2o after
 10 s, lighttpd after 5 s, so keep SECONDS at 4 for them; the report says how many
@@ -60,8 +60,11 @@ def main():
             held = []
             try:
                 time.sleep(3)
-                held = hold(compare.PORTS[name if binary is None else "sluice"], a.held)
-                time.sleep(0.5 if held else 0)
+                if a.held:
+                    # Answered, then idle (compare.open_idle lets them settle 1 s).
+                    held, answered = compare.open_idle(name if binary is None else "sluice", a.held)
+                    if answered != a.held:
+                        raise SystemExit(f"{name} answered {answered} of {a.held} connections")
                 c0, w0 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
                 time.sleep(a.seconds)
                 c1, w1 = compare.cpu_seconds(p.pid), counters(p.pid)[1]
@@ -87,23 +90,6 @@ def main():
         print(f"  {name:12} {median(v):.3f}%   " + " ".join(f"{x:.3f}" for x in v)
               + f"   wake-ups/s {median(wakes[name]):.1f}   "
               + " ".join(f"{x:.1f}" for x in wakes[name]))
-
-
-def hold(port, n):
-    """N keep-alive connections to `port`, each after one answered request."""
-    req = b"GET /f1k.bin HTTP/1.1\r\nHost: bench\r\n\r\n"
-    held = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(req)
-        got = b""
-        while b"\r\n\r\n" not in got or len(got) < got.index(b"\r\n\r\n") + 4 + 1024:
-            chunk = s.recv(4096)
-            if not chunk:
-                raise SystemExit(f"port {port} closed a connection before its answer")
-            got += chunk
-        held.append(s)
-    return held
 
 
 def is_open(s):

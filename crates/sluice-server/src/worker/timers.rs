@@ -351,8 +351,8 @@ impl Worker {
         if let Some(at) = self.log.next_flush() {
             ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);
         }
-        // Never a zero sleep from a time just passed: the turn it would start
-        // would find nothing due before this one's clock had moved anyway.
+        // At least 1 ms: `now_ms` is this turn's start, so a slot can read as due
+        // already; the next turn's `advance` reports it either way.
         Duration::from_millis(ms.max(1))
     }
 }
