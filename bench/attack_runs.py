@@ -191,7 +191,7 @@ def main():
                     p.kill()
         time.sleep(2)
     if a.rounds > 1:
-        print("\nratio (heavy-range: p99 under load / alone), median and every round:")
+        print("\nratio to no attack (req/s; heavy-range: p99 under load / alone), median and every round:")
         for (e, t), xs in ratios.items():
             print(f"{e:18} {t:8} median {statistics.median(xs):6.2f}   rounds: "
                   f"{' '.join(f'{x:.2f}' for x in xs)}")
