@@ -79,8 +79,15 @@ fn mask(how: libc::c_int) {
     unsafe { libc::pthread_sigmask(how, &set, std::ptr::null_mut()) };
 }
 
-/// Let the handled signals in (a serving process, once its handlers are
-/// registered). Harmless where they were never blocked.
+/// Keep the handled signals out of the calling thread and of every thread it
+/// starts from now on: a serving process's workers, disk threads and log
+/// writers. Its signal thread alone lets them in ([`unblock_signals`]).
+pub(crate) fn block_signals() {
+    mask(libc::SIG_BLOCK);
+}
+
+/// Let the handled signals into the calling thread (a serving process's signal
+/// thread). Harmless where they were never blocked.
 pub(crate) fn unblock_signals() {
     mask(libc::SIG_UNBLOCK);
 }

@@ -256,9 +256,16 @@ pub(crate) fn run_process(
     let mut signals =
         signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGQUIT])
             .map_err(|e| format!("signals: {e}"))?;
-    // The master blocked these around the fork; now that they have handlers here,
-    // let them in (a signal that came in between is delivered now).
-    crate::processes::unblock_signals();
+    // Only the signal thread (below) takes these. Every other thread of this
+    // process blocks them: this one, and the workers and pools it starts inherit its
+    // mask. With one thread taking them, the kernel hands them over in the order
+    // they were sent, and signals pending together lowest number first (SIGUSR2
+    // before SIGTERM). When any thread could take them, two signals sent back to
+    // back could run their handlers on two threads in either order. A SIGTERM could
+    // then end the loop before the SIGUSR2 sent just before it was seen. (A master
+    // blocked them around the fork already; one that came in between, or during
+    // start-up, waits for the signal thread.)
+    crate::processes::block_signals();
     let workers = part.count;
     let log_writers = start
         .logs
@@ -336,12 +343,14 @@ pub(crate) fn run_process(
         shared.wake_workers();
         return Err(e);
     }
-    // Signals that came during start-up were kept for this thread to pass on.
+    // Signals that came during start-up were kept for this thread to pass on: it
+    // is the one thread that lets them in.
     let signals_handle = signals.handle();
     let tx = exit_tx.clone();
     let signal_thread = std::thread::Builder::new()
         .name("sluice-signals".into())
         .spawn(move || {
+            crate::processes::unblock_signals();
             for sig in signals.forever() {
                 if tx.send(Event::Signal(sig)).is_err() {
                     break;

@@ -322,3 +322,32 @@ fn a_stop_during_an_upgrade_stops_the_new_server_too() {
         );
     }
 }
+
+/// SIGUSR2 and SIGTERM sent back to back are taken in that order by a server of
+/// one process, every time: the upgrade starts, then the stop cancels it. Before,
+/// every thread of the process could take a signal, so the two handlers could run
+/// on two threads in either order, and about one stop in eight ended the loop
+/// before the SIGUSR2 was seen. Twenty rounds, so the old race fails this test
+/// nearly always.
+#[test]
+fn signals_sent_back_to_back_are_taken_in_the_order_sent() {
+    for round in 0..20 {
+        let srv = Server::start_with_config(docroot(), "", &["--processes", "1"]);
+        srv.signal(libc::SIGUSR2);
+        srv.signal(libc::SIGTERM);
+        let mut srv = srv;
+        assert!(
+            srv.exited_within(Duration::from_secs(10)).is_some(),
+            "round {round}: the server did not stop"
+        );
+        let err = srv.stderr();
+        let (upgrade, stop) = (
+            err.find("upgrade: starting the new server"),
+            err.find("stopping: finishing in-flight responses"),
+        );
+        assert!(
+            matches!((upgrade, stop), (Some(u), Some(s)) if u < s),
+            "round {round}: SIGUSR2, then SIGTERM: {err}"
+        );
+    }
+}
