@@ -294,6 +294,19 @@ fn a_log_rotation_reaches_an_old_server_finishing_its_downloads() {
     assert!(running(new.0));
 }
 
+/// A server of `processes` processes sent SIGUSR2 and SIGTERM back to back, once it
+/// has exited (asserted; `what` names the case in the message).
+fn upgrade_then_stop(processes: &str, what: &str) -> Server {
+    let mut srv = Server::start_with_config(docroot(), "", &["--processes", processes]);
+    srv.signal(libc::SIGUSR2);
+    srv.signal(libc::SIGTERM);
+    assert!(
+        srv.exited_within(Duration::from_secs(10)).is_some(),
+        "the old server did not stop ({what})"
+    );
+    srv
+}
+
 /// SIGTERM while a new binary is still starting (SIGUSR2 and SIGTERM back to back)
 /// stops that one too: once the old server has exited, nothing serves the port.
 /// Before, the new server went on serving on the inherited sockets, a server nobody
@@ -301,14 +314,7 @@ fn a_log_rotation_reaches_an_old_server_finishing_its_downloads() {
 #[test]
 fn a_stop_during_an_upgrade_stops_the_new_server_too() {
     for processes in ["1", "2"] {
-        let srv = Server::start_with_config(docroot(), "", &["--processes", processes]);
-        srv.signal(libc::SIGUSR2);
-        srv.signal(libc::SIGTERM);
-        let mut srv = srv;
-        assert!(
-            srv.exited_within(Duration::from_secs(10)).is_some(),
-            "the old server did not stop ({processes} processes)"
-        );
+        let srv = upgrade_then_stop(processes, &format!("{processes} processes"));
         assert!(
             srv.stderr().contains("upgrade: starting the new server"),
             "{}",
@@ -332,14 +338,7 @@ fn a_stop_during_an_upgrade_stops_the_new_server_too() {
 #[test]
 fn signals_sent_back_to_back_are_taken_in_the_order_sent() {
     for round in 0..20 {
-        let srv = Server::start_with_config(docroot(), "", &["--processes", "1"]);
-        srv.signal(libc::SIGUSR2);
-        srv.signal(libc::SIGTERM);
-        let mut srv = srv;
-        assert!(
-            srv.exited_within(Duration::from_secs(10)).is_some(),
-            "round {round}: the server did not stop"
-        );
+        let srv = upgrade_then_stop("1", &format!("round {round}"));
         let err = srv.stderr();
         let (upgrade, stop) = (
             err.find("upgrade: starting the new server"),
