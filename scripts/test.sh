@@ -16,6 +16,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)   # status page test (he
 command -v wget >/dev/null 2>&1 || need+=(wget)   # errant-client test (loop), resumed download
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)   # parallel range downloads (clients test)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)   # the apt test builds its packages
+[ -x /usr/sbin/apache2 ] || need+=(apache2)   # redirects held against Apache's own (apache_parity test)
 command -v ab >/dev/null 2>&1 || need+=(apache2-utils)   # kept answers without keep-alive (ab); PGO training
 command -v wrk >/dev/null 2>&1 || need+=(wrk)   # the PGO build's training load (scripts/build-pgo.sh)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # HTTPS tests (test CA, s_client)

@@ -281,7 +281,13 @@ fn native_options() {
     assert_eq!(run("/z", Some("k=v")), redirect(301, "/t"));
     assert_eq!(run("/e/plain", None), redirect(302, "/x/plain"));
     assert_eq!(run("/CASE", None), redirect(302, "/c"));
-    assert_eq!(run("/e/a%20b", None), redirect(302, "/x/a%2520b"));
+    // A captured escape stays one escape: Apache 2.4 (which matches the decoded
+    // path and escapes the target once) sends `/x/a%20b` too, not `/x/a%2520b`.
+    // `tests/apache_parity.rs` in the sluice crate holds this against Debian's Apache.
+    assert_eq!(run("/e/a%20b", None), redirect(302, "/x/a%20b"));
+    assert_eq!(run("/e/caf%C3%A9", None), redirect(302, "/x/caf%C3%A9"));
+    assert_eq!(run("/e/a%2520b", None), redirect(302, "/x/a%2520b"));
+    assert_eq!(run("/e/100%", None), redirect(302, "/x/100%25"));
     assert_eq!(run("/ne/a%20b", None), redirect(302, "/x/a%20b"));
     assert_eq!(
         run("/a/b.php", Some("x=1")),

@@ -1,0 +1,226 @@
+//! One Apache rules file, loaded by Debian's Apache 2.4 and by `sluice serve`: the
+//! redirects its clients get must name the same URLs (docs/RULES.md, "Where sluice
+//! differs from Apache"). The claim that Apache files load unchanged is held here
+//! against Apache itself, not against what we believe it does: sluice once escaped
+//! a captured `%20` again (`a%2520b`), and a test written from that belief agreed.
+//!
+//! The two compare by status and by the `Location` fully percent-decoded (Apache
+//! writes back unescaped what needs no escape, `%7E` as `~`; sluice keeps the
+//! client's escapes; both name the same file). A redirect that escaped twice decodes
+//! to a different path and fails.
+
+use sluice_testkit::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const APACHE: &str = "/usr/sbin/apache2";
+const MODULES: &str = "/usr/lib/apache2/modules";
+
+/// A mirror's redirect rules: captures, `%{REQUEST_URI}`, mod_alias prefixes and
+/// regexes, a query kept and one replaced.
+const RULES: &str = "RewriteEngine On\n\
+    RewriteRule ^/r/(.*)$ http://mirror.example/pub/$1 [R=302,L]\n\
+    RewriteRule ^/rel/(.*)$ /moved/$1 [R=301,L]\n\
+    RewriteRule ^/uri/ http://mirror.example%{REQUEST_URI} [R=302,L]\n\
+    RewriteRule ^/q/(.*)$ http://mirror.example/q/$1?from=q [R=302,L]\n\
+    Redirect 301 /old http://mirror.example/new\n\
+    RedirectMatch 302 ^/rm/(.*)$ http://mirror.example/rm/$1\n";
+
+/// Request paths a mirror sees: plain names, a space, `+` sent both ways, UTF-8, an
+/// escaped `%`, `~`, a `#` and a quote escaped, queries.
+const PATHS: &[&str] = &[
+    "/r/debian/pool/main/h/hello/hello_2.10-3_amd64.deb",
+    "/r/a%20b.iso",
+    "/r/libstdc%2B%2B6_12.2.0-14_amd64.deb",
+    "/r/libstdc++6_12.2.0-14_amd64.deb",
+    "/r/caf%C3%A9/men%C3%BC.txt",
+    "/r/100%25.txt",
+    "/r/a%2520b",
+    "/r/%7Euser/x",
+    "/r/a%23b",
+    "/r/a%22b",
+    "/r/x?arch=amd64",
+    "/rel/a%20b",
+    "/uri/a%20b/c.iso",
+    "/q/a%20b?dropped=1",
+    "/old/a%20b.iso",
+    "/old/x?y=1",
+    "/rm/a%20b",
+    "/rm/caf%C3%A9",
+];
+
+/// Debian's Apache in the foreground, its own process group, on `port`.
+struct Apache {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Apache {
+    fn start(rules: &std::path::Path) -> Apache {
+        assert!(
+            std::path::Path::new(APACHE).exists(),
+            "apache2 is needed (scripts/test.sh installs Debian's apache2)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("www")).unwrap();
+        let port = free_port();
+        let conf = d.join("httpd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "ServerRoot {d}\nDefaultRuntimeDir {d}\nPidFile {d}/httpd.pid\n\
+                 Listen 127.0.0.1:{port}\nServerName a\n\
+                 LoadModule mpm_event_module {MODULES}/mod_mpm_event.so\n\
+                 LoadModule authz_core_module {MODULES}/mod_authz_core.so\n\
+                 LoadModule rewrite_module {MODULES}/mod_rewrite.so\n\
+                 LoadModule alias_module {MODULES}/mod_alias.so\n\
+                 User nobody\nGroup nogroup\n\
+                 ErrorLog {d}/error.log\nDocumentRoot {d}/www\n\
+                 Include {rules}\n",
+                d = d.display(),
+                rules = rules.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(APACHE)
+            .args(["-f", conf.to_str().unwrap(), "-D", "FOREGROUND"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                let mut err = String::new();
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
+                panic!("apache2 exited ({st}): {err}{log}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "apache2 never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Apache {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Apache {
+    /// SIGTERM to its process group (the parent stops its children), then SIGKILL.
+    fn drop(&mut self) {
+        let pg = self.child.id() as i32;
+        unsafe { libc::kill(-pg, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        unsafe { libc::kill(-pg, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+/// The status and `Location` of `GET path` (`Host: a`) at `addr`.
+fn redirect(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let (raw, _) = read_to_end(&mut s);
+    let text = String::from_utf8_lossy(&raw);
+    let head = text.split("\r\n\r\n").next().unwrap();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let location = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("location")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, location)
+}
+
+/// `location` with every escape decoded, and the request's own origin
+/// (`http://a`, with any port) taken off: Apache makes a relative target absolute.
+fn decoded(location: &str) -> Vec<u8> {
+    let own = location
+        .strip_prefix("http://a")
+        .filter(|rest| rest.starts_with('/') || rest.starts_with(':'))
+        .map(|rest| rest.trim_start_matches(|c: char| c == ':' || c.is_ascii_digit()));
+    let l = own.unwrap_or(location).as_bytes();
+    let mut out = Vec::with_capacity(l.len());
+    let mut i = 0;
+    while i < l.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            l[i],
+            l.get(i + 1).copied().and_then(hex),
+            l.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(lo)) => {
+                out.push((h * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn redirects_name_the_same_urls_as_apache() {
+    let dir = docroot();
+    let rules = dir.path().join(".mirror.conf");
+    std::fs::write(&rules, RULES).unwrap();
+    let apache = Apache::start(&rules);
+    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
+    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let mut differ = Vec::new();
+    for path in PATHS {
+        let (a_status, a_loc) = redirect(&apache_addr, path);
+        let (s_status, s_loc) = redirect(&srv.addr, path);
+        assert!(
+            (300..400).contains(&a_status) && !a_loc.is_empty(),
+            "{path}: Apache answered {a_status} {a_loc:?}: the case tests nothing"
+        );
+        // A Location is a URL: nothing in it that would need an escape.
+        assert!(
+            s_loc.bytes().all(|b| b.is_ascii_graphic()),
+            "{path}: sluice's Location {s_loc:?} carries a byte that needs escaping"
+        );
+        if a_status != s_status || decoded(&a_loc) != decoded(&s_loc) {
+            differ.push(format!(
+                "{path}: Apache {a_status} {a_loc}, sluice {s_status} {s_loc}"
+            ));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "redirects differ:\n{}",
+        differ.join("\n")
+    );
+}
