@@ -26,11 +26,21 @@ const RULES: &str = "RewriteEngine On\n\
     RewriteRule ^/rel/(.*)$ /moved/$1 [R=301,L]\n\
     RewriteRule ^/uri/ http://mirror.example%{REQUEST_URI} [R=302,L]\n\
     RewriteRule ^/q/(.*)$ http://mirror.example/q/$1?from=q [R=302,L]\n\
+    RewriteRule ^/qsa/(.*)$ /t/$1?n=1 [R=302,QSA,L]\n\
+    RewriteRule ^/qdrop/(.*)$ /t/$1? [R=302,L]\n\
+    RewriteRule ^/nc/(.*)$ /t/$1 [R=303,NC,L]\n\
+    RewriteRule ^/s307$ /t [R=307,L]\n\
+    RewriteRule ^/s308$ /t [R=permanent,L]\n\
+    RewriteCond %{QUERY_STRING} ^id=([0-9]+)$\n\
+    RewriteRule ^/item$ /items/%1? [R=301,L]\n\
+    RewriteCond %{REQUEST_URI} \\.iso$\n\
+    RewriteRule ^/iso/ http://isos.example%{REQUEST_URI} [R=302,L]\n\
     Redirect 301 /old http://mirror.example/new\n\
     RedirectMatch 302 ^/rm/(.*)$ http://mirror.example/rm/$1\n";
 
 /// Request paths a mirror sees: plain names, a space, `+` sent both ways, UTF-8, an
-/// escaped `%`, `~`, a `#` and a quote escaped, queries.
+/// escaped `%`, `~`, a `#` and a quote escaped, queries kept, merged and dropped,
+/// conditions' `%1`, statuses.
 const PATHS: &[&str] = &[
     "/r/debian/pool/main/h/hello/hello_2.10-3_amd64.deb",
     "/r/a%20b.iso",
@@ -50,6 +60,13 @@ const PATHS: &[&str] = &[
     "/old/x?y=1",
     "/rm/a%20b",
     "/rm/caf%C3%A9",
+    "/qsa/a%20b?k=v",
+    "/qdrop/a?k=v",
+    "/NC/Abc%20d",
+    "/s307",
+    "/s308",
+    "/item?id=42",
+    "/iso/a%20b.iso",
 ];
 
 /// Debian's Apache in the foreground, its own process group, on `port`.
