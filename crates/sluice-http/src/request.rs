@@ -263,6 +263,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     let mut transfer_encoding: Option<&str> = None;
     let mut conn_close = false;
     let mut conn_keep = false;
+    // Range and If-Range are single values, not lists: a second line of either
+    // makes the request a plain GET (as Apache; nginx takes the first, and taking
+    // the last, as before, answered a range a cache in front had not asked for).
+    let (mut range_lines, mut if_range_lines) = (0u8, 0u8);
     for hd in headers.iter() {
         let name = hd.name;
         // Only the fields below are read; a value is turned into text only for
@@ -315,9 +319,15 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 }
                 host_hdr = Some(value);
             }
-            Field::Range => h.range = Some(value),
+            Field::Range => {
+                range_lines = range_lines.saturating_add(1);
+                h.range = Some(value);
+            }
             Field::Accept => h.accept = Some(value),
-            Field::IfRange => h.if_range = Some(value),
+            Field::IfRange => {
+                if_range_lines = if_range_lines.saturating_add(1);
+                h.if_range = Some(value);
+            }
             Field::IfMatch => h.if_match = Some(value),
             Field::Connection => {
                 if eq_token_list_has(value, "close") {
@@ -348,6 +358,11 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
             Field::IfUnmodifiedSince => h.if_unmodified_since = Some(value),
             Field::Referer | Field::UserAgent => {}
         }
+    }
+
+    if range_lines > 1 || if_range_lines > 1 {
+        h.range = None;
+        h.if_range = None;
     }
 
     h.body = Some(match (content_length, transfer_encoding) {

@@ -337,3 +337,18 @@ proptest::proptest! {
         );
     }
 }
+
+#[test]
+fn a_second_range_or_if_range_line_drops_the_range() {
+    let h = complete("GET /x HTTP/1.1\r\nHost: a\r\nRange: bytes=0-9\r\nIf-Range: \"e\"\r\n\r\n");
+    assert_eq!((h.range, h.if_range), (Some("bytes=0-9"), Some("\"e\"")));
+    // Neither is a list: with two lines the request is answered whole, not with
+    // whichever line came last.
+    let h =
+        complete("GET /x HTTP/1.1\r\nHost: a\r\nRange: bytes=0-9\r\nRange: bytes=10-19\r\n\r\n");
+    assert_eq!((h.range, h.if_range), (None, None));
+    let h = complete(
+        "GET /x HTTP/1.1\r\nHost: a\r\nRange: bytes=0-9\r\nIf-Range: \"e\"\r\nIf-Range: \"f\"\r\n\r\n",
+    );
+    assert_eq!((h.range, h.if_range), (None, None));
+}
