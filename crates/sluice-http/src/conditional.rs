@@ -26,6 +26,10 @@ pub struct Conditions<'a> {
     pub if_unmodified_since: Option<&'a str>,
     pub if_none_match: Option<&'a str>,
     pub if_modified_since: Option<&'a str>,
+    /// The head's header lines, when `If-Match` or `If-None-Match` came in more
+    /// than one line: both are lists (RFC 9110 §5.3), so their tags are read from
+    /// every line. Only then: one line, the common case, is read as it is.
+    pub repeated: Option<&'a [u8]>,
 }
 
 impl<'a> Conditions<'a> {
@@ -35,7 +39,23 @@ impl<'a> Conditions<'a> {
             if_unmodified_since: h.if_unmodified_since,
             if_none_match: h.if_none_match,
             if_modified_since: h.if_modified_since,
+            repeated: h.lists_repeated.then_some(h.raw_headers),
         }
+    }
+
+    /// Does a tag of the list `name` (`first`, its first line's value) pass `test`?
+    fn any_line(&self, name: &str, first: &str, test: impl Fn(&str) -> bool) -> bool {
+        let Some(raw) = self.repeated else {
+            return test(first);
+        };
+        raw.split(|&b| b == b'\n').any(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                return false;
+            };
+            line[..colon].eq_ignore_ascii_case(name.as_bytes())
+                && std::str::from_utf8(&line[colon + 1..]).is_ok_and(&test)
+        })
     }
 }
 
@@ -43,7 +63,7 @@ impl<'a> Conditions<'a> {
 pub fn evaluate(c: &Conditions, etag: &str, mtime_secs: u64) -> Precondition {
     // Step 1/2: If-Match (strong comparison), else If-Unmodified-Since.
     if let Some(im) = c.if_match {
-        if !etag_list_matches_strong(im, etag) {
+        if !c.any_line("if-match", im, |l| etag_list_matches_strong(l, etag)) {
             return Precondition::Failed;
         }
     } else if let Some(ius) = c.if_unmodified_since {
@@ -54,7 +74,7 @@ pub fn evaluate(c: &Conditions, etag: &str, mtime_secs: u64) -> Precondition {
     }
     // Step 3/4: If-None-Match (weak comparison), else If-Modified-Since.
     if let Some(inm) = c.if_none_match {
-        return if etag_list_matches_weak(inm, etag) {
+        return if c.any_line("if-none-match", inm, |l| etag_list_matches_weak(l, etag)) {
             Precondition::NotModified
         } else {
             Precondition::Proceed
@@ -114,6 +134,39 @@ mod tests {
         super::evaluate(&c, etag, t)
     }
 
+    /// `evaluate` on a parsed head's conditions, `TAG` at time 784111777.
+    fn of_head(lines: &str) -> Precondition {
+        let req = format!("GET /f HTTP/1.1\r\nHost: a\r\n{lines}\r\n");
+        match crate::parse_head(req.as_bytes(), &crate::Limits::default()) {
+            Ok(crate::Parsed::Complete(h)) => super::evaluate(&Conditions::of(&h), TAG, 784111777),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lists_in_several_lines_are_one_list() {
+        // RFC 9110 §5.3: If-Match and If-None-Match lines together are one list;
+        // whichever line holds the tag, the answer is the same.
+        let inm =
+            |a: &str, b: &str| of_head(&format!("If-None-Match: {a}\r\nIf-None-Match: {b}\r\n"));
+        assert_eq!(inm("\"x\"", TAG), Precondition::NotModified);
+        assert_eq!(inm(TAG, "\"x\""), Precondition::NotModified);
+        assert_eq!(inm("\"x\"", "\"y\", W/\"z\""), Precondition::Proceed);
+        let im = |a: &str, b: &str| of_head(&format!("If-Match: {a}\r\nIf-Match: {b}\r\n"));
+        assert_eq!(im(TAG, "\"x\""), Precondition::Proceed);
+        assert_eq!(im("\"x\"", TAG), Precondition::Proceed);
+        assert_eq!(im("\"x\"", "\"y\""), Precondition::Failed);
+        // One line each: read as it is.
+        assert_eq!(
+            of_head(&format!("If-Match: \"x\"\r\nIf-None-Match: {TAG}\r\n")),
+            Precondition::Failed
+        );
+        assert_eq!(
+            of_head(&format!("If-Match: {TAG}\r\nIf-None-Match: {TAG}\r\n")),
+            Precondition::NotModified
+        );
+    }
+
     #[test]
     fn if_match_and_if_unmodified_since() {
         let ev = |im, ius, inm| {
@@ -122,6 +175,7 @@ mod tests {
                 if_unmodified_since: ius,
                 if_none_match: inm,
                 if_modified_since: None,
+                repeated: None,
             };
             super::evaluate(&c, TAG, 784111777)
         };

@@ -108,8 +108,12 @@ pub struct RequestHead<'a> {
     pub host: Option<&'a str>,
     pub keep_alive: bool,
     pub body: Option<BodyFraming>,
+    /// The first `If-Match` / `If-None-Match` line; with `lists_repeated`, the
+    /// list is the one of every line together (`conditional::Conditions`).
     pub if_match: Option<&'a str>,
     pub if_none_match: Option<&'a str>,
+    /// `If-Match` or `If-None-Match` came in more than one line.
+    pub lists_repeated: bool,
     pub if_unmodified_since: Option<&'a str>,
     pub if_modified_since: Option<&'a str>,
     pub if_range: Option<&'a str>,
@@ -328,7 +332,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 if_range_lines = if_range_lines.saturating_add(1);
                 h.if_range = Some(value);
             }
-            Field::IfMatch => h.if_match = Some(value),
+            Field::IfMatch => {
+                h.lists_repeated |= h.if_match.is_some();
+                h.if_match.get_or_insert(value);
+            }
             Field::Connection => {
                 if eq_token_list_has(value, "close") {
                     conn_close = true;
@@ -337,7 +344,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                     conn_keep = true;
                 }
             }
-            Field::IfNoneMatch => h.if_none_match = Some(value),
+            Field::IfNoneMatch => {
+                h.lists_repeated |= h.if_none_match.is_some();
+                h.if_none_match.get_or_insert(value);
+            }
             Field::AcceptEncoding => h.accept_encoding = Some(value),
             Field::ContentLength => {
                 let n = parse_content_length(value)?;

@@ -69,6 +69,15 @@ fn content_type_validators_and_conditionals() {
         get(&srv, "/hello.txt", "If-None-Match: \"other\"\r\n").status,
         200
     );
+    // A list in two lines is one list, whichever line holds the tag.
+    for lines in [
+        format!("If-None-Match: {etag}\r\nIf-None-Match: \"other\"\r\n"),
+        format!("If-None-Match: \"other\"\r\nIf-None-Match: {etag}\r\n"),
+    ] {
+        assert_eq!(get(&srv, "/hello.txt", &lines).status, 304, "{lines}");
+    }
+    let lines = format!("If-Match: {etag}\r\nIf-Match: \"other\"\r\n");
+    assert_eq!(get(&srv, "/hello.txt", &lines).status, 200);
     assert_eq!(
         get(&srv, "/hello.txt", &format!("If-Modified-Since: {lm}\r\n")).status,
         304
