@@ -63,6 +63,12 @@ pub fn path_range(data: &[u8]) {
     if let Ok(n) = sluice_static::path::normalize(s, true) {
         assert!(!n.rel.starts_with('/'));
         assert!(!n.rel.split('/').any(|x| x == ".." || x == "."));
+        // What reaches the kernel: the bytes of the text form, with the same
+        // guarantees, and no NUL or backslash.
+        let b = sluice_static::path::fs_bytes(&n.rel);
+        assert!(!b.starts_with(b"/"));
+        assert!(!b.split(|&c| c == b'/').any(|x| x == b".." || x == b"."));
+        assert!(!b.contains(&0) && !b.contains(&b'\\'), "{b:?}");
     }
     let len = data.len() as u64 * 977;
     if let RangeResult::Partial(rs) = evaluate(s, len, 16) {

@@ -144,7 +144,9 @@ pub enum SortKey {
 
 /// Read the entries of `rel` (the directory must already have opened under `root`).
 pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<Item>> {
-    let dir = root.path().join(rel);
+    let dir = root
+        .path()
+        .join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
     let mut items = Vec::new();
     for ent in std::fs::read_dir(&dir)? {
         let Ok(ent) = ent else { continue };
@@ -156,16 +158,14 @@ pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<It
             continue;
         };
         if meta.file_type().is_symlink() {
-            // The opener works on text paths; a link with a non-UTF-8 name is left
-            // out rather than followed without the policy check.
-            let Ok(n) = std::str::from_utf8(&name) else {
-                continue;
-            };
-            let child = if rel.is_empty() {
-                n.to_string()
-            } else {
-                format!("{rel}/{n}")
-            };
+            // Followed only as the opener would (the root's symlink policy), by
+            // the text form of its path (`path::text_of`).
+            let mut child = String::with_capacity(rel.len() + name.len() + 1);
+            if !rel.is_empty() {
+                child.push_str(rel);
+                child.push('/');
+            }
+            crate::path::text_of(&name, &mut child);
             match root.open(&child).and_then(|f| f.metadata()) {
                 Ok(m) => meta = m,
                 Err(_) => continue,

@@ -16,6 +16,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -111,7 +112,7 @@ impl Root {
 
     fn open_how(&self, rel: &str, cached: bool) -> io::Result<File> {
         let rel = if rel.is_empty() { "." } else { rel };
-        let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let c = c_path(rel)?;
         let flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
         if self.policy == SymlinkPolicy::Any && !cached {
             return self.openat(&c, flags as i32);
@@ -143,7 +144,9 @@ impl Root {
             return self.openat(&c, flags as i32);
         }
         // Fallback: resolve in user space, then refuse anything outside the root.
-        let full = self.canon.join(rel);
+        let full = self
+            .canon
+            .join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
         let real = std::fs::canonicalize(&full)?;
         if !real.starts_with(&self.canon) {
             return Err(io::Error::from_raw_os_error(libc::EXDEV));
@@ -160,7 +163,7 @@ impl Root {
     /// opened by [`Root::open`]: it enforces no policy itself, and a match means
     /// the very inode that `open` had allowed, unchanged.
     pub fn stamp(&self, rel: &str) -> io::Result<Stamp> {
-        let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let c = c_path(rel)?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: valid dirfd, NUL-terminated path and a stat buffer to fill.
         let r = unsafe {
@@ -193,7 +196,7 @@ impl Root {
         if NO_OPENAT2.load(Ordering::Relaxed) || NO_RESOLVE_CACHED.load(Ordering::Relaxed) {
             return self.stamp(rel);
         }
-        let c = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let c = c_path(rel)?;
         let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
         let f = self.openat2(&c, flags, RESOLVE_CACHED)?;
         Ok(Stamp::of(&f.metadata()?))
@@ -239,4 +242,11 @@ pub(crate) fn sibling_name(name: &mut String, rel: &str, coding: sluice_http::en
     name.clear();
     name.push_str(rel);
     name.push_str(coding.suffix());
+}
+
+/// The file-system bytes of normalized path text `rel` (`path::fs_bytes`), for a
+/// system call.
+fn c_path(rel: &str) -> io::Result<CString> {
+    CString::new(crate::path::fs_bytes(rel).into_owned())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }

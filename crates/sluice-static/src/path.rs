@@ -5,10 +5,18 @@
 //! (raw or encoded) are refused outright. The result never starts with `/` and never
 //! contains `.` or `..` segments; symlink escapes are the opener's job
 //! (`open.rs`), because only the kernel knows what a component is at open time.
+//!
+//! A normalized path is text, and a file name is bytes. The two meet in
+//! [`text_of`] and [`fs_bytes`]: a name that is UTF-8 without a `%` (nearly every
+//! name) is its own text; otherwise its `%` and the bytes of each invalid sequence
+//! are written `%XX`. So a mirror's Latin-1 `caf\xe9.txt` is served (as `caf%E9.txt`
+//! in the cache and the logs of the handler) and cannot be confused with a file
+//! literally named `caf%E9.txt` (`caf%25E9.txt`). Only the system calls turn the
+//! text back into bytes (`open.rs`, `listing::read`).
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum PathError {
-    /// Not origin-form, bad escape, NUL, backslash, invalid UTF-8 (400).
+    /// Not origin-form, bad escape, NUL, backslash (400).
     Bad,
     /// Tries to climb above the root (400).
     Escape,
@@ -53,7 +61,9 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
     if decoded.iter().any(|&b| b == 0 || b == b'\\') {
         return Err(PathError::Bad);
     }
-    let decoded = String::from_utf8(decoded).map_err(|_| PathError::Bad)?;
+    let mut text = String::with_capacity(decoded.len());
+    text_of(&decoded, &mut text);
+    let decoded = text;
     // As RFC 3986's remove_dot_segments: a last segment `.` or `..` leaves the
     // path in directory form (`/a.txt/.` is `/a.txt/`, not `/a.txt`).
     let last = decoded.rsplit('/').next().unwrap_or("");
@@ -79,6 +89,42 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
         rel: segs.join("/").into(),
         trailing_slash,
     })
+}
+
+/// Append the text form of file-system bytes (module doc): UTF-8 as it is, but a
+/// `%` as `%25` and each byte of an invalid sequence as `%XX`. It never writes a
+/// `/` or a `.` the bytes did not have.
+pub fn text_of(bytes: &[u8], out: &mut String) {
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid();
+        if valid.contains('%') {
+            for c in valid.chars() {
+                match c {
+                    '%' => out.push_str("%25"),
+                    c => out.push(c),
+                }
+            }
+        } else {
+            out.push_str(valid);
+        }
+        for &b in chunk.invalid() {
+            sluice_http::response::push_percent(out, b);
+        }
+    }
+}
+
+/// The file-system bytes of a normalized path's text ([`text_of`]'s inverse):
+/// borrowed when the text holds no `%`, the common case.
+pub fn fs_bytes(rel: &str) -> std::borrow::Cow<'_, [u8]> {
+    if !rel.contains('%') {
+        return std::borrow::Cow::Borrowed(rel.as_bytes());
+    }
+    // A text that is not `text_of`'s (a name from the config with a stray `%`)
+    // is taken as it is.
+    match percent_decode(rel.as_bytes()) {
+        Some(b) => std::borrow::Cow::Owned(b),
+        None => std::borrow::Cow::Borrowed(rel.as_bytes()),
+    }
 }
 
 /// Percent-decode; `None` on a malformed escape.
@@ -169,10 +215,28 @@ mod tests {
         ] {
             assert_eq!(normalize(raw, false), Err(PathError::Escape), "{raw}");
         }
-        for raw in [
-            "/a%00b", "/a\\b", "/a%5cb", "/%zz", "/%4", "relative", "*", "/%ff",
-        ] {
+        for raw in ["/a%00b", "/a\\b", "/a%5cb", "/%zz", "/%4", "relative", "*"] {
             assert_eq!(normalize(raw, false), Err(PathError::Bad), "{raw}");
+        }
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_have_a_text_form() {
+        // Latin-1 é, a literal `%`, and UTF-8 é: three different files, three texts.
+        assert_eq!(ok("/caf%E9.txt"), "caf%E9.txt");
+        assert_eq!(ok("/caf%25E9.txt"), "caf%25E9.txt");
+        assert_eq!(ok("/caf%C3%A9.txt"), "café.txt");
+        assert_eq!(ok("/d%ff/../x%80y/z"), "x%80y/z");
+        for (text, bytes) in [
+            ("caf%E9.txt", &b"caf\xe9.txt"[..]),
+            ("caf%25E9.txt", b"caf%E9.txt"),
+            ("café.txt", "café.txt".as_bytes()),
+            ("a/b", b"a/b"),
+        ] {
+            assert_eq!(&*fs_bytes(text), bytes, "{text}");
+            let mut back = String::new();
+            text_of(bytes, &mut back);
+            assert_eq!(back, text);
         }
     }
 
@@ -185,6 +249,15 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn text_form_round_trips(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let mut text = String::new();
+            text_of(&bytes, &mut text);
+            proptest::prop_assert_eq!(&*fs_bytes(&text), &bytes[..]);
+            proptest::prop_assert_eq!(text.matches('/').count(), bytes.iter().filter(|&&b| b == b'/').count());
+            proptest::prop_assert_eq!(text.matches('.').count(), bytes.iter().filter(|&&b| b == b'.').count());
+        }
+
         #[test]
         fn result_never_climbs(raw in "/[a-z./%25e2fE]{0,40}") {
             if let Ok(n) = normalize(&raw, true) {

@@ -342,3 +342,49 @@ fn many_concurrent_downloads_complete() {
         t.join().unwrap();
     }
 }
+
+/// A mirror's names are bytes: a Latin-1 name (not UTF-8), a name with a literal
+/// `%` that looks like an escape, and the UTF-8 name they resemble are three files,
+/// each served by its own escaped URL and each linked from the listing.
+#[test]
+fn names_in_any_bytes_are_served_and_linked() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = docroot();
+    let d = dir.path().join("names");
+    std::fs::create_dir(&d).unwrap();
+    let files: [(&[u8], &str); 4] = [
+        (b"caf\xe9.txt", "/names/caf%E9.txt"),
+        (b"caf%E9.txt", "/names/caf%25E9.txt"),
+        ("café.txt".as_bytes(), "/names/caf%C3%A9.txt"),
+        (b"x\x80y", "/names/x%80y"),
+    ];
+    for (i, (name, _)) in files.iter().enumerate() {
+        std::fs::write(
+            d.join(std::ffi::OsStr::from_bytes(name)),
+            format!("file {i}"),
+        )
+        .unwrap();
+    }
+    let srv = Server::start_in(dir, &[]);
+    for (i, (_, url)) in files.iter().enumerate() {
+        let r = get(&srv, url, "");
+        assert_eq!((r.status, r.text()), (200, format!("file {i}")), "{url}");
+    }
+    // Every link the listing gives answers with its own file.
+    let page = get(&srv, "/names/", "").text();
+    let links: Vec<&str> = page
+        .split("href=\"./")
+        .skip(1)
+        .map(|s| &s[..s.find('"').unwrap()])
+        .collect();
+    let mut served: Vec<String> = links
+        .iter()
+        .map(|l| get(&srv, &format!("/names/{l}"), "").text())
+        .collect();
+    served.sort();
+    assert_eq!(
+        served,
+        ["file 0", "file 1", "file 2", "file 3"],
+        "{links:?}"
+    );
+}
