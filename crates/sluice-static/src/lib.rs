@@ -371,13 +371,15 @@ impl StaticHandler {
             Some(if json {
                 listing::json(&items)
             } else {
-                let title = if rel.is_empty() {
-                    "/".to_string()
-                } else {
-                    format!("/{rel}/")
-                };
+                // The name as the file system has it (`path::fs_bytes`), not its
+                // text form: a `%` or a Latin-1 byte is shown as `listing` shows it.
+                let mut title = b"/".to_vec();
+                if !rel.is_empty() {
+                    title.extend_from_slice(&path::fs_bytes(rel));
+                    title.push(b'/');
+                }
                 listing::html(
-                    title.as_bytes(),
+                    &title,
                     &items,
                     key,
                     desc,

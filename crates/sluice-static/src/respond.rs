@@ -25,6 +25,12 @@ impl StaticHandler {
         if self.caching.is_empty() || !matches!(r.status, 200 | 206 | 304) {
             return;
         }
+        // The operator's patterns name files as they are, not by their text form
+        // (`path::text_of`: a `%` in a name is `%25` there). Borrowed, unless the
+        // path has a `%`.
+        let bytes = crate::path::fs_bytes(rel);
+        let name = String::from_utf8_lossy(&bytes);
+        let rel: &str = &name;
         if let Some(v) = self.caching.cache_control(rel) {
             r.headers.add("Cache-Control", v);
         }
