@@ -26,11 +26,15 @@ impl StaticHandler {
             return;
         }
         // The operator's patterns name files as they are, not by their text form
-        // (`path::text_of`: a `%` in a name is `%25` there). Borrowed, unless the
-        // path has a `%`.
-        let bytes = crate::path::fs_bytes(rel);
-        let name = String::from_utf8_lossy(&bytes);
-        let rel: &str = &name;
+        // (`path::text_of`: a `%` in a name is `%25` there). Only a path with a
+        // `%` is turned back; any other is its own name.
+        let name;
+        let rel = if rel.contains('%') {
+            name = String::from_utf8_lossy(&crate::path::fs_bytes(rel)).into_owned();
+            name.as_str()
+        } else {
+            rel
+        };
         if let Some(v) = self.caching.cache_control(rel) {
             r.headers.add("Cache-Control", v);
         }
