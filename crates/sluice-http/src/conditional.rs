@@ -48,14 +48,7 @@ impl<'a> Conditions<'a> {
         let Some(raw) = self.repeated else {
             return test(first);
         };
-        raw.split(|&b| b == b'\n').any(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                return false;
-            };
-            line[..colon].eq_ignore_ascii_case(name.as_bytes())
-                && std::str::from_utf8(&line[colon + 1..]).is_ok_and(&test)
-        })
+        crate::request::field_values(raw, name).any(|v| std::str::from_utf8(v).is_ok_and(&test))
     }
 }
 

@@ -270,7 +270,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
     // Range and If-Range are single values, not lists: a second line of either
     // makes the request a plain GET (as Apache; nginx takes the first, and taking
     // the last, as before, answered a range a cache in front had not asked for).
-    let (mut range_lines, mut if_range_lines) = (0u8, 0u8);
+    let mut single_repeated = false;
     for hd in headers.iter() {
         let name = hd.name;
         // Only the fields below are read; a value is turned into text only for
@@ -324,12 +324,12 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 host_hdr = Some(value);
             }
             Field::Range => {
-                range_lines = range_lines.saturating_add(1);
+                single_repeated |= h.range.is_some();
                 h.range = Some(value);
             }
             Field::Accept => h.accept = Some(value),
             Field::IfRange => {
-                if_range_lines = if_range_lines.saturating_add(1);
+                single_repeated |= h.if_range.is_some();
                 h.if_range = Some(value);
             }
             Field::IfMatch => {
@@ -370,7 +370,7 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         }
     }
 
-    if range_lines > 1 || if_range_lines > 1 {
+    if single_repeated {
         h.range = None;
         h.if_range = None;
     }
@@ -410,6 +410,19 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
         conn_keep && !conn_close
     };
     Ok(Parsed::Complete(h))
+}
+
+/// The value (after the colon, untrimmed) of every line of the field `name` (any
+/// case) in header lines `raw` (`Name: value\r\n`...): a head's `raw_headers`, or a
+/// response's.
+pub fn field_values<'a>(raw: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    raw.split(|&b| b == b'\n').filter_map(move |line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .eq_ignore_ascii_case(name.as_bytes())
+            .then(|| &line[colon + 1..])
+    })
 }
 
 fn trim_ows(v: &[u8]) -> &[u8] {

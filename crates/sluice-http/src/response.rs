@@ -102,11 +102,7 @@ impl HeaderBuf {
     /// Whether a line for `name` (any case) is already here. One pass over the
     /// lines; used only where a config makes a header conditional on another.
     pub fn has(&self, name: &str) -> bool {
-        self.0.split(|&b| b == b'\n').any(|line| {
-            line.len() > name.len()
-                && line[name.len()] == b':'
-                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
-        })
+        crate::request::field_values(&self.0, name).next().is_some()
     }
     pub fn add_u64(&mut self, name: &str, value: u64) -> &mut Self {
         let mut b = itoa::Buffer::new();

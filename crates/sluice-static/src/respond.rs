@@ -28,13 +28,13 @@ impl StaticHandler {
         // The operator's patterns name files as they are, not by their text form
         // (`path::text_of`: a `%` in a name is `%25` there). Only a path with a
         // `%` is turned back; any other is its own name.
-        let name;
-        let rel = if rel.contains('%') {
-            name = String::from_utf8_lossy(&crate::path::fs_bytes(rel)).into_owned();
-            name.as_str()
-        } else {
-            rel
+        let name = match crate::path::fs_bytes(rel) {
+            std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(rel),
+            std::borrow::Cow::Owned(b) => {
+                std::borrow::Cow::Owned(String::from_utf8_lossy(&b).into_owned())
+            }
         };
+        let rel: &str = &name;
         if let Some(v) = self.caching.cache_control(rel) {
             r.headers.add("Cache-Control", v);
         }

@@ -159,23 +159,11 @@ fn redirect(addr: &str, path: &str) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let (raw, _) = read_to_end(&mut s);
-    let text = String::from_utf8_lossy(&raw);
-    let head = text.split("\r\n\r\n").next().unwrap();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let location = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("location")
-                .then(|| value.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, location)
+    let r = read_response(&mut s, false).expect("an answer");
+    (
+        r.status,
+        r.header("location").unwrap_or_default().to_string(),
+    )
 }
 
 /// `location` with every escape decoded, and the request's own origin
@@ -186,26 +174,8 @@ fn decoded(location: &str) -> Vec<u8> {
         .filter(|rest| rest.starts_with('/') || rest.starts_with(':'))
         .map(|rest| rest.trim_start_matches(|c: char| c == ':' || c.is_ascii_digit()));
     let l = own.unwrap_or(location).as_bytes();
-    let mut out = Vec::with_capacity(l.len());
-    let mut i = 0;
-    while i < l.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            l[i],
-            l.get(i + 1).copied().and_then(hex),
-            l.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(lo)) => {
-                out.push((h * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    out
+    // A malformed escape is compared as it is (and then differs).
+    sluice_static::path::percent_decode(l).unwrap_or_else(|| l.to_vec())
 }
 
 #[test]
