@@ -12,8 +12,8 @@
 //!   major version, 400 for anything else; HTTP/1.2–1.9 are answered as 1.1);
 //! - obs-fold, bad tokens, bare CR in header lines (httparse: 400);
 //! - `Content-Length` together with `Transfer-Encoding`, duplicate or malformed
-//!   `Content-Length`, a `Transfer-Encoding` whose last coding is not `chunked` (400,
-//!   these are the request-smuggling shapes);
+//!   `Content-Length` (400, these are the request-smuggling shapes), a
+//!   `Transfer-Encoding` other than `chunked` alone (501);
 //! - HTTP/1.1 without `Host`, with more than one, or with a value that is not a
 //!   `uri-host[:port]` (400; userinfo, markup, two ports and open IPv6 literals).
 //!
@@ -384,8 +384,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 // HTTP/1.0 has no chunked coding; a TE here is a smuggling attempt.
                 return Err(ParseError::BadTransferEncoding);
             }
-            let last = te.rsplit(',').next().unwrap_or("").trim();
-            if !last.eq_ignore_ascii_case("chunked") {
+            // Only `chunked` alone: a coding before it (`gzip, chunked`) is one
+            // sluice does not implement (RFC 9112 §6.1: 501, as nginx), and one
+            // after it leaves the body's end unknown.
+            if !te.trim().eq_ignore_ascii_case("chunked") {
                 return Err(ParseError::BadTransferEncoding);
             }
             BodyFraming::Chunked
