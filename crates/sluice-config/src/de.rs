@@ -130,23 +130,32 @@ pub(crate) fn types<'de, D: Deserializer<'de>>(
     let raw = std::collections::BTreeMap::<String, String>::deserialize(d)?;
     let mut out = std::collections::BTreeMap::new();
     for (ext, ty) in raw {
-        let e = ext.strip_prefix('.').unwrap_or(&ext);
-        let ext_ok = (1..=32).contains(&e.len())
-            && e.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+'));
-        if !ext_ok {
-            return Err(D::Error::custom(format!(
-                "{ext:?}: an extension is 1 to 32 letters, digits, '-', '_' or '+'"
-            )));
-        }
-        if !(ty.contains('/') && header_value_ok(&ty, 3..=200)) {
-            return Err(D::Error::custom(format!(
-                "{ext:?} = {ty:?}: not a media type such as \"text/plain; charset=utf-8\""
-            )));
-        }
-        out.insert(e.to_ascii_lowercase(), ty);
+        let (e, t) = type_entry(&ext, ty).map_err(D::Error::custom)?;
+        out.insert(e, t);
     }
     Ok(out)
+}
+
+/// One extension → media type pair of `[files] types` or of a `types_file`,
+/// checked: the extension (a leading dot allowed) is 1 to 32 visible ASCII
+/// characters other than `/` and `.` (`mime.types` files list `~` and `%`), kept
+/// lowercase; the type is one header value with a `/`.
+pub(crate) fn type_entry(ext: &str, ty: String) -> Result<(String, String), String> {
+    let e = ext.strip_prefix('.').unwrap_or(ext);
+    let ext_ok = (1..=32).contains(&e.len())
+        && e.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b'.');
+    if !ext_ok {
+        return Err(format!(
+            "{ext:?}: an extension is 1 to 32 visible ASCII characters, without '/' or '.'"
+        ));
+    }
+    if !(ty.contains('/') && header_value_ok(&ty, 3..=200)) {
+        return Err(format!(
+            "{ext:?} = {ty:?}: not a media type such as \"text/plain; charset=utf-8\""
+        ));
+    }
+    Ok((e.to_ascii_lowercase(), ty))
 }
 
 /// `[files] index`: file names tried in a directory, each one plain name (no `/`,

@@ -31,7 +31,8 @@
 //! `bounds` (numeric limits as data) → `de` (reading one value: durations, listen
 //! addresses, bounded numbers) → `error` (messages, and where each key is in the
 //! file) → `sections` (the file's shape and defaults: the raw config; `include`
-//! expands the patterns of files whose `[[site]]`s join it) → `sites`
+//! expands the patterns of files whose `[[site]]`s join it, and `types_file` reads
+//! a `mime.types` file under `[files] types`) → `sites`
 //! (the `[[site]]`s resolved against the top level: the compiled per-site view) →
 //! `validate` (checks across keys: a raw [`Config`] becomes a [`Valid`]), and
 //! `restart` (which keys a reload cannot change). This file
@@ -44,6 +45,7 @@ mod include;
 mod restart;
 mod sections;
 pub mod sites;
+mod types_file;
 mod validate;
 
 pub use de::{parse_duration, parse_listen};
@@ -100,6 +102,12 @@ impl Config {
         }
         for s in cfg.site.iter_mut() {
             site_paths(s, base);
+        }
+        if let Some(f) = cfg.files.types_file.as_mut() {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+            types_file::merge(f, &mut cfg.files.types)?;
         }
         if !cfg.include.is_empty() {
             cfg.read_includes(base)?;

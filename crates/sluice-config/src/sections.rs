@@ -207,6 +207,10 @@ pub struct FilesSection {
     /// request.
     #[serde(deserialize_with = "crate::de::types")]
     pub types: std::collections::BTreeMap<String, String>,
+    /// A `mime.types` file (Apache's `TypesConfig`), e.g. `"/etc/mime.types"`:
+    /// its types go under `types` (which wins) and over the built-in table. Read
+    /// with the config file, and again on every reload (`types_file` module).
+    pub types_file: Option<std::path::PathBuf>,
     /// `Cache-Control` for files' answers (200, 206, 304), by path: the first rule
     /// whose `prefix` and `suffix` (each optional) both match the file's path from
     /// the site's root gives the value (nginx's `expires`, Apache's mod_expires and
@@ -640,6 +644,7 @@ impl Default for FilesSection {
             disk_threads: 8,
             disk_lookup_max: Duration::from_millis(1),
             types: Default::default(),
+            types_file: None,
             cache_control: Vec::new(),
             headers: Vec::new(),
             error_pages: Default::default(),

@@ -32,11 +32,12 @@ pub fn for_path(path: &str) -> &'static str {
         b"css" => "text/css; charset=utf-8",
         b"js" | b"mjs" => "text/javascript; charset=utf-8",
         b"json" => "application/json",
-        b"txt" | b"asc" | b"sig" | b"md5" | b"sha1" | b"sha256" | b"sha512" => {
-            "text/plain; charset=utf-8"
-        }
+        // Armored (`.asc`) signatures and checksums are text a browser may show;
+        // a `.sig` is most often a binary detached signature.
+        b"txt" | b"asc" | b"md5" | b"sha1" | b"sha256" | b"sha512" => "text/plain; charset=utf-8",
         b"md" => "text/markdown; charset=utf-8",
         b"xml" | b"rss" => "application/xml",
+        b"atom" => "application/atom+xml",
         b"csv" => "text/csv; charset=utf-8",
         b"svg" => "image/svg+xml",
         b"png" => "image/png",
@@ -55,15 +56,21 @@ pub fn for_path(path: &str) -> &'static str {
         b"ogg" => "audio/ogg",
         b"zip" => "application/zip",
         b"gz" | b"tgz" => "application/gzip",
-        b"bz2" => "application/x-bzip2",
-        b"xz" => "application/x-xz",
+        b"bz2" | b"tbz2" => "application/x-bzip2",
+        b"xz" | b"txz" => "application/x-xz",
+        b"lz" => "application/x-lzip",
+        b"lzma" => "application/x-lzma",
         b"zst" => "application/zstd",
         b"tar" => "application/x-tar",
         b"7z" => "application/x-7z-compressed",
-        b"iso" | b"img" => "application/x-iso9660-image",
+        // Not `.img`: a raw disk image is no ISO 9660 file system.
+        b"iso" => "application/x-iso9660-image",
         b"deb" => "application/vnd.debian.binary-package",
         b"rpm" => "application/x-rpm",
         b"torrent" => "application/x-bittorrent",
+        b"sig" => "application/pgp-signature",
+        b"jar" => "application/java-archive",
+        b"apk" => "application/vnd.android.package-archive",
         _ => "application/octet-stream",
     }
 }
@@ -137,6 +144,15 @@ mod tests {
             "application/x-iso9660-image"
         );
         assert_eq!(super::for_path("a.b/noext"), "application/octet-stream");
+        assert_eq!(super::for_path("raspios.img"), "application/octet-stream");
+        assert_eq!(
+            super::for_path("SHA256SUMS.sig"),
+            "application/pgp-signature"
+        );
+        assert_eq!(
+            super::for_path("SHA256SUMS.asc"),
+            "text/plain; charset=utf-8"
+        );
         assert_eq!(
             super::for_path("x.verylongextension"),
             "application/octet-stream"

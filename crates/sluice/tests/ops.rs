@@ -237,6 +237,73 @@ fn the_operators_content_types_are_served_and_a_reload_changes_them() {
     );
 }
 
+/// `[files] types_file`: a `mime.types` file (Apache's `TypesConfig`) under
+/// `[files] types` and over the built-in table, read again on a reload; a bad line
+/// is named `file:line` and a reload with it keeps the types that were serving.
+#[test]
+fn a_mime_types_file_is_read_under_the_operators_types_and_again_on_reload() {
+    let dir = docroot();
+    for name in ["tool.jar", "notes.adoc", "disc.iso", "page.html"] {
+        std::fs::write(dir.path().join(name), b"x").unwrap();
+    }
+    let cfg = dir.path().join(".types.toml");
+    let types = dir.path().join(".mime.types");
+    std::fs::write(
+        &cfg,
+        "[files]
+types_file = \".mime.types\"
+types = { adoc = \"text/asciidoc\" }
+",
+    )
+    .unwrap();
+    let file = |adoc: &str| {
+        format!(
+            "# as /etc/mime.types\napplication/java-archive\tjar\ntext/x-asciidoc {adoc} \
+             # the config's type wins\napplication/x-trash ~ %\napplication/vnd.oasis.opendocument.text\n"
+        )
+    };
+    std::fs::write(&types, file("adoc")).unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let type_of = |path: &str| {
+        let out = curl(&["-o", "/dev/null", "-w", "%{content_type}", &srv.url(path)]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(type_of("/tool.jar"), "application/java-archive");
+    assert_eq!(type_of("/notes.adoc"), "text/asciidoc");
+    assert_eq!(type_of("/disc.iso"), "application/x-iso9660-image");
+    // A bad line: `sluice check` names it, and a reload keeps what was serving.
+    std::fs::write(
+        &types,
+        format!("{}text/plain  jar\nnot-a-type jar\n", file("adoc")),
+    )
+    .unwrap();
+    let o = Command::new(bin())
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains(".mime.types:7: ") && err.contains("not-a-type"),
+        "{err}"
+    );
+    srv.signal(libc::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(type_of("/tool.jar"), "application/java-archive");
+    // Fixed: the reload reads the file again (its last line for an extension
+    // wins, as in Apache).
+    std::fs::write(
+        &types,
+        "application/java-archive jar\ntext/x-java-source jar\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_until(
+        || type_of("/tool.jar") == "text/x-java-source",
+        || "reload not applied".into(),
+    );
+    assert_eq!(type_of("/page.html"), "text/html; charset=utf-8");
+}
+
 #[test]
 fn cache_control_by_path_on_every_answer_of_a_file_and_nothing_else() {
     let toml = "[[files.cache_control]]\nprefix = \"/sub/\"\nvalue = \"no-cache\"\n\

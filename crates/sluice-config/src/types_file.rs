@@ -1,0 +1,85 @@
+//! `[files] types_file`: a `mime.types` file (Apache's `TypesConfig`, the format
+//! of Debian's `/etc/mime.types`), read when the config is read and on every
+//! reload, and merged under `[files] types`: a type written in the config wins over
+//! the file's, and the file's over sluice's built-in table.
+//!
+//! The format: one media type per line followed by its extensions, separated by
+//! white space; `#` starts a comment; a type with no extensions is allowed (the
+//! file lists many) and adds nothing; a later line for an extension wins (as in
+//! Apache). An extension holding a `.` (`tar.gz`) is skipped: sluice types a file
+//! by its last extension only. A bad type or
+//! extension is an error at `file:line`, so a reload keeps the old config.
+//!
+//! Costs: read once per (re)load; nothing per request (the merged table is what
+//! `sluice_static::mime::Types` reads when a file enters the cache).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::ConfigError;
+
+/// Add the types `path` gives to `types`, under those already there.
+pub(crate) fn merge(path: &Path, types: &mut BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("{origin}: cannot read: {e}")))?;
+    // A later line for the same extension replaces an earlier one, as in Apache.
+    let file: BTreeMap<String, String> = parse(&text)
+        .map_err(|(line, msg)| ConfigError(format!("{origin}:{line}: {msg}")))?
+        .into_iter()
+        .collect();
+    for (ext, ty) in file {
+        types.entry(ext).or_insert(ty);
+    }
+    Ok(())
+}
+
+/// The pairs of a `mime.types` text, in order; an error is (line, message).
+fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("");
+        let mut words = line.split_ascii_whitespace();
+        let Some(ty) = words.next() else { continue };
+        for ext in words.filter(|e| !e.contains('.')) {
+            out.push(crate::de::type_entry(ext, ty.to_string()).map_err(|m| (i + 1, m))?);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn lines_of_a_type_and_its_extensions() {
+        let text = "# comment\n\napplication/x-iso9660-image\tiso img\ntext/plain  txt asc # trailing\n\
+                    application/vnd.oasis.opendocument.text\napplication/x-gtar-compressed tgz gpkg.tar TAZ\n";
+        let got = parse(text).unwrap();
+        let want = [
+            ("iso", "application/x-iso9660-image"),
+            ("img", "application/x-iso9660-image"),
+            ("txt", "text/plain"),
+            ("asc", "text/plain"),
+            ("tgz", "application/x-gtar-compressed"),
+            ("taz", "application/x-gtar-compressed"),
+        ];
+        assert_eq!(got, want.map(|(e, t)| (e.to_string(), t.to_string())));
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        assert_eq!(parse("text/plain txt\nnotatype x\n").unwrap_err().0, 2);
+        assert_eq!(parse("text/plain t/t\n").unwrap_err().0, 1);
+    }
+
+    /// The system's own file, where it is installed, reads without an error.
+    #[test]
+    fn debians_mime_types_reads() {
+        if let Ok(text) = std::fs::read_to_string("/etc/mime.types") {
+            let got = parse(&text).unwrap();
+            assert!(got.iter().any(|(e, t)| e == "deb" && t.contains("debian")));
+        }
+    }
+}
