@@ -7,8 +7,9 @@
 //! Refused shapes (each is a [`ParseError`] with its status code):
 //! - request line longer than [`Limits::max_request_line`] (414), head longer than
 //!   [`Limits::max_head`] or more than [`Limits::max_headers`] headers (431);
-//! - a request-target holding raw `"` `#` `<` `>` `\` `^` `` ` `` `{` `|` `}` or
-//!   controls (400, RFC 9112 §3), a version other than `HTTP/1.d` (505 for another
+//! - a request-target holding a raw `#`, a space or controls (400; the other
+//!   characters RFC 3986 never allows raw are served, as browsers send them:
+//!   `line::target_table`), a version other than `HTTP/1.d` (505 for another
 //!   major version, 400 for anything else; HTTP/1.2–1.9 are answered as 1.1);
 //! - obs-fold, bad tokens, bare CR in header lines (httparse: 400);
 //! - `Content-Length` together with `Transfer-Encoding`, duplicate or malformed
