@@ -2,7 +2,8 @@
 //! Debian repository sluice serves (an update, a second update answered 304, three
 //! packages on one pipelined connection, a partial download resumed with `Range` and
 //! `If-Range`) and `aria2c` pulling one file over eight parallel ranges with the
-//! paper's range caps acting on loopback, then `aria2c -c` and `wget -c` resuming.
+//! paper's range caps acting on loopback, then `aria2c -c` and `wget -c` resuming;
+//! Chromium following every link of a listing of odd names, with and without a query.
 //! Each client checks what it got (apt the repository's hashes, aria2c a SHA-256), and
 //! the test compares the bytes with the files and reads the access log for what was
 //! asked and answered.
@@ -343,4 +344,73 @@ fn aria2c_pulls_one_file_over_parallel_ranges_under_the_caps_and_clients_resume(
             })
     };
     wait_for_lines(&log, 1, Duration::from_secs(10), resumed);
+}
+
+/// Chromium follows every link of a listing of names a mirror really holds
+/// (spaces, `+`, `%`, `#`, `?`, quotes, markup, `| ^ { } `` ` ``, UTF-8 and a
+/// Latin-1 byte), each plain and with a query holding what Chromium leaves raw
+/// (`{ } | ^ `` ` `` `\`): every one answers its own file. The page's script reads
+/// the listing as a browser parses it and fetches each link as the browser
+/// encodes it, so the listing's escaping, the browser's and sluice's parser and
+/// path decoding are tested together.
+#[test]
+fn chromium_follows_every_link_of_a_listing_of_odd_names() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = docroot();
+    let odd = d.path().join("odd");
+    std::fs::create_dir(&odd).unwrap();
+    let names: Vec<&[u8]> = vec![
+        b"a b.txt",
+        b"a+b",
+        b"100%.txt",
+        b"hash#x",
+        b"q?x=1",
+        b"quote\"s'",
+        b"<lt>&amp;",
+        b"pipe|caret^",
+        b"brace{}tick`",
+        "caf\u{e9}.txt".as_bytes(),
+        b"caf\xe9.bin",
+        b"semi;colon,comma=eq",
+    ];
+    for (i, n) in names.iter().enumerate() {
+        let p = odd.join(std::ffi::OsStr::from_bytes(n));
+        std::fs::write(p, format!("file{i}\n")).unwrap();
+    }
+    std::fs::write(
+        d.path().join("check.html"),
+        r#"<!doctype html><pre id="out"></pre><script>
+(async () => {
+  const out = [];
+  const html = await (await fetch('/odd/')).text();
+  const doc = new DOMParser().parseFromString(html, 'text/html');
+  for (const a of doc.querySelectorAll('a')) {
+    const href = a.getAttribute('href');
+    if (!href.startsWith('./')) continue;
+    const u = new URL(href, location.origin + '/odd/');
+    for (const q of ['', '?q={a}|b^c`d\\e']) {
+      const r = await fetch(u.href + q);
+      out.push(r.status + ' ' + (await r.text()).trim());
+    }
+  }
+  document.getElementById('out').textContent = out.join(';') + ';done';
+})();
+</script>"#,
+    )
+    .unwrap();
+    let srv = Server::start_in(d, &[]);
+    let dom = chromium_dom(&srv.url("/check.html"), 5000);
+    let text = dom
+        .split("<pre id=\"out\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or("");
+    assert!(text.ends_with(";done"), "the script did not finish: {dom}");
+    let mut got: Vec<&str> = text.trim_end_matches(";done").split(';').collect();
+    got.sort();
+    let mut want: Vec<String> = (0..names.len())
+        .flat_map(|i| [format!("200 file{i}"), format!("200 file{i}")])
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }
