@@ -119,8 +119,13 @@ pub struct RequestHead<'a> {
     pub if_modified_since: Option<&'a str>,
     pub if_range: Option<&'a str>,
     pub range: Option<&'a str>,
+    /// The last `Accept` / `Accept-Encoding` line; with `negotiation_repeated`,
+    /// read them with [`RequestHead::accept`] and [`RequestHead::accept_encoding`].
     pub accept: Option<&'a str>,
     pub accept_encoding: Option<&'a str>,
+    /// `Accept` or `Accept-Encoding` came in more than one line (one list, RFC 9110
+    /// §5.3, as Apache reads them).
+    pub negotiation_repeated: bool,
     /// Raw bytes: obs-text (≥ 0x80) is legal here and must reach the log escaped.
     pub user_agent: Option<&'a [u8]>,
     pub referer: Option<&'a [u8]>,
@@ -137,6 +142,32 @@ impl<'a> RequestHead<'a> {
     }
     pub fn framing(&self) -> BodyFraming {
         self.body.unwrap_or(BodyFraming::None)
+    }
+
+    /// `Accept`: the one line's value, or every line's joined when it came in more
+    /// than one (a rare request, which pays for the join).
+    pub fn accept(&self) -> Option<std::borrow::Cow<'a, str>> {
+        self.list(self.accept, "accept")
+    }
+
+    /// `Accept-Encoding`, as [`RequestHead::accept`].
+    pub fn accept_encoding(&self) -> Option<std::borrow::Cow<'a, str>> {
+        self.list(self.accept_encoding, "accept-encoding")
+    }
+
+    fn list(&self, last: Option<&'a str>, name: &str) -> Option<std::borrow::Cow<'a, str>> {
+        let last = last?;
+        if !self.negotiation_repeated {
+            return Some(std::borrow::Cow::Borrowed(last));
+        }
+        let mut all = String::new();
+        for v in field_values(self.raw_headers, name) {
+            if !all.is_empty() {
+                all.push_str(", ");
+            }
+            all.push_str(&String::from_utf8_lossy(trim_ows(v)));
+        }
+        Some(std::borrow::Cow::Owned(all))
     }
 }
 
@@ -328,7 +359,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 single_repeated |= h.range.is_some();
                 h.range = Some(value);
             }
-            Field::Accept => h.accept = Some(value),
+            Field::Accept => {
+                h.negotiation_repeated |= h.accept.is_some();
+                h.accept = Some(value);
+            }
             Field::IfRange => {
                 single_repeated |= h.if_range.is_some();
                 h.if_range = Some(value);
@@ -349,7 +383,10 @@ pub fn parse_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, Pars
                 h.lists_repeated |= h.if_none_match.is_some();
                 h.if_none_match.get_or_insert(value);
             }
-            Field::AcceptEncoding => h.accept_encoding = Some(value),
+            Field::AcceptEncoding => {
+                h.negotiation_repeated |= h.accept_encoding.is_some();
+                h.accept_encoding = Some(value);
+            }
             Field::ContentLength => {
                 let n = parse_content_length(value)?;
                 if content_length.is_some() {

@@ -39,7 +39,7 @@ pub fn answer(
         ("", _) => Form::Html,
         ("/metrics", _) => {
             let om = head
-                .accept
+                .accept()
                 .is_some_and(|a| a.contains("application/openmetrics-text"));
             Form::Metrics { openmetrics: om }
         }

@@ -316,7 +316,7 @@ impl StaticHandler {
                 _ => {}
             }
         }
-        if head.accept.is_some_and(listing::prefers_json) {
+        if head.accept().is_some_and(|a| listing::prefers_json(&a)) {
             json = true;
         }
         let ctype = if json {
@@ -326,8 +326,8 @@ impl StaticHandler {
         };
         let gzip = self.cfg.compress_listings
             && head
-                .accept_encoding
-                .is_some_and(|ae| encoding::acceptable(ae).contains(&Some(Coding::Gzip)));
+                .accept_encoding()
+                .is_some_and(|ae| encoding::acceptable(&ae).contains(&Some(Coding::Gzip)));
         // Built (read, sorted, rendered) at most once per cache_validity per form;
         // read by a disk thread whenever there are disk threads (`cold::Gate::list`).
         // Keyed and titled by the directory's normalized path, never the request's
@@ -450,7 +450,7 @@ impl StaticHandler {
         now: Instant,
     ) -> Response {
         let Some(ae) = head
-            .accept_encoding
+            .accept_encoding()
             .filter(|_| self.cfg.precompressed && !info.compressed)
         else {
             return self.file(head, &info, None);
@@ -465,7 +465,7 @@ impl StaticHandler {
         // A sibling's answer reads the original's entry too (its type, that it is there).
         let mut until = sibs.until.min(info.trusted_until());
         let mut r = None;
-        for coding in encoding::acceptable(ae).into_iter().flatten() {
+        for coding in encoding::acceptable(&ae).into_iter().flatten() {
             if sibs.present & coding.bit() == 0 {
                 continue;
             }

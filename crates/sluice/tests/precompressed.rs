@@ -55,6 +55,25 @@ fn siblings_are_chosen_by_accept_encoding() {
     assert_eq!(r.body, b"<p>plain page</p>\n");
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    // The field in two lines is one list (RFC 9110 §5.3, as Apache reads it),
+    // asked twice (the second from the worker's kept answer): the first line's
+    // gzip counts, and so does its weight against the second line's br.
+    for _ in 0..2 {
+        let r = get(
+            &srv,
+            "/page.html",
+            Some("gzip"),
+            "Accept-Encoding: x-none\r\n",
+        );
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        let r = get(
+            &srv,
+            "/page.html",
+            Some("gzip;q=0.5"),
+            "Accept-Encoding: br;q=0.1\r\n",
+        );
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+    }
     // Ranges apply to the encoded bytes; validators are the sibling's own.
     let r = get(&srv, "/page.html", Some("gzip"), "Range: bytes=0-3\r\n");
     assert_eq!((r.status, r.body.as_slice()), (206, &b"GZIP"[..]));

@@ -270,6 +270,21 @@ fn obs_text_in_user_agent_is_kept() {
 }
 
 #[test]
+fn negotiation_fields_in_several_lines_are_one_list() {
+    let h = complete("GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n");
+    assert!(!h.negotiation_repeated);
+    assert_eq!(h.accept_encoding().as_deref(), Some("gzip"));
+    assert_eq!(h.accept(), None);
+    let h = complete(
+        "GET / HTTP/1.1\r\nHost: a\r\naccept-encoding: gzip \r\nAccept: text/html\r\n\
+         Accept-Encoding:br;q=0\r\nAccept: application/json\r\n\r\n",
+    );
+    assert!(h.negotiation_repeated);
+    assert_eq!(h.accept_encoding().as_deref(), Some("gzip, br;q=0"));
+    assert_eq!(h.accept().as_deref(), Some("text/html, application/json"));
+}
+
+#[test]
 fn framing_is_reported() {
     let h = complete("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n");
     assert_eq!(h.framing(), BodyFraming::Length(12));
