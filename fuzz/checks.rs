@@ -49,6 +49,15 @@ pub fn parse_head(data: &[u8]) {
     if let Ok(Parsed::Complete(h)) = sluice_http::parse_head(data, &Limits::default()) {
         assert!(h.head_len <= data.len());
         assert!(h.path.starts_with('/') || h.path == "*");
+        // No fragment, space or control reaches a target (the rest of visible
+        // ASCII may: browsers send it).
+        assert!(
+            !h.target.bytes().any(|b| b == b'#' || b <= b' ' || b == 0x7f),
+            "{:?}",
+            h.target
+        );
+        // Repeated negotiation fields are joined from the raw lines.
+        let _ = (h.accept(), h.accept_encoding());
     }
 }
 

@@ -1,4 +1,4 @@
-//! The request-head parser must never panic, and a complete head must fit the input.
+//! The request-head parser must never panic; a complete head must fit the input, and its target hold no fragment, space or control.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
