@@ -52,7 +52,9 @@ pub fn parse_head(data: &[u8]) {
         // No fragment, space or control reaches a target (the rest of visible
         // ASCII may: browsers send it).
         assert!(
-            !h.target.bytes().any(|b| b == b'#' || b <= b' ' || b == 0x7f),
+            !h.target
+                .bytes()
+                .any(|b| b == b'#' || b <= b' ' || b == 0x7f),
             "{:?}",
             h.target
         );

@@ -106,9 +106,7 @@ pub(crate) fn read_into(
             Err(e) => return Err(e),
         }
         if let Err(e) = tls.process_new_packets() {
-            // Tell the client why (rustls queued an alert), best effort.
-            let _ = push(sock, tls);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            return Err(refused(sock, tls, e));
         }
         // Handshake flights and session tickets: out now if the socket takes them,
         // else when it is writable again (the worker pushes before anything else).
@@ -130,11 +128,34 @@ pub(crate) fn feed(
     while !bytes.is_empty() {
         tls.read_tls(&mut bytes)?;
         if let Err(e) = tls.process_new_packets() {
-            let _ = push(sock, tls);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            return Err(refused(sock, tls, e));
         }
     }
     push(sock, tls).map(|_| ())
+}
+
+/// The body a plain HTTP request on an HTTPS port is answered with.
+const PLAIN_ON_TLS: &str = "This port speaks HTTPS: ask for the https:// URL.\n";
+
+/// The connection sent what rustls refused: tell the client why, best effort, and
+/// give the worker the error that closes it. A first record of no TLS content type
+/// during the handshake is a client speaking plain HTTP to the HTTPS port (`curl
+/// http://host:443/`): it gets a plain 400 saying so, as nginx answers, rather
+/// than a TLS alert it cannot read and an empty reply. Anything else gets the
+/// alert rustls queued.
+fn refused(sock: &TcpStream, tls: &mut ServerConnection, e: rustls::Error) -> io::Error {
+    let plain = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+    if tls.is_handshaking() && e == plain {
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{PLAIN_ON_TLS}",
+            PLAIN_ON_TLS.len()
+        );
+        let _ = (&*sock).write(answer.as_bytes());
+    } else {
+        let _ = push(sock, tls);
+    }
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 /// One best-effort write outside a response (a 408, a tarpit's line): bytes of

@@ -461,8 +461,20 @@ fn a_handshake_that_never_finishes_is_closed_at_the_deadline() {
         t.elapsed() >= Duration::from_millis(800),
         "closed before the deadline"
     );
-    // Not TLS at all: a plain HTTP request on the HTTPS port is closed, and the
+    // Not TLS at all: a plain HTTP request on the HTTPS port is told so in
+    // plain HTTP (as nginx does; curl showed an empty reply) and closed, and the
     // server keeps serving.
+    let port = tls.rsplit(':').next().unwrap();
+    let o = curl(&[
+        "-sS",
+        "-w",
+        "%{http_code}",
+        &format!("http://127.0.0.1:{port}/hello.txt"),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "This port speaks HTTPS: ask for the https:// URL.\n400"
+    );
     let mut plain = TcpStream::connect(&tls).unwrap();
     plain
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
