@@ -17,6 +17,8 @@ pub const MAX_HEAD: (u64, u64) = (1024, 1 << 20);
 pub const MAX_HEADERS: (u64, u64) = (8, 128);
 pub const MAX_RANGES: (u64, u64) = (1, 1024);
 pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
+/// Bytes per second per connection (0: no limit); the kernel takes 32 bits.
+pub const LIMIT_RATE: (u64, u64) = (0, 4_000_000_000);
 pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
 pub const DISK_THREADS: (u64, u64) = (0, 256);
 pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);

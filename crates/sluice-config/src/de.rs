@@ -114,6 +114,7 @@ bounded!(max_head, usize, bounds::MAX_HEAD);
 bounded!(max_headers, usize, bounds::MAX_HEADERS);
 bounded!(max_ranges, usize, bounds::MAX_RANGES);
 bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
+bounded!(limit_rate, u64, bounds::LIMIT_RATE);
 bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
 bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
 bounded!(answer_cache, usize, bounds::ANSWER_CACHE);

@@ -143,6 +143,16 @@ pub struct HttpSection {
     /// larger ones, and chunked bodies, close the connection after the answer.
     #[serde(deserialize_with = "crate::de::max_body_discard")]
     pub max_body_discard: u64,
+    /// Bytes per second each connection is sent at most (nginx's `limit_rate`,
+    /// per connection rather than per response); 0: no limit. The kernel paces
+    /// the socket (`SO_MAX_PACING_RATE`, set once on the listeners and inherited
+    /// by every accepted socket): no CPU, no timers, no system call per
+    /// connection. A reload applies a new value to new connections. It must be
+    /// above `condition.min_send_rate`, or every download would be cut as a slow
+    /// reader. One client's parallel connections each get the rate:
+    /// `condition.cap_address` bounds how many it may hold.
+    #[serde(deserialize_with = "crate::de::limit_rate")]
+    pub limit_rate: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -618,6 +628,7 @@ impl Default for HttpSection {
             max_headers: 64,
             max_ranges: 16,
             max_body_discard: 64 * 1024,
+            limit_rate: 0,
         }
     }
 }

@@ -92,6 +92,16 @@ impl Config {
         if c.send_rate_window < Duration::from_secs(1) {
             return Err(src.error("condition.send_rate_window", "at least 1s"));
         }
+        let rate = self.http.limit_rate;
+        if rate != 0 && rate <= c.min_send_rate {
+            return Err(src.error(
+                "http.limit_rate",
+                format!(
+                    "{rate} bytes/s is not above condition.min_send_rate ({}): every download would be cut as a slow reader",
+                    c.min_send_rate
+                ),
+            ));
+        }
         sites::resolve(self)?;
         self.check_always_headers()?;
         let p = &self.status.path;

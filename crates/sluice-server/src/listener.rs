@@ -92,6 +92,31 @@ pub fn set_unsent_max(fd: RawFd, bytes: u32) -> io::Result<()> {
     )
 }
 
+/// SO_MAX_PACING_RATE = `bytes_per_s` on one connection (`http.limit_rate`): the
+/// kernel paces what the socket sends (its own TCP pacing since Linux 4.13, or the
+/// `fq` qdisc), so a limited download costs no CPU and no timer here, and the
+/// socket is simply writable less often. Set per connection, and only when a limit
+/// is configured: a socket that never had one is not paced at all, and a reload
+/// that turns the limit off leaves new connections untouched.
+pub fn set_pacing(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
+    let v = bytes_per_s.min(u32::MAX as u64 - 1) as u32;
+    // SAFETY: setsockopt with a u32 on a socket the caller owns.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&v as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Each worker's listening sockets, and the addresses they listen on.
 pub(crate) type Dealt = (Vec<Vec<mio::net::TcpListener>>, Vec<SocketAddr>);
 

@@ -304,6 +304,35 @@ types = { adoc = \"text/asciidoc\" }
     assert_eq!(type_of("/page.html"), "text/html; charset=utf-8");
 }
 
+/// `[http] limit_rate`: each connection is sent at most that many bytes a second
+/// (the kernel paces the socket), checked with curl on a 3 MiB file: at 1 MB/s it
+/// cannot arrive in under about 2.5 s (the first window goes unpaced), where the
+/// same download unlimited takes milliseconds. A reload turning it off frees new
+/// connections. A lower bound on time, which load cannot make fail.
+#[test]
+fn limit_rate_paces_each_connection_and_a_reload_lifts_it() {
+    let dir = docroot();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("three.bin"), &data).unwrap();
+    let cfg = dir.path().join(".rate.toml");
+    std::fs::write(&cfg, "[http]\nlimit_rate = 1000000\n").unwrap();
+    let srv = Server::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let fetch = || {
+        let t = std::time::Instant::now();
+        let out = curl(&[&srv.url("/three.bin")]);
+        assert!(out.stdout == data, "{} bytes", out.stdout.len());
+        t.elapsed()
+    };
+    let paced = fetch();
+    assert!(paced >= Duration::from_millis(2000), "{paced:?} at 1 MB/s");
+    std::fs::write(&cfg, "[http]\nlimit_rate = 0\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_until(
+        || fetch() < paced / 2,
+        || "the reload did not lift the limit".into(),
+    );
+}
+
 #[test]
 fn cache_control_by_path_on_every_answer_of_a_file_and_nothing_else() {
     let toml = "[[files.cache_control]]\nprefix = \"/sub/\"\nvalue = \"no-cache\"\n\

@@ -131,6 +131,13 @@ impl Worker {
         } else {
             None
         };
+        // A configured bandwidth limit: the kernel paces the socket from here on.
+        let rate = self.snap.config.http.limit_rate;
+        if rate > 0 {
+            if let Err(e) = crate::listener::set_pacing(sock.as_raw_fd(), rate) {
+                tracing::debug!(%peer, error = %e, "SO_MAX_PACING_RATE refused");
+            }
+        }
         // TCP_NODELAY and TCP_NOTSENT_LOWAT: inherited from the listener
         // (`listener::set_inherited`); a socket handed over by a front process from
         // the front's listener (the front's `unsent_max`, with its slow-read filter
