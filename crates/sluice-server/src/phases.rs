@@ -63,7 +63,8 @@ pub fn respond(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
 }
 
 fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
-    // 1. Methods: a static server answers GET and HEAD; everything else is refused
+    // 1. Methods: a static server answers GET and HEAD, and OPTIONS at once (204
+    //    with `Allow`, and a CORS preflight's headers); everything else is refused
     //    here, before any rule or file-system work (405 for methods we know, 501 else).
     if let Some(r) = methods(head) {
         return r;
@@ -196,6 +197,9 @@ impl sluice_rules::FileTests for CacheTests<'_> {
     }
 }
 
+/// The methods a static server answers.
+const ALLOW: &str = "GET, HEAD, OPTIONS";
+
 fn methods(head: &RequestHead) -> Option<Response> {
     let status = match head.method() {
         Method::Get | Method::Head => {
@@ -204,16 +208,54 @@ fn methods(head: &RequestHead) -> Option<Response> {
             }
             return None;
         }
+        Method::Options => return Some(options(head)),
         Method::Other => 501,
         _ => 405,
     };
     let mut r = Response::new(status);
     let body = format!("{status} {}\n", sluice_http::reason(status));
-    r.headers.add("Allow", "GET, HEAD");
+    r.headers.add("Allow", ALLOW);
     r.headers.add("Content-Type", "text/plain; charset=utf-8");
     r.headers.add_u64("Content-Length", body.len() as u64);
     r.body.push(Chunk::Owned(body.into_bytes()));
     Some(r)
+}
+
+/// OPTIONS (RFC 9110 §9.3.7), for a path or for `*`: 204 with what may be asked.
+/// Answered before any rule or file-system work, whatever the path (as nginx's
+/// usual `return 204`), so a probe costs nothing. A CORS preflight (it carries
+/// `Access-Control-Request-Method`) also gets the methods, the request headers it
+/// names, and a day to keep the answer. Whether an origin may read anything at all
+/// stays the operator's choice: the site's `Access-Control-Allow-Origin` (an
+/// `always` header rule) is added to this answer as to every other, and without it
+/// browsers refuse the cross-origin request.
+fn options(head: &RequestHead) -> Response {
+    use sluice_http::request::field_values;
+    let mut r = Response::new(204);
+    r.headers.add("Allow", ALLOW);
+    if field_values(head.raw_headers, "access-control-request-method")
+        .next()
+        .is_some()
+    {
+        r.headers.add("Access-Control-Allow-Methods", ALLOW);
+        // The names the preflight asks for, given back only when they are a
+        // plain list of header names (nothing of the request is echoed raw).
+        let names = field_values(head.raw_headers, "access-control-request-headers")
+            .next()
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::trim)
+            .filter(|v| {
+                !v.is_empty()
+                    && v.len() <= 1024
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_, ".contains(&b))
+            });
+        if let Some(n) = names {
+            r.headers.add("Access-Control-Allow-Headers", n);
+        }
+        r.headers.add("Access-Control-Max-Age", "86400");
+    }
+    r
 }
 
 /// The response for an errant-client answer. `drop`, `tarpit` and `oversize` are

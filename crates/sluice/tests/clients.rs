@@ -414,3 +414,50 @@ fn chromium_follows_every_link_of_a_listing_of_odd_names() {
     want.sort();
     assert_eq!(got, want);
 }
+
+/// A page from another origin reads a mirror's files in Chromium once the operator
+/// allows it (`Access-Control-Allow-Origin` as an `always` header): a plain fetch,
+/// and two the browser first asks about with an OPTIONS preflight (a header of the
+/// page's own, and a multi-range `Range`). Before sluice answered OPTIONS, the
+/// preflight got a 405 and Chromium refused both.
+#[test]
+fn chromium_reads_across_origins_after_a_cors_preflight() {
+    let mirror = Server::start_with_config(
+        docroot(),
+        "[[files.headers]]\nalways = true\nname = \"Access-Control-Allow-Origin\"\nvalue = \"*\"\n",
+        &[],
+    );
+    let d = docroot();
+    std::fs::write(
+        d.path().join("app.html"),
+        format!(
+            r#"<!doctype html><pre id="out"></pre><script>
+(async () => {{
+  const out = [];
+  for (const [path, headers] of [['/hello.txt', {{}}], ['/hello.txt', {{'X-Client': 'app'}}],
+                                  ['/big.bin', {{'Range': 'bytes=0-1,4-5'}}]]) {{
+    try {{
+      const r = await fetch('{}' + path, {{headers}});
+      out.push(r.status + ' ' + (await r.arrayBuffer()).byteLength);
+    }} catch (e) {{ out.push('refused'); }}
+  }}
+  document.getElementById('out').textContent = out.join(';') + ';done';
+}})();
+</script>"#,
+            mirror.url("").trim_end_matches('/')
+        ),
+    )
+    .unwrap();
+    let app = Server::start_in(d, &[]);
+    let dom = chromium_dom(&app.url("/app.html"), 5000);
+    let text = dom
+        .split("<pre id=\"out\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or("");
+    let parts: Vec<&str> = text.split(';').collect();
+    assert_eq!(parts.len(), 4, "{dom}");
+    assert_eq!(&parts[..2], ["200 12", "200 12"], "{dom}");
+    assert!(parts[2].starts_with("206 "), "{dom}");
+    assert_eq!(parts[3], "done");
+}

@@ -172,19 +172,53 @@ fn http10_closes_unless_keep_alive() {
 #[test]
 fn methods_other_than_get_and_head() {
     let srv = Server::start(&[]);
-    for (m, code) in [
-        ("POST", 405),
-        ("PUT", 405),
-        ("DELETE", 405),
-        ("OPTIONS", 405),
-        ("BREW", 501),
-    ] {
+    for (m, code) in [("POST", 405), ("PUT", 405), ("DELETE", 405), ("BREW", 501)] {
         let r = srv.get(&format!(
             "{m} /hello.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
         ));
         assert_eq!(r.status, code, "{m}");
-        assert_eq!(r.header("allow"), Some("GET, HEAD"), "{m}");
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"), "{m}");
     }
+}
+
+/// OPTIONS, for a path or `*`: 204 with `Allow` and no body, on a connection that
+/// stays open; a CORS preflight also gets the methods, the header names it asked
+/// for (only a plain list of names), and a day to keep the answer.
+#[test]
+fn options_and_cors_preflights() {
+    let srv = Server::start(&[]);
+    let mut c = srv.client();
+    for target in ["/hello.txt", "*", "/no/such/file"] {
+        c.send(format!("OPTIONS {target} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 204, "{target}");
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
+        assert_eq!(r.header("content-length"), None);
+        assert_eq!(r.header("access-control-allow-methods"), None);
+        assert!(r.body.is_empty());
+    }
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    let pre = |names: &str| {
+        srv.get(&format!(
+            "OPTIONS /hello.txt HTTP/1.1\r\nHost: a\r\nOrigin: http://app.example\r\n\
+             Access-Control-Request-Method: GET\r\n{names}\r\n"
+        ))
+    };
+    let r = pre("Access-Control-Request-Headers: range, x-client\r\n");
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET, HEAD, OPTIONS")
+    );
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("range, x-client")
+    );
+    assert_eq!(r.header("access-control-max-age"), Some("86400"));
+    // Anything but a list of names is not given back.
+    let r = pre("Access-Control-Request-Headers: x<script>\r\n");
+    assert_eq!(r.header("access-control-allow-headers"), None);
 }
 
 #[test]
