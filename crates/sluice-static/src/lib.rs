@@ -305,13 +305,17 @@ impl StaticHandler {
             return keep_until(r, read_until);
         }
         let (mut key, mut desc, mut json) = (listing::SortKey::Name, false, false);
-        for kv in query.unwrap_or("").split('&') {
+        // sluice's own `?sort=size&order=desc`, and Apache mod_autoindex's
+        // `?C=M;O=D` (scripts that find the newest build with it, bookmarks), which
+        // give the same page: `C=N` name, `C=M` modified, `C=S` size, `C=D` (a
+        // description; there is none) name; `O=A`/`O=D` the order.
+        for kv in query.unwrap_or("").split(['&', ';']) {
             match kv {
-                "sort=name" => key = listing::SortKey::Name,
-                "sort=size" => key = listing::SortKey::Size,
-                "sort=date" => key = listing::SortKey::Date,
-                "order=desc" => desc = true,
-                "order=asc" => desc = false,
+                "sort=name" | "C=N" | "C=D" => key = listing::SortKey::Name,
+                "sort=size" | "C=S" => key = listing::SortKey::Size,
+                "sort=date" | "C=M" => key = listing::SortKey::Date,
+                "order=desc" | "O=D" => desc = true,
+                "order=asc" | "O=A" => desc = false,
                 "format=json" => json = true,
                 _ => {}
             }

@@ -206,6 +206,24 @@ fn directories() {
     );
     let by_size = get(&srv, "/list/?format=json&sort=size&order=desc", "").text();
     assert!(by_size.find("b b.txt").unwrap() < by_size.find("a.txt").unwrap());
+    // Apache mod_autoindex's form of the same orders gives the same pages.
+    assert_eq!(get(&srv, "/list/?C=S;O=D&format=json", "").text(), by_size);
+    for (apache, own) in [
+        ("C=M;O=D", "sort=date&order=desc"),
+        ("C=N;O=D", "sort=name&order=desc"),
+        ("C=S;O=A", "sort=size&order=asc"),
+    ] {
+        let a = get(&srv, &format!("/list/?{apache}"), "").text();
+        assert_eq!(
+            a,
+            get(&srv, &format!("/list/?{own}"), "").text(),
+            "{apache}"
+        );
+    }
+    assert_ne!(
+        get(&srv, "/list/?C=N;O=D", "").text(),
+        get(&srv, "/list/?C=N;O=A", "").text()
+    );
     assert_eq!(get(&srv, "/hello.txt/", "").status, 404);
     // A last dot segment leaves the directory form (RFC 3986 §5.2.4): a file
     // under it is not there, as under its trailing slash; a directory is sent to
