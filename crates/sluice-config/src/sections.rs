@@ -148,8 +148,8 @@ pub struct HttpSection {
     /// the socket (`SO_MAX_PACING_RATE`, set once on the listeners and inherited
     /// by every accepted socket): no CPU, no timers, no system call per
     /// connection. A reload applies a new value to new connections. It must be
-    /// above `condition.min_send_rate`, or every download would be cut as a slow
-    /// reader. One client's parallel connections each get the rate:
+    /// at least twice `condition.min_send_rate`, or downloads would be cut as slow
+    /// readers. One client's parallel connections each get the rate:
     /// `condition.cap_address` bounds how many it may hold.
     #[serde(deserialize_with = "crate::de::limit_rate")]
     pub limit_rate: u64,

@@ -93,11 +93,13 @@ impl Config {
             return Err(src.error("condition.send_rate_window", "at least 1s"));
         }
         let rate = self.http.limit_rate;
-        if rate != 0 && rate <= c.min_send_rate {
+        // Twice, not just above: the pacing counts headers and retransmissions
+        // too, and a download paced at the edge would be cut as a slow reader.
+        if rate != 0 && rate < 2 * c.min_send_rate {
             return Err(src.error(
                 "http.limit_rate",
                 format!(
-                    "{rate} bytes/s is not above condition.min_send_rate ({}): every download would be cut as a slow reader",
+                    "{rate} bytes/s is less than twice condition.min_send_rate ({}): downloads would be cut as slow readers",
                     c.min_send_rate
                 ),
             ));

@@ -331,6 +331,18 @@ fn limit_rate_paces_each_connection_and_a_reload_lifts_it() {
         || fetch() < paced / 2,
         || "the reload did not lift the limit".into(),
     );
+    // Paced at twice the slow-read floor (the least the config allows), over
+    // rate windows of 1 s: a download is never cut as a slow reader.
+    std::fs::write(
+        &cfg,
+        "[http]\nlimit_rate = 1000000\n[condition]\nmin_send_rate = 500000\nsend_rate_window = \"1s\"\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_until(
+        || fetch() >= Duration::from_millis(2000),
+        || "the reload did not set the limit again".into(),
+    );
 }
 
 #[test]
