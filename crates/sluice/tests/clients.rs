@@ -346,6 +346,15 @@ fn aria2c_pulls_one_file_over_parallel_ranges_under_the_caps_and_clients_resume(
     wait_for_lines(&log, 1, Duration::from_secs(10), resumed);
 }
 
+/// What a test page's script wrote into its `<pre id="out">`, as Chromium left the
+/// page ("" if the script never did).
+fn page_out(dom: &str) -> &str {
+    dom.split("<pre id=\"out\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or("")
+}
+
 /// Chromium follows every link of a listing of names a mirror really holds
 /// (spaces, `+`, `%`, `#`, `?`, quotes, markup, `| ^ { } `` ` ``, UTF-8 and a
 /// Latin-1 byte), each plain and with a query holding what Chromium leaves raw
@@ -400,11 +409,7 @@ fn chromium_follows_every_link_of_a_listing_of_odd_names() {
     .unwrap();
     let srv = Server::start_in(d, &[]);
     let dom = chromium_dom(&srv.url("/check.html"), 5000);
-    let text = dom
-        .split("<pre id=\"out\">")
-        .nth(1)
-        .and_then(|r| r.split("</pre>").next())
-        .unwrap_or("");
+    let text = page_out(&dom);
     assert!(text.ends_with(";done"), "the script did not finish: {dom}");
     let mut got: Vec<&str> = text.trim_end_matches(";done").split(';').collect();
     got.sort();
@@ -450,11 +455,7 @@ fn chromium_reads_across_origins_after_a_cors_preflight() {
     .unwrap();
     let app = Server::start_in(d, &[]);
     let dom = chromium_dom(&app.url("/app.html"), 5000);
-    let text = dom
-        .split("<pre id=\"out\">")
-        .nth(1)
-        .and_then(|r| r.split("</pre>").next())
-        .unwrap_or("");
+    let text = page_out(&dom);
     let parts: Vec<&str> = text.split(';').collect();
     assert_eq!(parts.len(), 4, "{dom}");
     assert_eq!(&parts[..2], ["200 12", "200 12"], "{dom}");

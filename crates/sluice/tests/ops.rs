@@ -7,17 +7,25 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `sluice check CONFIG`: whether it passed, and what it said on stderr.
+fn check(cfg: &std::path::Path) -> (bool, String) {
+    let o = Command::new(bin())
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn check_reports_file_line_and_key() {
     let d = tempfile::tempdir().unwrap();
     let bad = d.path().join("bad.toml");
     std::fs::write(&bad, "[server]\nworkers = 2\nlisen = \"x\"\n").unwrap();
-    let o = Command::new(bin())
-        .args(["check", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (ok, err) = check(&bad);
+    assert!(!ok);
     assert!(
         err.contains("bad.toml:3:") && err.contains("lisen"),
         "{err}"
@@ -25,11 +33,8 @@ fn check_reports_file_line_and_key() {
 
     let good = d.path().join("good.toml");
     std::fs::write(&good, "[server]\nroot = \".\"\n[files]\nio = \"read\"\n").unwrap();
-    let o = Command::new(bin())
-        .args(["check", good.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    let (ok, err) = check(&good);
+    assert!(ok, "{err}");
 
     let rules = d.path().join("r.conf");
     std::fs::write(
@@ -38,13 +43,9 @@ fn check_reports_file_line_and_key() {
     )
     .unwrap();
     std::fs::write(&good, "[rules]\nfiles = [\"r.conf\"]\n").unwrap();
-    let o = Command::new(bin())
-        .args(["check", good.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (ok, err) = check(&good);
     assert!(
-        !o.status.success() && err.contains("r.conf:3:") && err.contains("[p]"),
+        !ok && err.contains("r.conf:3:") && err.contains("[p]"),
         "{err}"
     );
 }
@@ -193,15 +194,9 @@ fn the_log_level_is_applied_at_start_and_by_a_reload_and_restart_only_keys_are_n
     let err = srv.stderr();
     assert!(err.contains(".level.toml:4: log.level"), "{err}");
     assert_eq!(list(&srv), 403, "the refused reload changed nothing");
-    let o = Command::new(bin())
-        .args(["check", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (ok, err) = check(&cfg);
     assert!(
-        !o.status.success()
-            && err.contains(":4: log.level")
-            && err.contains("\"loud\" is not a level"),
+        !ok && err.contains(":4: log.level") && err.contains("\"loud\" is not a level"),
         "{err}"
     );
 }
@@ -277,13 +272,9 @@ types = { adoc = \"text/asciidoc\" }
         format!("{}text/plain  jar\nnot-a-type jar\n", file("adoc")),
     )
     .unwrap();
-    let o = Command::new(bin())
-        .args(["check", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (ok, err) = check(&cfg);
     assert!(
-        !o.status.success() && err.contains(".mime.types:7: ") && err.contains("not-a-type"),
+        !ok && err.contains(".mime.types:7: ") && err.contains("not-a-type"),
         "{err}"
     );
     srv.signal(libc::SIGHUP);
