@@ -401,10 +401,20 @@ impl FileCache {
             return Entry::Forbidden;
         }
         let len = meta.len();
-        let mtime = meta.mtime().max(0) as u64;
-        // mtime (with nanoseconds) and size, like nginx: no inode numbers leak, and
-        // mirrors holding the same file at the same time give the same tag.
-        let etag = format!("\"{:x}.{:x}-{:x}\"", mtime, meta.mtime_nsec().max(0), len);
+        // A modification time in the future (an upstream's clock, a bad `touch`)
+        // is sent as now (RFC 9110 §8.8.2.1, as Apache): a client that stored the
+        // future date would send it back in `If-Modified-Since` and be told 304
+        // about every real change until that date. Conditions compare this value
+        // too, and it holds while the entry does (an unchanged file's next load
+        // gives a later "now": a 200 with the same ETag, at worst).
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let stored = meta.mtime().max(0) as u64;
+        let mtime = stored.min(wall);
+        // The stored mtime (with nanoseconds) and size, like nginx: no inode numbers
+        // leak, and mirrors holding the same file at the same time give the same tag.
+        let etag = format!("\"{:x}.{:x}-{:x}\"", stored, meta.mtime_nsec().max(0), len);
         let mime = self.types.for_path(rel);
         // The ETag is at most 2 + 16 + 1 + 8 + 1 + 16 bytes, an HTTP date 29.
         let (lines, etag_end, full_end) = head_lines(&date::format(mtime), &etag, mime, len);

@@ -337,6 +337,65 @@ fn curl_resume_range_head_and_conditional() {
     );
 }
 
+/// A file whose modification time is in the future (an upstream's clock) is
+/// sent with `Last-Modified` no later than `Date` (RFC 9110 §8.8.2.1, as Apache),
+/// so a client that keeps the date (`curl -R`, then `-z`, as apt and `wget -N` do)
+/// still gets the file's next real change; sent as it is (nginx, and sluice
+/// before), the future date answered every later `If-Modified-Since` with a 304.
+#[test]
+fn a_future_modification_time_is_sent_as_now() {
+    let dir = docroot();
+    let path = dir.path().join("skewed.txt");
+    std::fs::write(&path, b"first\n").unwrap();
+    let in_2030 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_893_456_000);
+    let touch = |t| {
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap()
+    };
+    touch(in_2030);
+    let srv = Server::start_in(dir, &[]);
+    let r = get(&srv, "/skewed.txt", "");
+    let lm = r.header("last-modified").unwrap().to_string();
+    assert_ne!(lm, "Tue, 01 Jan 2030 00:00:00 GMT");
+    assert!(
+        sluice_http::date::parse(&lm).unwrap()
+            <= sluice_http::date::parse(r.header("date").unwrap()).unwrap()
+    );
+    // Unchanged: the date it was given still answers 304.
+    let r = get(&srv, "/skewed.txt", &format!("If-Modified-Since: {lm}\r\n"));
+    assert_eq!(r.status, 304);
+    // curl keeps the date on its copy and asks with it, as apt and wget -N do.
+    let local = srv.root().join(".copy");
+    let url = srv.url("/skewed.txt");
+    let fetch = || {
+        curl(&[
+            "-R",
+            "-z",
+            local.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+            &url,
+        ])
+    };
+    fetch();
+    assert_eq!(std::fs::read(&local).unwrap(), b"first\n");
+    // The file changes a moment later, with a true time.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(&path, b"second\n").unwrap();
+    touch(std::time::SystemTime::now());
+    wait_until(
+        || {
+            fetch();
+            std::fs::read(&local).unwrap() == b"second\n"
+        },
+        || "the change was answered 304".into(),
+    );
+}
+
 #[test]
 fn many_concurrent_downloads_complete() {
     let srv = Server::start(&[]);
