@@ -10,7 +10,8 @@
 //! (200), as nginx does; otherwise overlapping, adjacent and nearly adjacent ranges
 //! are coalesced (sorted by offset, which §14.3 allows), so a multipart body is
 //! never bigger than the file plus its part headers. Numerals too large for 64 bits
-//! saturate: a first-byte-pos past any file is unsatisfiable, not ignored.
+//! saturate: a first-byte-pos past any file is unsatisfiable, not ignored. A file
+//! of no bytes is answered whole (200, empty) whatever the ranges.
 /// An inclusive byte range, already clamped to the representation length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteRange {
@@ -99,6 +100,12 @@ pub fn evaluate(header: &str, len: u64, max_ranges: usize) -> RangeResult {
         return RangeResult::Full;
     }
     if out.is_empty() {
+        // An empty file has no byte to point at: its whole (empty) answer, as
+        // nginx and Apache give, rather than a 416 to the `bytes=0-` that media
+        // elements and download managers open every download with.
+        if len == 0 {
+            return RangeResult::Full;
+        }
         return RangeResult::Unsatisfiable;
     }
     if out.len() == 1 {
@@ -195,7 +202,16 @@ mod tests {
             RangeResult::Unsatisfiable
         );
         assert_eq!(evaluate("bytes=-0", 1000, 16), RangeResult::Unsatisfiable);
-        assert_eq!(evaluate("bytes=0-", 0, 16), RangeResult::Unsatisfiable);
+        // An empty file: its whole, empty answer, whatever the ranges.
+        for h in [
+            "bytes=0-",
+            "bytes=0-0",
+            "bytes=-1",
+            "bytes=-0",
+            "bytes=5-9,-3",
+        ] {
+            assert_eq!(evaluate(h, 0, 16), RangeResult::Full, "{h}");
+        }
         assert_eq!(evaluate("bytes=5-1", 1000, 16), RangeResult::Full);
         assert_eq!(evaluate("items=0-1", 1000, 16), RangeResult::Full);
         assert_eq!(evaluate("bytes=a-b", 1000, 16), RangeResult::Full);

@@ -110,6 +110,17 @@ fn ranges() {
     assert_eq!(r.body, &big[299_990..]);
     let r = get(&srv, "/big.bin", "Range: bytes=300000-\r\n");
     assert_eq!(r.status, 416);
+    // An empty file is answered whole (200, empty), as nginx and Apache do: the
+    // `bytes=0-` media elements and download managers start with is no error.
+    std::fs::write(srv.root().join("empty.txt"), b"").unwrap();
+    for range in ["bytes=0-", "bytes=-1", "bytes=0-0"] {
+        let r = get(&srv, "/empty.txt", &format!("Range: {range}\r\n"));
+        assert_eq!(
+            (r.status, r.header("content-length"), r.body.len()),
+            (200, Some("0"), 0),
+            "{range}"
+        );
+    }
     assert_eq!(r.header("content-range"), Some("bytes */300000"));
     // If-Range with a stale validator: the whole file.
     let r = get(
