@@ -22,7 +22,6 @@
 use crate::open::Root;
 use sluice_http::date;
 use sluice_http::response::html_escape;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::rc::Rc;
 
@@ -142,22 +141,35 @@ pub enum SortKey {
     Date,
 }
 
-/// Read the entries of `rel` (the directory must already have opened under `root`).
+/// Read the entries of `rel`: the directory opened as the opener opens anything
+/// (the root's symlink policy, `openat2` beneath the root), then its entries read
+/// and looked at through that descriptor, so no path is resolved again (a
+/// directory swapped for a link after the lookup cannot list another tree). A
+/// directory whose entries this server may not look at (readable, but not
+/// searchable) is an error (403), not an empty page.
 pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<Item>> {
-    let dir = root
-        .path()
-        .join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
+    use rustix::fs::{statat, AtFlags, Dir, FileType};
+    let dir = root.open(rel)?;
     let mut items = Vec::new();
-    for ent in std::fs::read_dir(&dir)? {
+    for ent in Dir::read_from(&dir)? {
         let Ok(ent) = ent else { continue };
-        let name = ent.file_name().as_bytes().to_vec();
-        if !show_hidden && name.starts_with(b".") {
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." || (!show_hidden && name.starts_with(b".")) {
             continue;
         }
-        let Ok(mut meta) = ent.metadata() else {
-            continue;
+        let st = match statat(&dir, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::ACCESS) => {
+                return Err(std::io::Error::from_raw_os_error(libc::EACCES))
+            }
+            Err(_) => continue, // gone since it was read
         };
-        if meta.file_type().is_symlink() {
+        let (mut is_dir, mut size, mut mtime) = (
+            FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+            st.st_size.max(0) as u64,
+            st.st_mtime.max(0) as u64,
+        );
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
             // Followed only as the opener would (the root's symlink policy), by
             // the text form of its path (`path::text_of`).
             let mut child = String::with_capacity(rel.len() + name.len() + 1);
@@ -165,17 +177,17 @@ pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<It
                 child.push_str(rel);
                 child.push('/');
             }
-            crate::path::text_of(&name, &mut child);
+            crate::path::text_of(name, &mut child);
             match root.open(&child).and_then(|f| f.metadata()) {
-                Ok(m) => meta = m,
+                Ok(m) => (is_dir, size, mtime) = (m.is_dir(), m.len(), m.mtime().max(0) as u64),
                 Err(_) => continue,
             }
         }
         items.push(Item {
-            name,
-            dir: meta.is_dir(),
-            size: meta.len(),
-            mtime: meta.mtime().max(0) as u64,
+            name: name.to_vec(),
+            dir: is_dir,
+            size,
+            mtime,
         });
     }
     Ok(items)

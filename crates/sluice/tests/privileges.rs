@@ -56,6 +56,11 @@ fn shared_root() -> tempfile::TempDir {
         PermissionsExt::from_mode(0o600),
     )
     .unwrap();
+    // A directory others may read but not search: its names, but not what they are.
+    let unsearchable = d.path().join("unsearchable");
+    std::fs::create_dir(&unsearchable).unwrap();
+    std::fs::write(unsearchable.join("inside.txt"), b"x").unwrap();
+    std::fs::set_permissions(&unsearchable, PermissionsExt::from_mode(0o744)).unwrap();
     d
 }
 
@@ -121,6 +126,8 @@ fn user_flag_drops_every_thread_and_root_only_files_are_refused() {
         "hello world\n"
     );
     assert_eq!(srv.get("GET /root-only.txt HTTP/1.0\r\n\r\n").status, 403);
+    // Listed as nginx and Apache do it: 403, not an empty page.
+    assert_eq!(srv.get("GET /unsearchable/ HTTP/1.0\r\n\r\n").status, 403);
     // The log, opened as root before the switch, is still written.
     let text = wait_for_lines(&log, 2, std::time::Duration::from_secs(5), |_| true);
     assert!(
