@@ -12,6 +12,13 @@ pub fn format(secs: u64) -> String {
 /// 9999-12-31 23:59:59 UTC, the last time an HTTP date can say.
 pub const LAST_HTTP_DATE: u64 = 253_402_300_799;
 
+/// The wall clock in whole seconds since the epoch (0 before it).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Parse any of the three HTTP date formats to seconds since the epoch.
 pub fn parse(s: &str) -> Option<u64> {
     let t = httpdate::parse_http_date(s.trim()).ok()?;

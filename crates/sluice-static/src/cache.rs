@@ -401,17 +401,11 @@ impl FileCache {
             return Entry::Forbidden;
         }
         let len = meta.len();
-        // A modification time in the future (an upstream's clock, a bad `touch`)
-        // is sent as now (RFC 9110 §8.8.2.1, as Apache): a client that stored the
-        // future date would send it back in `If-Modified-Since` and be told 304
-        // about every real change until that date. Conditions compare this value
-        // too, and it holds while the entry does (an unchanged file's next load
-        // gives a later "now": a 200 with the same ETag, at worst).
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // A future mtime (an upstream's clock) is sent, and compared, as now (RFC
+        // 9110 §8.8.2.1, as Apache): a client keeping the future date would be
+        // told 304 about every real change until then (`serve.rs` test).
         let stored = meta.mtime().max(0) as u64;
-        let mtime = stored.min(wall);
+        let mtime = stored.min(date::unix_now());
         // The stored mtime (with nanoseconds) and size, like nginx: no inode numbers
         // leak, and mirrors holding the same file at the same time give the same tag.
         let etag = format!("\"{:x}.{:x}-{:x}\"", stored, meta.mtime_nsec().max(0), len);
