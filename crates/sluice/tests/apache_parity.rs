@@ -1,5 +1,6 @@
-//! One Apache rules file, loaded by Debian's Apache 2.4 and by `sluice serve`: the
-//! redirects its clients get must name the same URLs (docs/RULES.md, "Where sluice
+//! Apache rules files, each loaded by Debian's Apache 2.4 and by `sluice serve`: the
+//! answers their clients get (redirects naming the same URLs, and the 403s, 410s
+//! and 404s of the second file) must be the same (docs/RULES.md, "Where sluice
 //! differs from Apache"). The claim that Apache files load unchanged is held here
 //! against Apache itself, not against what we believe it does: sluice once escaped
 //! a captured `%20` again (`a%2520b`), and a test written from that belief agreed.
@@ -210,4 +211,114 @@ fn redirects_name_the_same_urls_as_apache() {
         "redirects differ:\n{}",
         differ.join("\n")
     );
+}
+
+/// mod_alias's forms and mod_rewrite's answers that are not redirects, against the
+/// same Apache: every `Redirect` status keyword and its prefix boundary (`/old`
+/// does not cover `/older`), `RedirectMatch` with swapped groups and `(?i)`, `[F]`,
+/// `[G]`, conditions on the host and the agent with `[NC,OR]` and `!`, `%2` from a
+/// query condition, an absolute target without `R`, `END`, `NE` with a fragment,
+/// `\$`; and paths that must match nothing (404 from both). Asked with a `Host`
+/// and a `User-Agent` the conditions read.
+const RULES_B: &str = "RewriteEngine On\n\
+    Redirect /old http://m.example/new\n\
+    Redirect permanent /perm http://m.example/perm2\n\
+    Redirect temp /tmp1 http://m.example/t\n\
+    Redirect seeother /so http://m.example/so\n\
+    Redirect gone /gone\n\
+    Redirect 410 /g410\n\
+    RedirectPermanent /rp http://m.example/rp/\n\
+    RedirectTemp /rt/ http://m.example/rt/\n\
+    RedirectMatch ^/rm2/(\\w+)/(\\d+)$ http://m.example/$2/$1\n\
+    RedirectMatch 301 (?i)^/CASE/(.*) http://m.example/case/$1\n\
+    RewriteCond %{HTTP_HOST} ^www\\.(.+)$ [NC]\n\
+    RewriteRule ^/host/(.*)$ http://%1/$1 [R=301,L]\n\
+    RewriteCond %{HTTP_USER_AGENT} wget [NC,OR]\n\
+    RewriteCond %{HTTP_USER_AGENT} curl [NC]\n\
+    RewriteRule ^/ua$ /ua-tool [R,L]\n\
+    RewriteRule ^/forbid - [F]\n\
+    RewriteRule ^/gone2 - [G]\n\
+    RewriteCond %{QUERY_STRING} !^keep\n\
+    RewriteRule ^/qcheck$ /qc-no [R=302,L]\n\
+    RewriteRule ^/qcheck$ /qc-yes [R=302,L]\n\
+    RewriteCond %{QUERY_STRING} (^|&)v=([^&]+)\n\
+    RewriteRule ^/ver$ /v/%2? [R=302,L]\n\
+    RewriteRule ^/abs(/.*)?$ https://secure.example$1 [L]\n\
+    RewriteRule ^/end1$ /end2 [END]\n\
+    RewriteRule ^/ne/(.*)$ /x/$1#frag [R=302,NE,L]\n\
+    RewriteRule ^/frag/(.*)$ /x/$1#frag [R=302,L]\n\
+    RewriteRule ^/dollar/(.*)$ /d/\\$1/$1 [R=302,L]\n";
+
+const PATHS_B: &[&str] = &[
+    "/old",
+    "/old/",
+    "/old/a/b",
+    "/older",
+    "/old?x=1",
+    "/perm/x",
+    "/tmp1/y",
+    "/so/z",
+    "/gone/a",
+    "/g410",
+    "/rp/a",
+    "/rt/b",
+    "/rt",
+    "/rm2/abc/123",
+    "/rm2/abc/12x",
+    "/CASE/Foo",
+    "/case/foo",
+    "/host/a/b",
+    "/ua",
+    "/forbid/x",
+    "/gone2",
+    "/qcheck",
+    "/qcheck?keep=1",
+    "/ver?a=1&v=2.0",
+    "/ver?v=3",
+    "/abs/x/y",
+    "/abs",
+    "/end1",
+    "/ne/a%20b",
+    "/frag/a%20b",
+    "/dollar/q",
+];
+
+#[test]
+fn alias_forms_refusals_and_conditions_answer_as_apache() {
+    let dir = docroot();
+    let rules = dir.path().join(".more.conf");
+    std::fs::write(&rules, RULES_B).unwrap();
+    let apache = Apache::start(&rules);
+    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
+    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let ask = |addr: &str, path: &str, agent: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: www.Mirror.example\r\nUser-Agent: {agent}\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let r = read_response(&mut s, false).expect("an answer");
+        // Apache makes a relative target absolute on the request's host.
+        let loc = r.header("location").unwrap_or_default();
+        let own = loc.strip_prefix("http://www.mirror.example").unwrap_or(loc);
+        let l = own.as_bytes();
+        let l = sluice_static::path::percent_decode(l).unwrap_or_else(|| l.to_vec());
+        (r.status, String::from_utf8_lossy(&l).into_owned())
+    };
+    let mut differ = Vec::new();
+    let cases = PATHS_B
+        .iter()
+        .map(|p| (*p, "Wget/1.21.3"))
+        .chain([("/ua", "Mozilla/5.0"), ("/ua", "curl/8.0")]);
+    for (path, agent) in cases {
+        let a = ask(&apache_addr, path, agent);
+        let s = ask(&srv.addr, path, agent);
+        if a != s {
+            differ.push(format!("{path} ({agent}): Apache {a:?}, sluice {s:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
 }
