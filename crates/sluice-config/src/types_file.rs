@@ -18,11 +18,26 @@ use std::path::Path;
 
 use crate::error::ConfigError;
 
+/// The most a types file may hold.
+const MAX_BYTES: u64 = 4 << 20;
+
 /// Add the types `path` gives to `types`, under those already there.
 pub(crate) fn merge(path: &Path, types: &mut BTreeMap<String, String>) -> Result<(), ConfigError> {
+    use std::io::Read;
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("{origin}: cannot read: {e}")))?;
+    let cannot = |e: std::io::Error| ConfigError(format!("{origin}: cannot read: {e}"));
+    // Bounded: Debian's file is 60 KB; a path to a device must not hang a reload.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_BYTES {
+        return Err(ConfigError(format!(
+            "{origin}: more than {MAX_BYTES} bytes: not a mime.types file"
+        )));
+    }
     // A later line for the same extension replaces an earlier one, as in Apache.
     let file: BTreeMap<String, String> = parse(&text)
         .map_err(|(line, msg)| ConfigError(format!("{origin}:{line}: {msg}")))?
@@ -72,6 +87,14 @@ mod tests {
     fn a_bad_line_is_named() {
         assert_eq!(parse("text/plain txt\nnotatype x\n").unwrap_err().0, 2);
         assert_eq!(parse("text/plain t/t\n").unwrap_err().0, 1);
+    }
+
+    /// A device or a huge file is refused, not read forever.
+    #[test]
+    fn a_file_that_never_ends_is_refused() {
+        let mut types = std::collections::BTreeMap::new();
+        let e = super::merge(std::path::Path::new("/dev/zero"), &mut types).unwrap_err();
+        assert!(e.0.starts_with("/dev/zero: "), "{}", e.0);
     }
 
     /// The system's own file, where it is installed, reads without an error.
