@@ -16,7 +16,8 @@
 //!   `Content-Length` (400, these are the request-smuggling shapes), a
 //!   `Transfer-Encoding` other than `chunked` alone (501);
 //! - HTTP/1.1 without `Host`, with more than one, or with a value that is not a
-//!   `uri-host[:port]` (400; userinfo, markup, two ports and open IPv6 literals).
+//!   `uri-host[:port]` (400; userinfo, markup, two ports, open IPv6 literals and
+//!   an empty host).
 //!
 //! The request line is parsed in [`line`] (a table lookup per byte), the header block by
 //! `httparse::parse_headers` (SIMD); cost is one pass over the head plus one pass

@@ -228,6 +228,12 @@ fn absolute_form_and_host() {
     assert_eq!(r.status, 200);
     let r = srv.get("GET /hello.txt HTTP/1.1\r\n\r\n");
     assert_eq!(r.status, 400, "HTTP/1.1 without Host");
+    // An empty one names no host an `http` URI may (RFC 9110 §4.2.1), as nginx
+    // and Apache answer.
+    for host in ["", ":8080"] {
+        let r = srv.get(&format!("GET /hello.txt HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+        assert_eq!(r.status, 400, "Host: {host:?}");
+    }
 }
 
 #[test]

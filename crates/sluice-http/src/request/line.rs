@@ -138,7 +138,7 @@ pub fn valid_authority(a: &str) -> bool {
 }
 
 /// The host of a valid `uri-host [ ":" port ]`, without the port (an IPv6
-/// literal keeps its brackets); `None` when `a` is not one.
+/// literal keeps its brackets); `None` when `a` is not one, or its host is empty.
 pub(super) fn authority_host(a: &str) -> Option<&str> {
     let b = a.as_bytes();
     let host_end = if let Some(inner) = b.strip_prefix(b"[") {
@@ -162,7 +162,9 @@ pub(super) fn authority_host(a: &str) -> Option<&str> {
         [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         _ => false,
     };
-    port_ok.then(|| &a[..host_end])
+    // An empty host (`Host:`, `:80`, `http:///x`) names nothing an `http` URI may
+    // (RFC 9110 §4.2.1: a recipient MUST reject it), as nginx and Apache answer 400.
+    (port_ok && host_end > 0).then(|| &a[..host_end])
 }
 
 pub(super) fn strip_scheme(t: &str) -> Option<&str> {

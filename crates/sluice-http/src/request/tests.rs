@@ -108,7 +108,9 @@ fn smuggling_shapes_are_refused() {
 
 #[test]
 fn hosts_and_targets() {
-    for host in ["a@b", "<script>", "x:80:80", "[::1", "a b", "h:8o", "[zz]"] {
+    for host in [
+        "a@b", "<script>", "x:80:80", "[::1", "a b", "h:8o", "[zz]", "", ":80",
+    ] {
         let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
         assert_eq!(parse(&req).unwrap_err(), ParseError::BadHost, "{host}");
     }
@@ -119,13 +121,16 @@ fn hosts_and_targets() {
         "[::1]:8080",
         "127.0.0.1:1",
         "xn--d1a.example",
-        "",
     ] {
         let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
         assert!(matches!(parse(&req), Ok(Parsed::Complete(_))), "{host}");
     }
     assert_eq!(
         parse("GET http://a@evil/ HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_err(),
+        ParseError::BadHost
+    );
+    assert_eq!(
+        parse("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_err(),
         ParseError::BadHost
     );
     for t in ["/a#b", "/a?b#c", "/\x7f", "/a\x01", "/a\tb"] {
