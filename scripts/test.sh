@@ -20,6 +20,7 @@ command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)   # the apt test builds its 
 command -v ab >/dev/null 2>&1 || need+=(apache2-utils)   # kept answers without keep-alive (ab); PGO training
 command -v wrk >/dev/null 2>&1 || need+=(wrk)   # the PGO build's training load (scripts/build-pgo.sh)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # HTTPS tests (test CA, s_client)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)   # pip against a listing as a package index (clients test)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)   # plot text
 if ((${#need[@]})); then
     echo "installing: ${need[*]}"

@@ -3,7 +3,8 @@
 //! packages on one pipelined connection, a partial download resumed with `Range` and
 //! `If-Range`) and `aria2c` pulling one file over eight parallel ranges with the
 //! paper's range caps acting on loopback, then `aria2c -c` and `wget -c` resuming;
-//! Chromium following every link of a listing of odd names, with and without a query.
+//! Chromium following every link of a listing of odd names, with and without a query;
+//! pip downloading a wheel from listings served as a package index (PEP 503).
 //! Each client checks what it got (apt the repository's hashes, aria2c a SHA-256), and
 //! the test compares the bytes with the files and reads the access log for what was
 //! asked and answered.
@@ -461,4 +462,67 @@ fn chromium_reads_across_origins_after_a_cors_preflight() {
     assert_eq!(&parts[..2], ["200 12", "200 12"], "{dom}");
     assert!(parts[2].starts_with("206 "), "{dom}");
     assert_eq!(parts[3], "done");
+}
+
+/// A Python package mirror is a tree of files (bandersnatch writes one): pip reads
+/// sluice's listing of `/simple/NAME/` as a PEP 503 index page (its `Accept` asks
+/// for the JSON index first and takes HTML), picks the wheel, downloads it, and the
+/// bytes are the file's.
+#[test]
+fn pip_downloads_a_wheel_from_listings_as_a_package_index() {
+    let d = docroot();
+    let pkg = d.path().join("simple/tiny-pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    let wheel = pkg.join("tiny_pkg-1.0-py3-none-any.whl");
+    // A minimal wheel: a module, its METADATA, WHEEL and RECORD.
+    run(
+        "python3",
+        &[
+            "-c",
+            r#"
+import base64, hashlib, sys, zipfile
+files = {"tiny_pkg/__init__.py": b"x = 1\n",
+         "tiny_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny-pkg\nVersion: 1.0\n",
+         "tiny_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+rec = "".join(f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b'=').decode()},{len(v)}\n"
+              for k, v in files.items()) + "tiny_pkg-1.0.dist-info/RECORD,,\n"
+files["tiny_pkg-1.0.dist-info/RECORD"] = rec.encode()
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for k, v in files.items():
+        z.writestr(k, v)
+"#,
+            wheel.to_str().unwrap(),
+        ],
+        d.path(),
+    );
+    let srv = Server::start_in(d, &[]);
+    let out = tempfile::tempdir().unwrap();
+    run(
+        "python3",
+        &[
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-d",
+            out.path().to_str().unwrap(),
+            "--index-url",
+            &srv.url("/simple/"),
+            // pip normalizes the name it is given to the index's `tiny-pkg`.
+            "Tiny_Pkg",
+        ],
+        out.path(),
+    );
+    let got = std::fs::read(out.path().join("tiny_pkg-1.0-py3-none-any.whl")).unwrap();
+    assert_eq!(
+        got,
+        std::fs::read(
+            srv.root()
+                .join("simple/tiny-pkg/tiny_pkg-1.0-py3-none-any.whl")
+        )
+        .unwrap()
+    );
 }
