@@ -4,7 +4,9 @@
 //! `If-Range`) and `aria2c` pulling one file over eight parallel ranges with the
 //! paper's range caps acting on loopback, then `aria2c -c` and `wget -c` resuming;
 //! Chromium following every link of a listing of odd names, with and without a query;
-//! pip downloading a wheel from listings served as a package index (PEP 503).
+//! pip downloading a wheel from listings served as a package index (PEP 503); cargo
+//! using a sparse registry sluice serves, revalidating its index (304) and taking a
+//! new version.
 //! Each client checks what it got (apt the repository's hashes, aria2c a SHA-256), and
 //! the test compares the bytes with the files and reads the access log for what was
 //! asked and answered.
@@ -525,4 +527,112 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
         )
         .unwrap()
     );
+}
+
+/// A crates.io mirror is a tree of files too (a sparse index and the `.crate`s):
+/// cargo fetches a crate through sluice, asks for the index file again with its
+/// validators and is told 304, then sees a new version once the file changes.
+#[test]
+fn cargo_uses_a_sparse_registry_sluice_serves_and_revalidates_it() {
+    let d = docroot();
+    let root = d.path().to_path_buf();
+    let reg = root.join("reg");
+    std::fs::create_dir_all(reg.join("index/ti/ny")).unwrap();
+    std::fs::create_dir_all(reg.join("crates")).unwrap();
+    // A .crate is a gzipped tar of NAME-VERSION/: cargo checks its SHA-256.
+    let krate = |version: &str| -> String {
+        let path = reg.join(format!("crates/tiny-{version}.crate"));
+        run(
+            "python3",
+            &[
+                "-c",
+                r#"
+import io, sys, tarfile
+path, v = sys.argv[1], sys.argv[2]
+with tarfile.open(path, "w:gz") as t:
+    for name, data in [("Cargo.toml", f'[package]\nname = "tiny"\nversion = "{v}"\nedition = "2021"\n'),
+                       ("src/lib.rs", "pub fn tiny() {}\n")]:
+        b = data.encode()
+        info = tarfile.TarInfo(f"tiny-{v}/{name}")
+        info.size = len(b)
+        t.addfile(info, io.BytesIO(b))
+"#,
+                path.to_str().unwrap(),
+                version,
+            ],
+            &root,
+        );
+        let sum = sha256(&path);
+        format!(
+            "{{\"name\":\"tiny\",\"vers\":\"{version}\",\"deps\":[],\"cksum\":\"{sum}\",\"features\":{{}},\"yanked\":false}}\n"
+        )
+    };
+    let v1 = krate("0.1.0");
+    std::fs::write(reg.join("index/ti/ny/tiny"), &v1).unwrap();
+    let log = log_path("clients-cargo");
+    let srv = Server::start_in(d, &["--access-log", log.to_str().unwrap()]);
+    std::fs::write(
+        srv.root().join("reg/index/config.json"),
+        format!(
+            "{{\"dl\":\"{}/reg/crates/{{crate}}-{{version}}.crate\"}}",
+            srv.url("")
+        ),
+    )
+    .unwrap();
+    let proj = tempfile::tempdir().unwrap();
+    let p = proj.path();
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::create_dir_all(p.join(".cargo")).unwrap();
+    std::fs::write(p.join("src/lib.rs"), "").unwrap();
+    std::fs::write(
+        p.join("Cargo.toml"),
+        "[package]\nname = \"user\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
+         [dependencies]\ntiny = { version = \"0.1\", registry = \"mirror\" }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join(".cargo/config.toml"),
+        format!(
+            "[registries.mirror]\nindex = \"sparse+{}/reg/index/\"\n",
+            srv.url("")
+        ),
+    )
+    .unwrap();
+    let home = p.join("cargo-home");
+    let cargo = |args: &[&str]| {
+        let out = Command::new("cargo")
+            .args(args)
+            .current_dir(p)
+            .env("CARGO_HOME", &home)
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .expect("cargo");
+        assert!(
+            out.status.success(),
+            "cargo {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    cargo(&["fetch"]);
+    assert!(std::fs::read_to_string(p.join("Cargo.lock"))
+        .unwrap()
+        .contains("version = \"0.1.0\""));
+    // Asked again, the unchanged index file is a 304 to cargo's validators.
+    std::thread::sleep(Duration::from_millis(1100));
+    cargo(&["update"]);
+    wait_for_lines(&log, 1, Duration::from_secs(10), |l| {
+        l.contains("\"GET /reg/index/ti/ny/tiny HTTP/1.1\" 304") && l.contains("cargo/")
+    });
+    // A new version: the file changes, cargo is told so, and takes it.
+    let v2 = krate("0.1.1");
+    std::fs::write(srv.root().join("reg/index/ti/ny/tiny"), format!("{v1}{v2}")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    cargo(&["update"]);
+    cargo(&["fetch"]);
+    assert!(std::fs::read_to_string(p.join("Cargo.lock"))
+        .unwrap()
+        .contains("version = \"0.1.1\""));
+    wait_for_lines(&log, 1, Duration::from_secs(10), |l| {
+        l.contains("\"GET /reg/crates/tiny-0.1.1.crate HTTP/1.1\" 200")
+    });
 }
