@@ -31,6 +31,25 @@ pub fn config(data: &[u8]) {
             assert!(m.starts_with("f.toml"), "{m:?}");
         }
     }
+    // The same text as a `types_file` (mime.types): every pair it gives is an
+    // extension the table can hold and a type that is one header value; an error
+    // names a line of the text.
+    match sluice_config::types_file::parse(text) {
+        Ok(pairs) => {
+            for (ext, ty) in pairs {
+                assert!((1..=32).contains(&ext.len()), "{ext:?}");
+                assert!(ext
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'/' && b != b'.'));
+                assert!(!ext.bytes().any(|b| b.is_ascii_uppercase()), "{ext:?}");
+                assert!(
+                    ty.contains('/') && ty.bytes().all(|b| (0x20..0x7f).contains(&b)),
+                    "{ty:?}"
+                );
+            }
+        }
+        Err((line, _)) => assert!(line >= 1 && line <= text.lines().count(), "{line}"),
+    }
 }
 
 /// Any bytes as a handoff message from a front process (`sluice serve --from`

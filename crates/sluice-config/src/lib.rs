@@ -45,7 +45,7 @@ mod include;
 mod restart;
 mod sections;
 pub mod sites;
-mod types_file;
+pub mod types_file;
 mod validate;
 
 pub use de::{parse_duration, parse_listen};

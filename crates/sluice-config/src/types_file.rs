@@ -49,8 +49,9 @@ pub(crate) fn merge(path: &Path, types: &mut BTreeMap<String, String>) -> Result
     Ok(())
 }
 
-/// The pairs of a `mime.types` text, in order; an error is (line, message).
-fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
+/// The pairs of a `mime.types` text, in order; an error is (line, message). Public
+/// for the fuzz target (`fuzz/checks.rs` `config`).
+pub fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("");
