@@ -179,14 +179,21 @@ fn decoded(location: &str) -> Vec<u8> {
     sluice_static::path::percent_decode(l).unwrap_or_else(|| l.to_vec())
 }
 
-#[test]
-fn redirects_name_the_same_urls_as_apache() {
+/// Apache and sluice loading the same rules text: Apache (kept running while it
+/// is held), its address, and sluice.
+fn both_loading(rules_text: &str) -> (Apache, String, Server) {
     let dir = docroot();
-    let rules = dir.path().join(".mirror.conf");
-    std::fs::write(&rules, RULES).unwrap();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(&rules, rules_text).unwrap();
     let apache = Apache::start(&rules);
     let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
-    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let addr = format!("127.0.0.1:{}", apache.port);
+    (apache, addr, srv)
+}
+
+#[test]
+fn redirects_name_the_same_urls_as_apache() {
+    let (_apache, apache_addr, srv) = both_loading(RULES);
     let mut differ = Vec::new();
     for path in PATHS {
         let (a_status, a_loc) = redirect(&apache_addr, path);
@@ -285,12 +292,7 @@ const PATHS_B: &[&str] = &[
 
 #[test]
 fn alias_forms_refusals_and_conditions_answer_as_apache() {
-    let dir = docroot();
-    let rules = dir.path().join(".more.conf");
-    std::fs::write(&rules, RULES_B).unwrap();
-    let apache = Apache::start(&rules);
-    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
-    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let (_apache, apache_addr, srv) = both_loading(RULES_B);
     let ask = |addr: &str, path: &str, agent: &str| {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
