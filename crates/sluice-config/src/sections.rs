@@ -145,9 +145,9 @@ pub struct HttpSection {
     pub max_body_discard: u64,
     /// Bytes per second each connection is sent at most (nginx's `limit_rate`,
     /// per connection rather than per response); 0: no limit. The kernel paces
-    /// the socket (`SO_MAX_PACING_RATE`, set once on the listeners and inherited
-    /// by every accepted socket): no CPU, no timers, no system call per
-    /// connection. A reload applies a new value to new connections. It must be
+    /// the socket (`SO_MAX_PACING_RATE`, one `setsockopt` when a connection is
+    /// taken, and none while the limit is 0): no CPU and no timers per byte. A
+    /// reload applies a new value to new connections. It must be
     /// at least twice `condition.min_send_rate`, or downloads would be cut as slow
     /// readers. One client's parallel connections each get the rate:
     /// `condition.cap_address` bounds how many it may hold.

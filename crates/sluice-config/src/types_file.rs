@@ -7,8 +7,8 @@
 //! white space; `#` starts a comment; a type with no extensions is allowed (the
 //! file lists many) and adds nothing; a later line for an extension wins (as in
 //! Apache). An extension holding a `.` (`tar.gz`) is skipped: sluice types a file
-//! by its last extension only. A bad type or
-//! extension is an error at `file:line`, so a reload keeps the old config.
+//! by its last extension only. A bad type or extension is an error at `file:line`,
+//! so a reload keeps the old config.
 //!
 //! Costs: read once per (re)load; nothing per request (the merged table is what
 //! `sluice_static::mime::Types` reads when a file enters the cache).

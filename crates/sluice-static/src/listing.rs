@@ -164,12 +164,13 @@ pub fn read(root: &Root, rel: &str, show_hidden: bool) -> std::io::Result<Vec<It
             }
             Err(_) => continue, // gone since it was read
         };
+        let kind = FileType::from_raw_mode(st.st_mode);
         let (mut is_dir, mut size, mut mtime) = (
-            FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+            kind == FileType::Directory,
             st.st_size.max(0) as u64,
             st.st_mtime.max(0) as u64,
         );
-        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        if kind == FileType::Symlink {
             // Followed only as the opener would (the root's symlink policy), by
             // the text form of its path (`path::text_of`).
             let mut child = String::with_capacity(rel.len() + name.len() + 1);
