@@ -972,6 +972,13 @@ fn the_front_listens_on_several_sockets_and_an_upgrade_takes_them_all() {
             })
             .count()
     };
+    // The front binds its sockets one after another, and answers on the first
+    // before the others exist: wait (bounded) for all three, then hold them to it.
+    wait_within(
+        Duration::from_secs(10),
+        || listening() == 3,
+        || format!("{} sockets listening, not 3", listening()),
+    );
     assert_eq!(listening(), 3);
     let old = f.pid();
     let mut f = f;
