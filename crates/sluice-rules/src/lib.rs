@@ -8,7 +8,8 @@
 //!
 //! Order: rules are ranked mod_rewrite-class first (native rules, `RewriteRule`),
 //! then mod_alias-class (`Redirect*`), each in file order, as Apache runs
-//! mod_rewrite's hook before mod_alias's. Every rule is terminal (as `[L]`).
+//! mod_rewrite's hook before mod_alias's. The first rule that matches decides, but
+//! for a `RewriteRule` without `L`, which hands its rewrite on ([`RuleSet::decide`]).
 //!
 //! Must not: do I/O on the lookup path, except `-f`/`-d` conditions, which stat a
 //! file under the document root only when a candidate rule has one.
@@ -61,6 +62,8 @@ pub struct RuleSet {
     reads: Box<[model::Reads]>,
     /// Some rule is found by the client's address ([`classindex::ClassIndex::by_address`]).
     by_address: bool,
+    /// The rank of the first mod_alias-class rule (`rules.len()` if none).
+    first_alias: u32,
 }
 
 impl RuleSet {
@@ -120,7 +123,9 @@ impl RuleSet {
             }
         }
         let reads = rules.iter().map(|r| r.reads(&ctx.maps)).collect();
+        let first_alias = rules.partition_point(|r| r.class == model::Class::Rewrite) as u32;
         RuleSet {
+            first_alias,
             by_address: class_index.by_address(),
             reads,
             rules,
@@ -194,22 +199,137 @@ impl RuleSet {
         // looks rules up, so the buffer is not taken twice.
         thread_local!(static CANDS: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) });
         let mut cands = CANDS.take();
+        let mut kept = !self.by_address;
         cands.clear();
         self.candidates(req, &mut cands);
-        let mut found = (Outcome::Pass, None, !self.by_address);
-        for &i in &cands {
-            found.2 &= match self.reads[i as usize] {
+        let mut found = self.first_match(req, &cands, 0, false, &mut kept);
+        // Apache's loop goes on only past a `RewriteRule` without `L`, or a `-`.
+        if found.as_ref().is_some_and(|(i, o)| self.goes_on(*i, o)) {
+            found = self.decide(found, req, |req, from, rewrite_only| {
+                cands.clear();
+                self.candidates(req, &mut cands);
+                self.first_match(req, &cands, from, rewrite_only, &mut kept)
+            });
+        }
+        CANDS.set(cands);
+        match found {
+            Some((i, o)) => (o, Some(i), kept),
+            None => (Outcome::Pass, None, kept),
+        }
+    }
+
+    /// The first of `cands` (ascending ranks) from rank `from` on (only
+    /// mod_rewrite-class rules if `rewrite_only`) that matches `req`, and its
+    /// outcome; `kept` is cleared if a rule tried reads more than the request.
+    #[inline]
+    fn first_match(
+        &self,
+        req: &Request,
+        cands: &[u32],
+        from: u32,
+        rewrite_only: bool,
+        kept: &mut bool,
+    ) -> Option<(u32, Outcome)> {
+        let start = if from == 0 {
+            0
+        } else {
+            cands.partition_point(|&c| c < from)
+        };
+        for &i in &cands[start..] {
+            if rewrite_only && i >= self.first_alias {
+                break;
+            }
+            *kept &= match self.reads[i as usize] {
                 model::Reads::Request => true,
                 model::Reads::Files => req.files.is_some(),
                 model::Reads::More => false,
             };
             if let Ok(o) = self.rules[i as usize].check(req, &self.maps) {
-                found = (o, Some(i), found.2);
-                break;
+                return Some((i, o));
             }
         }
-        CANDS.set(cands);
-        found
+        None
+    }
+
+    /// Whether the loop goes on past rule `i`'s outcome `o` ([`RuleSet::decide`]).
+    fn goes_on(&self, i: u32, o: &Outcome) -> bool {
+        matches!(o, Outcome::Pass | Outcome::Rewrite { .. }) && self.rules[i as usize].flags.goes_on
+            || matches!(o, Outcome::Pass) && i < self.first_alias
+    }
+
+    /// Apache's rule loop (mod_rewrite's `apply_rewrite_list`, then mod_alias), from
+    /// `first`, the first rule that matched `req` and its outcome, over
+    /// `step(request, from, rewrite_only)`: the first rule of rank `from` or later
+    /// that matches `request` (only mod_rewrite-class rules if `rewrite_only`), and
+    /// its outcome. Returns the deciding rule (the last one that matched) and what
+    /// was decided.
+    ///
+    /// Almost every rule set decides in one step: a redirect, a refusal, a rule with
+    /// `L`, a native rule. Only a `RewriteRule` without `L` goes on, as in Apache:
+    /// - its rewrite becomes the path (and query) the later rules see, while
+    ///   `%{REQUEST_URI}` keeps what the client sent ([`Request::uri`]); once the
+    ///   path is rewritten, mod_alias's rules (`Redirect*`) are not asked, as
+    ///   mod_rewrite's translation has then taken the request;
+    /// - its `-` changes nothing and the next rule is asked.
+    ///
+    /// A `-` with `L` ends mod_rewrite's loop: the rewrite so far stands, or, if
+    /// nothing was rewritten, mod_alias's rules are asked (Apache declines the
+    /// translation then). A redirect ends the loop even without `L` (Apache would
+    /// hand `http://host/…` to the later rules, which then match only patterns not
+    /// anchored at `/`; docs/RULES.md). Each step starts past the last match, so
+    /// the loop asks at most as many steps as there are rules.
+    fn decide(
+        &self,
+        first: Option<(u32, Outcome)>,
+        req: &Request,
+        mut step: impl FnMut(&Request, u32, bool) -> Option<(u32, Outcome)>,
+    ) -> Option<(u32, Outcome)> {
+        let (mut i, mut o) = first?;
+        // What a rule without `L` rewrote: the path and query the later rules see.
+        let mut now: Option<(String, Option<String>)> = None;
+        loop {
+            let goes_on = self.rules[i as usize].flags.goes_on;
+            let from = match o {
+                Outcome::Rewrite { path, query } if goes_on => {
+                    now = Some((path, query));
+                    i + 1
+                }
+                Outcome::Pass if goes_on => i + 1,
+                Outcome::Pass if now.is_none() => self.first_alias.max(i + 1),
+                Outcome::Pass => break,
+                decided => return Some((i, decided)),
+            };
+            let cur = match &now {
+                Some((path, query)) => Request {
+                    path,
+                    query: query.as_deref(),
+                    uri: Some(req.uri.unwrap_or(req.path)),
+                    ..*req
+                },
+                None => *req,
+            };
+            match step(&cur, from, now.is_some()) {
+                Some((j, next)) => (i, o) = (j, next),
+                None => break,
+            }
+        }
+        Some((
+            i,
+            match now {
+                Some((path, query)) => Outcome::Rewrite { path, query },
+                None => Outcome::Pass,
+            },
+        ))
+    }
+
+    /// [`RuleSet::decide`], its first step made by `step` too.
+    fn decide_all(
+        &self,
+        req: &Request,
+        mut step: impl FnMut(&Request, u32, bool) -> Option<(u32, Outcome)>,
+    ) -> Option<(u32, Outcome)> {
+        let first = step(req, 0, false);
+        self.decide(first, req, step)
     }
 
     /// `file:line` of rule `i`.
@@ -246,19 +366,33 @@ impl RuleSet {
                     a request tries depends on who sends it"
                 .into();
         }
-        let mut cands = Vec::new();
-        self.candidates(req, &mut cands);
         let mut files = None;
-        for &i in &cands {
-            let r = &self.rules[i as usize];
-            match r.reads_beyond_request(&self.maps) {
-                None => {}
-                Some(model::LOOKS_AT_FILES) => files = files.or(Some(r)),
-                Some(why) => return format!("no: {} {why}", self.describe(r)),
+        let mut no = None;
+        self.decide_all(req, |cur, from, rewrite_only| {
+            let mut cands = Vec::new();
+            self.candidates(cur, &mut cands);
+            for &i in cands.iter().filter(|&&i| i >= from) {
+                if rewrite_only && i >= self.first_alias {
+                    break;
+                }
+                let r = &self.rules[i as usize];
+                match r.reads_beyond_request(&self.maps) {
+                    None => {}
+                    Some(model::LOOKS_AT_FILES) => files = files.or(Some(r)),
+                    Some(why) => {
+                        no = no
+                            .take()
+                            .or(Some(format!("no: {} {why}", self.describe(r))))
+                    }
+                }
+                if let Ok(o) = r.check(cur, &self.maps) {
+                    return Some((i, o));
+                }
             }
-            if r.check(req, &self.maps).is_ok() {
-                break;
-            }
+            None
+        });
+        if let Some(no) = no {
+            return no;
         }
         match files {
             Some(r) => format!(
@@ -273,12 +407,12 @@ impl RuleSet {
 
     /// The reference lookup: every rule, in order. For tests and `explain`.
     pub fn lookup_linear(&self, req: &Request) -> Outcome {
-        for r in &self.rules {
-            if let Ok(o) = r.check(req, &self.maps) {
-                return o;
-            }
-        }
-        Outcome::Pass
+        self.decide_all(req, |req, from, rewrite_only| {
+            (from..self.rules.len() as u32)
+                .take_while(|&i| !rewrite_only || i < self.first_alias)
+                .find_map(|i| Some((i, self.rules[i as usize].check(req, &self.maps).ok()?)))
+        })
+        .map_or(Outcome::Pass, |(_, o)| o)
     }
 
     fn describe(&self, r: &Rule) -> String {
@@ -291,45 +425,57 @@ impl RuleSet {
         format!("{}:{}: {}", file, r.source.line, src.trim())
     }
 
-    /// Which rule matched and why the candidates before it did not.
+    /// Which rule matched and why the candidates before it did not; for a
+    /// `RewriteRule` without `L`, each step of the loop ([`RuleSet::decide`]).
     pub fn explain(&self, req: &Request) -> String {
         use std::fmt::Write;
         let mut out = String::new();
-        // Every classification rule is shown, not only those its index would pick,
-        // so that explain can say which condition failed.
-        let mut cands = Vec::new();
-        self.index.candidates(req.path, &mut cands);
-        cands.extend((0..self.rules.len() as u32).filter(|&i| {
-            self.rules[i as usize]
-                .classify
-                .as_ref()
-                .is_some_and(|c| c.indexed)
-        }));
-        cands.sort_unstable();
-        cands.dedup();
         let _ = writeln!(out, "{}", self.summary());
-        let _ = writeln!(out, "candidates for {:?}: {}", req.path, cands.len());
-        let mut matched = None;
-        for &i in &cands {
-            let r = &self.rules[i as usize];
-            match r.check(req, &self.maps) {
-                Ok(o) => {
-                    let _ = writeln!(out, "  {}: MATCH ({})", self.describe(r), kind(r));
-                    matched = Some((i, o));
-                    break;
-                }
-                Err(m) => {
-                    let why = match m {
-                        Miss::Classify(w) => w.to_string(),
-                        Miss::Host => "host differs".to_string(),
-                        Miss::Pattern => "pattern does not match".to_string(),
-                        Miss::Cond(n) => format!("condition #{} fails", n + 1),
-                    };
-                    let _ = writeln!(out, "  {}: no: {why}", self.describe(r));
+        let found = self.decide_all(req, |cur, from, rewrite_only| {
+            // Every classification rule is shown, not only those its index would
+            // pick, so that explain can say which condition failed.
+            let mut cands = Vec::new();
+            self.index.candidates(cur.path, &mut cands);
+            cands.extend((0..self.rules.len() as u32).filter(|&i| {
+                self.rules[i as usize]
+                    .classify
+                    .as_ref()
+                    .is_some_and(|c| c.indexed)
+            }));
+            cands.sort_unstable();
+            cands.dedup();
+            cands.retain(|&i| i >= from && (!rewrite_only || i < self.first_alias));
+            if from > 0 {
+                let _ = write!(out, "then, asking the rules after it: ");
+            }
+            let _ = writeln!(out, "candidates for {:?}: {}", cur.path, cands.len());
+            for &i in &cands {
+                let r = &self.rules[i as usize];
+                match r.check(cur, &self.maps) {
+                    Ok(o) => {
+                        let on = match o {
+                            Outcome::Rewrite { .. } | Outcome::Pass if r.flags.goes_on => {
+                                ", no [L]: the rules after it are asked"
+                            }
+                            _ => "",
+                        };
+                        let _ = writeln!(out, "  {}: MATCH ({}{on})", self.describe(r), kind(r));
+                        return Some((i, o));
+                    }
+                    Err(m) => {
+                        let why = match m {
+                            Miss::Classify(w) => w.to_string(),
+                            Miss::Host => "host differs".to_string(),
+                            Miss::Pattern => "pattern does not match".to_string(),
+                            Miss::Cond(n) => format!("condition #{} fails", n + 1),
+                        };
+                        let _ = writeln!(out, "  {}: no: {why}", self.describe(r));
+                    }
                 }
             }
-        }
-        match matched {
+            None
+        });
+        match found {
             Some((_, o)) => {
                 let _ = writeln!(out, "result: {}", outcome_text(&o));
             }

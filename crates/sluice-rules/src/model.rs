@@ -82,6 +82,10 @@ pub struct Flags {
     /// Apache mod_alias rules always carry the query over; mod_rewrite only without
     /// a `?` in the target.
     pub alias_query: bool,
+    /// A `RewriteRule` without `L` or `END`: a rewrite (or `-`) it makes hands the
+    /// path on to the rules after it, as Apache's rule loop does
+    /// ([`crate::RuleSet::lookup_kept`]). Native rules are always terminal.
+    pub goes_on: bool,
 }
 
 /// Which phase of Apache a rule belongs to: mod_rewrite runs before mod_alias

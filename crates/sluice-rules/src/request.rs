@@ -29,6 +29,11 @@ pub struct Request<'a> {
     /// The rules have seen this request before (the server asks again a request
     /// that waited for the disk): rate conditions look without counting it twice.
     pub counted: bool,
+    /// What `%{REQUEST_URI}` reads when it is not `path`: the path the client
+    /// sent, once a `RewriteRule` without `L` has handed a rewritten `path` to the
+    /// rules after it (Apache keeps `r->uri` while it rewrites `r->filename`).
+    /// `None`: `path`.
+    pub uri: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {
@@ -138,7 +143,7 @@ impl Var {
             Var::HttpHost => Some(req.host.unwrap_or("")),
             Var::UserAgent => Some(req.user_agent.unwrap_or("")),
             Var::QueryString => Some(req.query.unwrap_or("")),
-            Var::RequestUri => Some(req.path),
+            Var::RequestUri => Some(req.uri.unwrap_or(req.path)),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot => None,
         }
     }
@@ -159,7 +164,7 @@ impl Var {
                 }
             }
             Var::QueryString => out.push_str(req.query.unwrap_or("")),
-            Var::RequestUri => out.push_str(req.path),
+            Var::RequestUri => out.push_str(req.uri.unwrap_or(req.path)),
             Var::RequestFilename => {
                 if let Some(r) = req.root {
                     out.push_str(&r.to_string_lossy());

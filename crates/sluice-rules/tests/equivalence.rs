@@ -66,7 +66,7 @@ fn apache_rule(kind: usize, a: &[usize], status: usize, opt: usize) -> String {
         4 => "RewriteCond %{REQUEST_URI} ^/(a|b)\n".into(),
         _ => "RewriteCond %{HTTP_HOST} =other.test\n".into(),
     };
-    match kind % 7 {
+    match kind % 10 {
         0 => format!("Redirect {code} {p} /to{}", status),
         1 => format!("RedirectMatch {code} ^{}(.*)$ /m$1", regex_escape(&p)),
         2 => format!("{cond}RewriteRule ^{}$ /rw [R={code},L]", regex_escape(&p)),
@@ -76,6 +76,15 @@ fn apache_rule(kind: usize, a: &[usize], status: usize, opt: usize) -> String {
         ),
         4 => format!("{cond}RewriteRule \\.(html|php)$ - [F]"),
         5 => format!("{cond}RewriteRule ^/A /ci [NC,R=302]"),
+        // Without L: the rewrite is handed to the later rules, into paths of the
+        // same alphabet, so chains of several steps come up.
+        7 => format!(
+            "{cond}RewriteRule ^{}(/.*)?$ /{}$1",
+            regex_escape(&p),
+            SEGS[status % SEGS.len()].replace(' ', "%20")
+        ),
+        8 => format!("{cond}RewriteRule ^{} -", regex_escape(&p)),
+        9 => format!("{cond}RewriteRule ^{}$ - [L]", regex_escape(&p)),
         _ => format!("Redirect gone {p}"),
     }
 }
@@ -96,7 +105,7 @@ type RuleSpec = (usize, Vec<usize>, usize, usize);
 fn rules_strategy() -> impl Strategy<Value = Vec<RuleSpec>> {
     prop::collection::vec(
         (
-            0usize..7,
+            0usize..10,
             prop::collection::vec(0usize..10, 0..4),
             0usize..6,
             0usize..6,

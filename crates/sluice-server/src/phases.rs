@@ -83,6 +83,7 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         let tests = CacheTests::new(ctx.files, ctx.now);
         let req = sluice_rules::Request {
             path: head.path,
+            uri: None,
             query: head.query,
             host: head.host,
             user_agent: ua.as_deref(),

@@ -178,6 +178,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map(|h| sluice_server::phases::CacheTests::new(h, now));
             let req = sluice_rules::Request {
                 path: &path,
+                uri: None,
                 query: query.as_deref(),
                 host: host.as_deref(),
                 user_agent: ua.as_deref(),

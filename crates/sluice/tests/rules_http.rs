@@ -200,6 +200,36 @@ fn explain_names_the_rule_and_the_reason() {
     assert!(out.contains("302 redirect to /c"), "{out}");
 }
 
+/// A rule without `L` hands its rewrite on: explain shows each step, the path the
+/// next step asks with, and the rule that decided.
+#[test]
+fn explain_shows_each_step_of_a_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\nRewriteRule ^/a/(.*)$ /b/$1\nRewriteRule ^/a/ /never [L]\n\
+         RewriteCond %{REQUEST_URI} ^/a/\nRewriteRule ^/b/(.*)$ /c/$1 [R=301,L]\n",
+    )
+    .unwrap();
+    let o = Command::new(bin())
+        .args(["rules", "explain", rules.to_str().unwrap(), "/a/x"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(out.contains("r.conf:2:") && out.contains("no [L]"), "{out}");
+    assert!(out.contains("candidates for \"/b/x\""), "{out}");
+    assert!(
+        !out.contains("r.conf:3:"),
+        "a rule before the step is not asked: {out}"
+    );
+    assert!(
+        out.contains("r.conf:5:") && out.contains("301 redirect to /c/x"),
+        "{out}"
+    );
+}
+
 #[test]
 fn explain_uses_user_agent_and_address() {
     let d = tempfile::tempdir().unwrap();

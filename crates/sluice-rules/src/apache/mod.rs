@@ -5,8 +5,10 @@
 //! Semantics follow Apache 2.4 where sluice can honour them, and are refused with a
 //! file:line error where it cannot (an unsupported flag silently ignored would change
 //! what a redirect does). Deliberate differences, documented in docs/RULES.md:
-//! every rule is terminal (as with `[L]`), mod_rewrite rules rank before mod_alias
-//! rules as in Apache's hook order, and `%{REQUEST_FILENAME}` is root + path.
+//! a redirect is terminal even without `[L]`, patterns see the path as sent, and
+//! `%{REQUEST_FILENAME}` is root + path. As in Apache, mod_rewrite rules rank before
+//! mod_alias rules (its hook order), and a `RewriteRule` without `L` hands its
+//! rewrite to the rules after it.
 //!
 //! One file per directive family, below this dispatcher: `lex` (lines, tokens, flag
 //! lists), `rewrite` (RewriteEngine/Cond/Rule and the state between them), `alias`

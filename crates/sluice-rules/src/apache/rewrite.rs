@@ -3,7 +3,8 @@
 //! Owns the state that runs across lines: whether the engine is on, the conditions
 //! waiting for their rule, and whether one of them was skipped (lenient mode), in
 //! which case the rule is skipped with it, or it would apply unconditionally. Every
-//! rule it pushes is `Class::Rewrite` and terminal (as with `[L]`). A flag or test
+//! rule it pushes is `Class::Rewrite`; one without `L` or `END` hands its rewrite on
+//! (`Flags::goes_on`, run by `RuleSet::decide`). A flag or test
 //! sluice cannot honour is refused (strict) or skips its rule with a warning
 //! (lenient); it is never silently ignored. Cost: load time only.
 
@@ -33,6 +34,15 @@ struct RuleFlags {
     redirect: Option<u16>,
     forbidden: bool,
     gone: bool,
+}
+
+impl RuleFlags {
+    /// No flags: as in Apache, the rule hands its rewrite on (no `L`).
+    fn new() -> RuleFlags {
+        let mut rf = RuleFlags::default();
+        rf.flags.goes_on = true;
+        rf
+    }
 }
 
 impl Rewrite {
@@ -123,7 +133,7 @@ impl Rewrite {
                     return self.skip_rule(at, ctx, format!("RewriteRule flag [{unsupported}]"))
                 }
             },
-            None => RuleFlags::default(),
+            None => RuleFlags::new(),
         };
         if args[0].starts_with('!') {
             return self.skip_rule(at, ctx, "negated RewriteRule pattern".into());
@@ -189,14 +199,14 @@ impl Rewrite {
 /// Reads `[R=301,NC,...]`. The inner `Err` names a flag sluice does not support;
 /// the outer one is a malformed list or status.
 fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError> {
-    let mut rf = RuleFlags::default();
+    let mut rf = RuleFlags::new();
     for flag in flag_list(f).map_err(|m| at.err(m))? {
         let (name, val) = match flag.split_once('=') {
             Some((n, v)) => (n.to_ascii_lowercase(), Some(v)),
             None => (flag.to_ascii_lowercase(), None),
         };
         match name.as_str() {
-            "l" | "last" | "end" => {}
+            "l" | "last" | "end" => rf.flags.goes_on = false,
             "nc" | "nocase" => rf.flags.nocase = true,
             "qsa" | "qsappend" => rf.flags.qsa = true,
             "ne" | "noescape" => rf.flags.noescape = true,
