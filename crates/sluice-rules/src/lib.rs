@@ -239,6 +239,9 @@ impl RuleSet {
             if rewrite_only && i >= self.first_alias {
                 break;
             }
+            if self.rules[i as usize].flags.chained && i != from {
+                continue;
+            }
             *kept &= match self.reads[i as usize] {
                 model::Reads::Request => true,
                 model::Reads::Files => req.files.is_some(),
@@ -249,6 +252,24 @@ impl RuleSet {
             }
         }
         None
+    }
+
+    /// The rank the loop goes on from after rule `i` went on: the next, or past
+    /// the rules its `S=n` skips (never past mod_rewrite's rules).
+    fn after(&self, i: u32) -> u32 {
+        match self.rules[i as usize].flags.skip {
+            0 => i + 1,
+            n => (i + 1 + u32::from(n)).min(self.first_alias.max(i + 1)),
+        }
+    }
+
+    /// Whether rule `i` is asked in a step from rank `from` ([`RuleSet::decide`]):
+    /// not before `from`, not a mod_alias rule once the path is rewritten, and a
+    /// rule chained by `C` only right after the rule before it matched.
+    fn may_ask(&self, i: u32, from: u32, rewrite_only: bool) -> bool {
+        i >= from
+            && (!rewrite_only || i < self.first_alias)
+            && (!self.rules[i as usize].flags.chained || i == from)
     }
 
     /// Whether the loop goes on past rule `i`'s outcome `o` ([`RuleSet::decide`]).
@@ -270,7 +291,11 @@ impl RuleSet {
     ///   `%{REQUEST_URI}` keeps what the client sent ([`Request::uri`]); once the
     ///   path is rewritten, mod_alias's rules (`Redirect*`) are not asked, as
     ///   mod_rewrite's translation has then taken the request;
-    /// - its `-` changes nothing and the next rule is asked.
+    /// - its `-` changes nothing and the next rule is asked;
+    /// - with `S=n` the next `n` rules are passed over ([`RuleSet::after`]), and a
+    ///   rule chained to the one before it by `C` is asked only right after that
+    ///   one matched ([`RuleSet::may_ask`]; so a chain whose head does not match
+    ///   is passed over whole).
     ///
     /// A `-` with `L` ends mod_rewrite's loop: the rewrite so far stands, or, if
     /// nothing was rewritten, mod_alias's rules are asked (Apache declines the
@@ -292,9 +317,9 @@ impl RuleSet {
             let from = match o {
                 Outcome::Rewrite { path, query } if goes_on => {
                     now = Some((path, query));
-                    i + 1
+                    self.after(i)
                 }
-                Outcome::Pass if goes_on => i + 1,
+                Outcome::Pass if goes_on => self.after(i),
                 Outcome::Pass if now.is_none() => self.first_alias.max(i + 1),
                 Outcome::Pass => break,
                 decided => return Some((i, decided)),
@@ -371,10 +396,10 @@ impl RuleSet {
         self.decide_all(req, |cur, from, rewrite_only| {
             let mut cands = Vec::new();
             self.candidates(cur, &mut cands);
-            for &i in cands.iter().filter(|&&i| i >= from) {
-                if rewrite_only && i >= self.first_alias {
-                    break;
-                }
+            for &i in cands
+                .iter()
+                .filter(|&&i| self.may_ask(i, from, rewrite_only))
+            {
                 let r = &self.rules[i as usize];
                 match r.reads_beyond_request(&self.maps) {
                     None => {}
@@ -409,7 +434,7 @@ impl RuleSet {
     pub fn lookup_linear(&self, req: &Request) -> Outcome {
         self.decide_all(req, |req, from, rewrite_only| {
             (from..self.rules.len() as u32)
-                .take_while(|&i| !rewrite_only || i < self.first_alias)
+                .filter(|&i| self.may_ask(i, from, rewrite_only))
                 .find_map(|i| Some((i, self.rules[i as usize].check(req, &self.maps).ok()?)))
         })
         .map_or(Outcome::Pass, |(_, o)| o)
@@ -444,7 +469,7 @@ impl RuleSet {
             }));
             cands.sort_unstable();
             cands.dedup();
-            cands.retain(|&i| i >= from && (!rewrite_only || i < self.first_alias));
+            cands.retain(|&i| self.may_ask(i, from, rewrite_only));
             if from > 0 {
                 let _ = write!(out, "then, asking the rules after it: ");
             }

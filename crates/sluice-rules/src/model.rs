@@ -86,6 +86,12 @@ pub struct Flags {
     /// path on to the rules after it, as Apache's rule loop does
     /// ([`crate::RuleSet::lookup_kept`]). Native rules are always terminal.
     pub goes_on: bool,
+    /// `S=n` on a rule that goes on: when it matches, the next `n` rules are not
+    /// asked.
+    pub skip: u16,
+    /// The rule before this one has `C`: this one is asked only right after that
+    /// one matched (or when a skip lands on it), as in Apache's chains.
+    pub chained: bool,
 }
 
 /// Which phase of Apache a rule belongs to: mod_rewrite runs before mod_alias

@@ -78,12 +78,18 @@ fn apache_rule(kind: usize, a: &[usize], status: usize, opt: usize) -> String {
         5 => format!("{cond}RewriteRule ^/A /ci [NC,R=302]"),
         // Without L: the rewrite is handed to the later rules, into paths of the
         // same alphabet, so chains of several steps come up.
+        // (`C` chains the next rule to it; `S=n` passes over the next n.)
         7 => format!(
-            "{cond}RewriteRule ^{}(/.*)?$ /{}$1",
+            "{cond}RewriteRule ^{}(/.*)?$ /{}$1{}",
             regex_escape(&p),
-            SEGS[status % SEGS.len()].replace(' ', "%20")
+            SEGS[status % SEGS.len()].replace(' ', "%20"),
+            ["", " [C]", " [S=1]"][opt % 3]
         ),
-        8 => format!("{cond}RewriteRule ^{} -", regex_escape(&p)),
+        8 => format!(
+            "{cond}RewriteRule ^{} - [S={}]",
+            regex_escape(&p),
+            status % 3
+        ),
         9 => format!("{cond}RewriteRule ^{}$ - [L]", regex_escape(&p)),
         _ => format!("Redirect gone {p}"),
     }

@@ -342,7 +342,8 @@ fn alias_forms_refusals_and_conditions_answer_as_apache() {
 
 /// Rules without `L`: a rewrite handed to the rules after it, `%{REQUEST_URI}`
 /// kept while the path changes, a `-` with and without `L`, a query and a refusal
-/// later in the chain, mod_alias asked only when nothing was rewritten. The rules
+/// later in the chain, mod_alias asked only when nothing was rewritten, chains
+/// (`C`) and skips (`S=n`). The rules
 /// are the engine's own test case (testdata/rules/rewrite_chain.conf), so the
 /// answers its `.expect` file states are held here against Apache. Both serve the
 /// same files: a rewrite is compared by the file served, a redirect by its URL.
@@ -385,7 +386,7 @@ fn rules_without_l_chain_as_in_apache() {
     let mut served = 0;
     for path in [
         "/c1", "/c2", "/c3", "/u1", "/u2", "/m1", "/m2", "/q1", "/f1", "/ra1", "/al1", "/al2",
-        "/fn1", "/nl1", "/x", "/r1", "/s1",
+        "/fn1", "/nl1", "/x", "/r1", "/s1", "/k1", "/k2", "/k3", "/kc1", "/kc1?no", "/sk1", "/sk2",
     ] {
         let a = ask(&apache_addr, path);
         let s = ask(&srv.addr, path);

@@ -25,6 +25,8 @@ pub(super) struct Rewrite {
     conds: Vec<Cond>,
     /// One of `conds` was skipped: the rule that follows must be skipped too.
     poisoned: bool,
+    /// The last rule pushed has `C`: the next one is chained to it.
+    chain_open: bool,
 }
 
 /// A `RewriteRule`'s `[flags]`, read.
@@ -34,6 +36,8 @@ struct RuleFlags {
     redirect: Option<u16>,
     forbidden: bool,
     gone: bool,
+    /// `C`: the next rule runs only if this one matched.
+    chain: bool,
 }
 
 impl RuleFlags {
@@ -138,7 +142,8 @@ impl Rewrite {
         if args[0].starts_with('!') {
             return self.skip_rule(at, ctx, "negated RewriteRule pattern".into());
         }
-        let flags = rf.flags;
+        let mut flags = rf.flags;
+        flags.chained = std::mem::replace(&mut self.chain_open, rf.chain);
         let strip = args[0].len() > 1
             && args[0].starts_with('^')
             && args[0].as_bytes()[1].is_ascii_alphanumeric();
@@ -193,6 +198,13 @@ impl Rewrite {
                 "RewriteCond at the end of the file has no RewriteRule; ignored",
             );
         }
+        if self.chain_open {
+            ctx.warn(
+                at,
+                0,
+                "the last RewriteRule has [C], but no rule follows it to chain",
+            );
+        }
     }
 }
 
@@ -207,6 +219,12 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
         };
         match name.as_str() {
             "l" | "last" | "end" => rf.flags.goes_on = false,
+            "c" | "chain" => rf.chain = true,
+            "s" | "skip" => {
+                rf.flags.skip = val.and_then(|v| v.parse().ok()).ok_or_else(|| {
+                    at.err(format!("[{flag}]: S needs a number of rules to skip (S=1)"))
+                })?
+            }
             "nc" | "nocase" => rf.flags.nocase = true,
             "qsa" | "qsappend" => rf.flags.qsa = true,
             "ne" | "noescape" => rf.flags.noescape = true,
