@@ -9,7 +9,7 @@
 //! Order: rules are ranked mod_rewrite-class first (native rules, `RewriteRule`),
 //! then mod_alias-class (`Redirect*`), each in file order, as Apache runs
 //! mod_rewrite's hook before mod_alias's. The first rule that matches decides, but
-//! for a `RewriteRule` without `L`, which hands its rewrite on ([`RuleSet::decide`]).
+//! for a `RewriteRule` without `L`, which hands its rewrite on (`RuleSet::decide`).
 //!
 //! Must not: do I/O on the lookup path, except `-f`/`-d` conditions, which stat a
 //! file under the document root only when a candidate rule has one.
@@ -451,7 +451,7 @@ impl RuleSet {
     }
 
     /// Which rule matched and why the candidates before it did not; for a
-    /// `RewriteRule` without `L`, each step of the loop ([`RuleSet::decide`]).
+    /// `RewriteRule` without `L`, each step of the loop (`RuleSet::decide`).
     pub fn explain(&self, req: &Request) -> String {
         use std::fmt::Write;
         let mut out = String::new();
