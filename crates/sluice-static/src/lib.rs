@@ -132,7 +132,7 @@ impl StaticHandler {
     fn lookup(&mut self, rel: &str, now: Instant) -> (Entry, Instant) {
         let found = self.cache.lookup_until(&self.root, rel, now);
         if let Entry::Cold = found.0 {
-            self.stopped_short(rel, false);
+            self.stopped_short(rel, None);
         }
         found
     }
@@ -140,14 +140,15 @@ impl StaticHandler {
     /// An answer about `rel` would wait for the disk: remember the lookup (or,
     /// with `listing`, the directory's read) for the disk threads
     /// ([`StaticHandler::take_cold`]).
-    fn stopped_short(&mut self, rel: &str, listing: bool) {
+    fn stopped_short(&mut self, rel: &str, listing: Option<listing::Form>) {
         let costs = Arc::clone(self.cache.lookup_costs());
         let root = Arc::clone(&self.root);
-        self.cold = Some(if listing {
-            let into = Arc::clone(&self.read_listings);
-            cold::ColdLookup::listing(root, rel, costs, self.cfg.hidden, into)
-        } else {
-            cold::ColdLookup::new(root, rel, costs)
+        self.cold = Some(match listing {
+            Some(form) => {
+                let into = Arc::clone(&self.read_listings);
+                cold::ColdLookup::listing(root, rel, costs, self.cfg.hidden, form, into)
+            }
+            None => cold::ColdLookup::new(root, rel, costs),
         });
     }
 
@@ -340,7 +341,9 @@ impl StaticHandler {
         // The operator's notes (above and below the table), from the file cache
         // like any small file: one that would wait for the disk is read by a disk
         // thread first; the answer is kept no longer than their entries.
-        let mut notes: [Option<listing::Note>; 2] = [None, None];
+        // Each note's file name and bytes.
+        type Found = Option<(Rc<str>, Rc<[u8]>)>;
+        let mut notes: [Found; 2] = [None, None];
         if !json {
             for (i, name) in self.notes.clone().into_iter().enumerate() {
                 let Some(name) = name else { continue };
@@ -353,7 +356,7 @@ impl StaticHandler {
                 read_until = read_until.min(until);
                 match entry {
                     Entry::File(info) => {
-                        notes[i] = info.data.clone().map(|d| listing::Note::new(&name, d));
+                        notes[i] = info.data.clone().map(|d| (name.clone(), d));
                     }
                     Entry::Cold => return cold_answer(),
                     Entry::Unavailable => return unavailable_answer(),
@@ -361,39 +364,40 @@ impl StaticHandler {
                 }
             }
         }
-        let form = key as u8 * 4 + u8::from(desc) * 2 + u8::from(json);
         let (root, hidden) = (&self.root, self.cfg.hidden);
         let (gate, ready) = (self.cache.gate(), &self.read_listings);
-        let (mut stopped, mut failed) = (false, None);
-        let built = self.listings.get(rel, form, gzip, now, || {
-            let Some(read) = gate.list(root, rel, hidden, ready) else {
-                stopped = true;
+        // Made only on a miss: the notes are copied out of the file cache so that
+        // a disk thread may build the page.
+        let form = || listing::Form {
+            key,
+            desc,
+            json,
+            gzip,
+            // The name as the file system has it (`path::fs_bytes`), not its text
+            // form: a `%` or a Latin-1 byte is shown as `listing` shows it.
+            title: if rel.is_empty() {
+                b"/".to_vec()
+            } else {
+                [&b"/"[..], &path::fs_bytes(rel), b"/"].concat()
+            },
+            notes: notes
+                .clone()
+                .map(|n| n.map(|(name, d)| listing::Note::new(&name, Arc::from(&d[..])))),
+        };
+        let id = listing::Form::id_of(key, desc, json);
+        let (mut stopped, mut failed) = (None, None);
+        let built = self.listings.get(rel, id, gzip, now, || {
+            let form = form();
+            let Some(read) = gate.list(root, rel, hidden, &form, ready) else {
+                stopped = Some(form);
                 return None;
             };
-            let mut items = read.map_err(|e| failed = Some(e)).ok()?;
-            listing::sort(&mut items, key, desc);
-            Some(if json {
-                listing::json(&items)
-            } else {
-                // The name as the file system has it (`path::fs_bytes`), not its
-                // text form: a `%` or a Latin-1 byte is shown as `listing` shows it.
-                let mut title = b"/".to_vec();
-                if !rel.is_empty() {
-                    title.extend_from_slice(&path::fs_bytes(rel));
-                    title.push(b'/');
-                }
-                listing::html(
-                    &title,
-                    &items,
-                    key,
-                    desc,
-                    [notes[0].as_ref(), notes[1].as_ref()],
-                )
-            })
+            read.map_err(|e| failed = Some(e)).ok()
         });
-        if stopped {
-            // Reading the directory could wait: a disk thread reads it.
-            self.stopped_short(rel, true);
+        if let Some(form) = stopped {
+            // Reading the directory could wait: a disk thread reads it and
+            // builds the page.
+            self.stopped_short(rel, Some(form));
             return cold_answer();
         }
         let Some((body, built_until)) = built else {
@@ -523,7 +527,7 @@ impl StaticHandler {
                 Ok(_) => found.present |= coding.bit(),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                     self.scratch = name;
-                    self.stopped_short(rel, false);
+                    self.stopped_short(rel, None);
                     return None;
                 }
                 Err(_) => {}

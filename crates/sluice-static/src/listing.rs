@@ -4,9 +4,9 @@
 //!
 //! A listing is built at most once per `files.cache_validity` per URL and form
 //! ([`PageCache`]): building costs one `readdir` plus one `lstat` per entry and the
-//! rendering, ~4 µs an entry on the worker (20 ms for 5,000 entries). Where the
-//! reading could wait for the disk a disk thread makes it (`crate::cold::Gate::list`)
-//! and the worker sorts and renders. Hidden entries are left out unless hidden files
+//! rendering ([`Form::build`]): ~2 µs an entry for the read, ~0.4 µs for the page.
+//! Where there are disk threads one of them reads and builds it
+//! (`crate::cold::Gate::list`), so the worker only sends it. Hidden entries are left out unless hidden files
 //! are served; symlinks are listed only if they open under the root's policy.
 //!
 //! A file name is attacker-controlled text on a mirror (anyone who can upload can
@@ -23,7 +23,7 @@ use crate::open::Root;
 use sluice_http::date;
 use sluice_http::response::html_escape;
 use std::os::unix::fs::MetadataExt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 mod pages;
 pub use pages::{GzipCache, PageCache};
@@ -46,13 +46,13 @@ img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 /// (inserted as they are) or text (escaped, in `<pre>`).
 #[derive(Clone, Debug)]
 pub struct Note {
-    pub bytes: Rc<[u8]>,
+    pub bytes: Arc<[u8]>,
     pub html: bool,
 }
 
 impl Note {
     /// The note for a file named `name` holding `bytes`: HTML by its name.
-    pub fn new(name: &str, bytes: Rc<[u8]>) -> Note {
+    pub fn new(name: &str, bytes: Arc<[u8]>) -> Note {
         // Compared as bytes, in place: no lowercased copy of the name per listing.
         let n = name.as_bytes();
         let ends =
@@ -112,33 +112,114 @@ pub fn encode_segment(name: &[u8], out: &mut String) {
     }
 }
 
+/// [`encode_segment`], then HTML-escaped for an attribute, in one pass: of what
+/// `encode_segment` keeps, only `'` needs an entity.
+fn encode_segment_html(name: &[u8], out: &mut String) {
+    for &b in name {
+        if b.is_ascii_alphanumeric() || b"-._~!$()*+,;=@".contains(&b) {
+            out.push(b as char);
+        } else if b == b'\'' {
+            out.push_str("&#39;");
+        } else {
+            sluice_http::response::push_percent(out, b);
+        }
+    }
+}
+
 /// Bytes as text a person can read: valid UTF-8 stays, controls (C0, DEL, C1) and
 /// invalid bytes become `\xNN`.
 pub fn visible(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\x{b:02x}"));
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
+    visible_into(bytes, false, &mut out);
     out
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// [`visible`], appended to `out`, and HTML-escaped too if `html` (as
+/// `html_escape` would escape it).
+fn visible_into(bytes: &[u8], html: bool, out: &mut String) {
+    use std::fmt::Write;
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        let _ = write!(out, "\\x{b:02x}");
+                    }
+                }
+                '&' if html => out.push_str("&amp;"),
+                '<' if html => out.push_str("&lt;"),
+                '>' if html => out.push_str("&gt;"),
+                '"' if html => out.push_str("&quot;"),
+                '\'' if html => out.push_str("&#39;"),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SortKey {
     Name,
     Size,
     Date,
+}
+
+/// Which page a listing request asks for: its order, HTML or JSON (an HTML page
+/// with its title and the operator's notes), and whether gzipped. Owned and
+/// `Send`, so a disk thread can build the page ([`crate::cold::Gate::list`]).
+#[derive(Clone, Debug)]
+pub struct Form {
+    pub key: SortKey,
+    pub desc: bool,
+    pub json: bool,
+    pub gzip: bool,
+    /// The directory's path as the page names it (the file system's bytes).
+    pub title: Vec<u8>,
+    pub notes: [Option<Note>; 2],
+}
+
+/// A page built for a [`Form`]: its body, and the body gzipped if asked.
+#[derive(Debug)]
+pub struct Built {
+    pub body: Vec<u8>,
+    pub gz: Option<Vec<u8>>,
+}
+
+impl Form {
+    /// The page cache's key for this form (gzip is not part of it: both codings
+    /// are one page).
+    pub fn id(&self) -> u8 {
+        Self::id_of(self.key, self.desc, self.json)
+    }
+
+    /// [`Form::id`] of a form with these fields.
+    pub fn id_of(key: SortKey, desc: bool, json: bool) -> u8 {
+        key as u8 * 4 + u8::from(desc) * 2 + u8::from(json)
+    }
+
+    /// Sort `items` and render them; gzip the page too if `gzip`. Costs ~0.4 µs
+    /// an entry for the HTML (sorting and rendering) and the compression's
+    /// ~10 ns a byte: 100,000 entries make an 18 MB page in ~80 ms.
+    pub fn build(&self, mut items: Vec<Item>, gzip: bool) -> Built {
+        sort(&mut items, self.key, self.desc);
+        let body = if self.json {
+            json(&items)
+        } else {
+            html(
+                &self.title,
+                &items,
+                self.key,
+                self.desc,
+                [self.notes[0].as_ref(), self.notes[1].as_ref()],
+            )
+        };
+        let gz = gzip.then(|| pages::gzip(&body));
+        Built { body, gz }
+    }
 }
 
 /// Read the entries of `rel`: the directory opened as the opener opens anything
@@ -240,6 +321,7 @@ pub fn html(
     desc: bool,
     notes: [Option<&Note>; 2],
 ) -> Vec<u8> {
+    use std::fmt::Write;
     let mut s = String::with_capacity(512 + items.len() * 160);
     let mut title = String::new();
     html_escape(&visible(url_path), &mut title);
@@ -278,22 +360,27 @@ pub fn html(
     if url_path != b"/" {
         s.push_str("<tr><td><a href=\"../\">../</a></td><td class=\"s\">-</td><td></td></tr>\n");
     }
+    // One row per entry, written straight into the page: no string per field.
+    // (The rows are the page's cost: ~0.4 µs an entry, docs/BENCHMARKS.md.)
     for i in items {
-        let mut href = String::new();
-        html_escape(&i.href(), &mut href);
-        let mut name = String::new();
-        html_escape(&i.display(), &mut name);
+        s.push_str("<tr><td><a href=\"./");
+        encode_segment_html(&i.name, &mut s);
         let slash = if i.dir { "/" } else { "" };
-        let size = if i.dir {
-            "-".to_string()
+        s.push_str(slash);
+        s.push_str("\">");
+        visible_into(&i.name, true, &mut s);
+        s.push_str(slash);
+        s.push_str("</a></td><td class=\"s\" title=\"");
+        let _ = write!(s, "{}", i.size);
+        s.push_str("\">");
+        if i.dir {
+            s.push('-');
         } else {
-            human(i.size)
-        };
-        s.push_str(&format!(
-            "<tr><td><a href=\"{href}\">{name}{slash}</a></td><td class=\"s\" title=\"{}\">{size}</td><td>{}</td></tr>\n",
-            i.size,
-            date::format(i.mtime)
-        ));
+            human_into(i.size, &mut s);
+        }
+        s.push_str("</td><td>");
+        s.push_str(&date::format(i.mtime));
+        s.push_str("</td></tr>\n");
     }
     s.push_str("</table>\n");
     if let Some(n) = notes[1] {
@@ -334,7 +421,16 @@ pub fn prefers_json(accept: &str) -> bool {
     json > 0.0 && json > html
 }
 
+#[cfg(test)]
 fn human(n: u64) -> String {
+    let mut s = String::new();
+    human_into(n, &mut s);
+    s
+}
+
+/// `n` bytes for people (`512 B`, `1.5 KiB`), appended to `out`.
+fn human_into(n: u64, out: &mut String) {
+    use std::fmt::Write;
     const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -342,142 +438,12 @@ fn human(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{n} B")
+    let _ = if u == 0 {
+        write!(out, "{n} B")
     } else {
-        format!("{v:.1} {}", U[u])
-    }
+        write!(out, "{v:.1} {}", U[u])
+    };
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn it(name: &str, dir: bool, size: u64, mtime: u64) -> Item {
-        Item {
-            name: name.as_bytes().to_vec(),
-            dir,
-            size,
-            mtime,
-        }
-    }
-
-    fn names(v: &[Item]) -> Vec<String> {
-        v.iter().map(Item::display).collect()
-    }
-
-    #[test]
-    fn sorting_keeps_directories_first() {
-        // Name, size and date each give a different order of the three files.
-        let mut v = vec![
-            it("b", false, 1, 30),
-            it("z", true, 0, 1),
-            it("a", false, 9, 20),
-            it("c", false, 5, 10),
-        ];
-        sort(&mut v, SortKey::Name, false);
-        assert_eq!(names(&v), ["z", "a", "b", "c"]);
-        sort(&mut v, SortKey::Name, true);
-        assert_eq!(names(&v), ["z", "c", "b", "a"]);
-        sort(&mut v, SortKey::Size, false);
-        assert_eq!(names(&v), ["z", "b", "c", "a"]);
-        sort(&mut v, SortKey::Size, true);
-        assert_eq!(names(&v), ["z", "a", "c", "b"]);
-        sort(&mut v, SortKey::Date, false);
-        assert_eq!(names(&v), ["z", "c", "a", "b"]);
-        sort(&mut v, SortKey::Date, true);
-        assert_eq!(names(&v), ["z", "b", "a", "c"]);
-    }
-
-    #[test]
-    fn notes_go_above_and_below_the_table_html_as_it_is_text_escaped() {
-        let head = Note::new("HEADER.HTML", Rc::from(&b"<p>Hi</p>"[..]));
-        let readme = Note::new("README", Rc::from(&b"<b> & co"[..]));
-        assert!(head.html && !readme.html);
-        assert!(
-            Note::new("a.Htm", Rc::from(&b""[..])).html && !Note::new("é", Rc::from(&b""[..])).html
-        );
-        let h = String::from_utf8(html(
-            b"/x/",
-            &[it("a", false, 1, 0)],
-            SortKey::Name,
-            false,
-            [Some(&head), Some(&readme)],
-        ))
-        .unwrap();
-        let (table, end) = (h.find("<table>").unwrap(), h.find("</table>").unwrap());
-        assert!(h.find("<p>Hi</p>").unwrap() < table, "{h}");
-        assert!(
-            h.find("<pre>&lt;b&gt; &amp; co</pre>").unwrap() > end,
-            "{h}"
-        );
-    }
-
-    #[test]
-    fn html_escapes_names_and_links() {
-        let h = String::from_utf8(html(
-            b"/x/",
-            &[
-                it("<b>&.txt", false, 2048, 0),
-                it("javascript:alert(document.domain)", false, 1, 0),
-                it("a&amp;b.txt", false, 1, 0),
-                it("javascript&colon;x", false, 1, 0),
-            ],
-            SortKey::Name,
-            false,
-            [None, None],
-        ))
-        .unwrap();
-        assert!(h.contains(">&lt;b&gt;&amp;.txt<"), "{h}");
-        assert!(h.contains("href=\"./%3Cb%3E%26.txt\""), "{h}");
-        assert!(
-            h.contains("href=\"./javascript%3Aalert(document.domain)\""),
-            "{h}"
-        );
-        assert!(h.contains("href=\"./a%26amp;b.txt\""), "{h}");
-        assert!(h.contains("href=\"./javascript%26colon;x\""), "{h}");
-        assert!(!h.contains("href=\"javascript"), "{h}");
-        assert!(h.contains("2.0 KiB"));
-    }
-
-    #[test]
-    fn odd_names_are_shown_escaped() {
-        let i = Item {
-            name: b"new\nline\x1b[31m\xff.txt".to_vec(),
-            dir: false,
-            size: 0,
-            mtime: 0,
-        };
-        assert_eq!(i.display(), "new\\x0aline\\x1b[31m\\xff.txt");
-        assert_eq!(i.href(), "./new%0Aline%1B%5B31m%FF.txt");
-        let j = String::from_utf8(json(&[i])).unwrap();
-        assert!(j.contains("new\\\\x0aline"), "{j}");
-    }
-
-    #[test]
-    fn accept_negotiation_uses_q_values() {
-        assert!(prefers_json("application/json"));
-        assert!(prefers_json("application/json, */*;q=0.1"));
-        assert!(prefers_json("text/html;q=0.5, application/json"));
-        assert!(!prefers_json("application/json;q=0"));
-        assert!(!prefers_json("application/json;q=0, */*"));
-        assert!(!prefers_json(
-            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-        ));
-        assert!(!prefers_json("text/html, application/json;q=0.9"));
-        assert!(!prefers_json("*/*"));
-        assert!(!prefers_json("application/jsonx"));
-    }
-
-    #[test]
-    fn csp_hash_matches_the_style() {
-        use base64::Engine;
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(STYLE.as_bytes());
-        let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
-        assert!(
-            CSP.contains(&format!("'sha256-{b64}'")),
-            "update CSP: style hash is sha256-{b64}"
-        );
-    }
-}
+mod tests;

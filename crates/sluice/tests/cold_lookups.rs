@@ -260,11 +260,15 @@ fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
 }
 
 /// A listing's directory read is made by a disk thread whenever there are disk
-/// threads (a cold directory of 120 entries is ~120 reads of the disk), and the
-/// worker renders the entries when the request is asked again; the page is then
-/// kept as usual. With `disk_threads = 0` the worker reads it.
+/// threads (a cold directory of 120 entries is ~120 reads of the disk), which
+/// also builds the page (and its gzipped form if asked), so that a big
+/// directory's page does not hold up the worker; the worker takes it when the
+/// request is asked again, and the page is then kept as usual. With
+/// `disk_threads = 0` the worker reads and builds it. Either way the pages are the
+/// same bytes, and the gzipped one is the plain one compressed.
 #[test]
 fn a_listing_is_read_by_the_disk_threads_while_lookups_go_there() {
+    let mut pages = Vec::new();
     for (threads, lookup_max) in [(2, "0s"), (0, "0s"), (2, "1s")] {
         let srv = Server::start_with_config(
             docroot(),
@@ -300,5 +304,34 @@ fn a_listing_is_read_by_the_disk_threads_while_lookups_go_there() {
             _ => [0, 0, 0],
         };
         assert_eq!(counted, want, "{threads} disk threads, {lookup_max}");
+        // A form not built yet, asked gzipped first (built so by a disk thread
+        // where there are some), then plain (the page kept).
+        let gz = srv.get(
+            "GET /list/?sort=date HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\
+             Connection: close\r\n\r\n",
+        );
+        assert_eq!(gz.header("content-encoding"), Some("gzip"));
+        let plain = get(&srv, "/list/?sort=date");
+        assert_eq!(gunzip(&gz.body), plain.body, "{threads} disk threads");
+        pages.push((get(&srv, "/list/").body, plain.body));
     }
+    assert!(
+        pages.windows(2).all(|w| w[0] == w[1]),
+        "the same pages from the disk threads and the worker"
+    );
+}
+
+/// `gzip -dc` of `gz`.
+fn gunzip(gz: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("gzip")
+        .arg("-dc")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(gz).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "not gzip");
+    out.stdout
 }

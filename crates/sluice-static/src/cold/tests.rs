@@ -1,6 +1,7 @@
 //! The residency checks against evicted files, and the listings left for a worker.
 
 use super::*;
+use crate::listing;
 use std::io::Write;
 
 /// A file of `len` bytes written through to the disk, with its pages evicted
@@ -25,21 +26,56 @@ fn evicted(dir: &std::path::Path, name: &str, len: usize) -> File {
     panic!("{name}'s pages stayed in the page cache");
 }
 
+fn form(desc: bool, gzip: bool) -> listing::Form {
+    listing::Form {
+        key: listing::SortKey::Name,
+        desc,
+        json: false,
+        gzip,
+        title: b"/".to_vec(),
+        notes: [None, None],
+    }
+}
+
+fn page() -> io::Result<listing::Built> {
+    Ok(listing::Built {
+        body: Vec::new(),
+        gz: None,
+    })
+}
+
 #[test]
 fn read_listings_are_taken_once_and_bounded() {
     let ready = ReadListings::default();
+    let plain = form(false, false);
     for i in 0..=READ_LISTINGS_MAX {
-        ready.put(&format!("d{i}"), Ok(Vec::new()));
+        ready.put(&format!("d{i}"), &plain, page());
     }
-    assert!(ready.take("d0").is_none(), "the oldest made room");
-    assert!(ready.take("d1").is_some_and(|r| r.is_ok()));
-    assert!(ready.take("d1").is_none(), "taken once");
-    ready.put("e", Err(io::ErrorKind::NotFound.into()));
-    assert!(ready.take("e").is_some_and(|r| r.is_err()));
+    assert!(ready.take("d0", &plain).is_none(), "the oldest made room");
+    assert!(ready.take("d1", &plain).is_some_and(|r| r.is_ok()));
+    assert!(ready.take("d1", &plain).is_none(), "taken once");
+    ready.put("e", &plain, Err(io::ErrorKind::NotFound.into()));
+    assert!(ready.take("e", &plain).is_some_and(|r| r.is_err()));
     // Entries older than the TTL are never handed out.
     ready.0.lock().unwrap()[0].at -= READ_LISTING_TTL;
     let first = ready.0.lock().unwrap()[0].rel.clone();
-    assert!(ready.take(&first).is_none());
+    assert!(ready.take(&first, &plain).is_none());
+}
+
+/// A page is taken only by a request for its form; a gzipped build also serves a
+/// plain request (it has the plain body), a plain build not a gzip one.
+#[test]
+fn read_listings_are_taken_by_their_form() {
+    let ready = ReadListings::default();
+    ready.put("d", &form(false, false), page());
+    assert!(
+        ready.take("d", &form(true, false)).is_none(),
+        "another order"
+    );
+    assert!(ready.take("d", &form(false, true)).is_none(), "not gzipped");
+    assert!(ready.take("d", &form(false, false)).is_some());
+    ready.put("d", &form(true, true), page());
+    assert!(ready.take("d", &form(true, false)).is_some());
 }
 
 #[test]

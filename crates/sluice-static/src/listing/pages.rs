@@ -22,12 +22,13 @@ thread_local! {
 
 /// Built listings, per site and worker: a page is built once per `cache_validity`
 /// for each URL and form (sort order, HTML or JSON), not once per request. Building
-/// one reads and stats every entry and renders it, on the worker, while the worker's
-/// other connections wait (~20 ms for 5,000 entries on this machine:
-/// docs/BENCHMARKS.md), so a crawler asking again and again for a mirror's big
-/// directories costs one build per directory a second, not one per request. A new
-/// or changed entry shows within `cache_validity`, as a replaced file does. The
-/// gzipped form is made on the first request that accepts it, from [`GzipCache`].
+/// one reads and stats every entry and renders it (a disk thread does, where there
+/// are some: `crate::cold::Gate::list`), ~2.5 µs an entry, so a crawler asking
+/// again and again for a mirror's big directories costs one build per directory a
+/// second, not one per request. A new or changed entry shows within
+/// `cache_validity`, as a replaced file does. The gzipped form comes with the page
+/// when a disk thread built it for a request that accepts gzip; else it is made on
+/// the first request that accepts it, from [`GzipCache`].
 /// Bounded: at most [`PageCache::MAX`] pages per site and [`PageCache::MAX_BYTES`]
 /// over all the sites of a worker. A page past its validity is dropped at the next
 /// [`PageCache::expire`]; a cache that meets the bound drops its own pages (what
@@ -43,6 +44,9 @@ struct Page {
     built: Instant,
     body: Rc<[u8]>,
     gz: Option<Rc<[u8]>>,
+    /// The bytes of the gzipped form built with the page (by a disk thread), which
+    /// this page's weight counts; one made later is [`GzipCache`]'s to count.
+    own_gz: usize,
 }
 
 impl PageCache {
@@ -58,16 +62,16 @@ impl PageCache {
     }
 
     /// The page for the directory `url` (its normalized path) in `form` (built by
-    /// `build` unless a build younger than the validity is kept), gzipped if
-    /// `gzip`, and until when it stays the page (`now` if it is not kept); `None`
-    /// if `build` fails.
+    /// `build` unless a build younger than the validity is kept, perhaps with its
+    /// gzipped form), gzipped if `gzip`, and until when it stays the page (`now` if
+    /// it is not kept); `None` if `build` fails.
     pub fn get(
         &mut self,
         url: &str,
         form: u8,
         gzip: bool,
         now: Instant,
-        build: impl FnOnce() -> Option<Vec<u8>>,
+        build: impl FnOnce() -> Option<super::Built>,
     ) -> Option<(Rc<[u8]>, Instant)> {
         let key = (url.to_string(), form);
         if let Some(p) = self.pages.map.get_mut(&key) {
@@ -79,10 +83,12 @@ impl PageCache {
             }
         }
         self.pages.remove(&key);
+        let built = build()?;
         let mut page = Page {
             built: now,
-            body: build()?.into(),
-            gz: None,
+            body: built.body.into(),
+            own_gz: built.gz.as_ref().map_or(0, Vec::len),
+            gz: built.gz.map(Rc::from),
         };
         let out = page.encoded(gzip, &mut self.gzipped, now);
         let len = page.body.len();
@@ -178,7 +184,7 @@ impl GzipCache {
     }
 }
 
-fn gzip(page: &[u8]) -> Vec<u8> {
+pub(crate) fn gzip(page: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut e = flate2::write::GzEncoder::new(
         Vec::with_capacity(page.len() / 4 + 64),
@@ -196,7 +202,7 @@ trait Weighs {
 
 impl Weighs for Page {
     fn bytes(&self) -> usize {
-        self.body.len()
+        self.body.len() + self.own_gz
     }
 }
 
@@ -268,6 +274,14 @@ impl<K: Hash + Eq, V: Weighs> Kept<K, V> {
 mod tests {
     use super::*;
 
+    fn built(text: &str) -> super::super::Built {
+        plain(text.as_bytes().to_vec())
+    }
+
+    fn plain(body: Vec<u8>) -> super::super::Built {
+        super::super::Built { body, gz: None }
+    }
+
     impl<K, V: Weighs> Kept<K, V> {
         /// The count is what the entries weigh, and within the bound.
         fn assert_counted(&self) {
@@ -277,6 +291,26 @@ mod tests {
         }
     }
 
+    /// A page a disk thread built with its gzipped form: a gzip request gets that
+    /// form (not one compressed again here), and the page weighs both.
+    #[test]
+    fn a_page_built_gzipped_serves_its_own_gzipped_form() {
+        let t0 = Instant::now();
+        let mut c = PageCache::new(Duration::from_secs(1));
+        let both = || {
+            Some(super::super::Built {
+                body: b"page".to_vec(),
+                gz: Some(b"gz of page".to_vec()),
+            })
+        };
+        let (p, _) = c.get("/d/", 0, true, t0, both).unwrap();
+        assert_eq!(&*p, b"gz of page");
+        let (p, _) = c.get("/d/", 0, false, t0, || None).unwrap();
+        assert_eq!(&*p, b"page", "kept: no build");
+        c.pages.assert_counted();
+        assert_eq!(c.pages.bytes.mine(), 4 + 10);
+    }
+
     #[test]
     fn a_page_is_built_once_per_validity_and_per_form() {
         let t0 = Instant::now();
@@ -284,7 +318,7 @@ mod tests {
         let mut builds = 0;
         let build = |b: &mut i32, text: &str| {
             *b += 1;
-            Some(text.as_bytes().to_vec())
+            Some(built(text))
         };
         let (p, until) = c
             .get("/d/", 0, false, t0, || build(&mut builds, "one"))
@@ -337,12 +371,14 @@ mod tests {
         let mut c = PageCache::new(Duration::from_secs(60));
         let big = PageCache::MAX_BYTES / 3 + 1;
         for i in 0..10 {
-            c.get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'x'; big]));
+            c.get(&format!("/{i}/"), 0, false, t0, || {
+                Some(plain(vec![b'x'; big]))
+            });
             c.pages.assert_counted();
         }
         // Larger than the bound: served, never kept.
         let huge = c.get("/huge/", 0, false, t0, || {
-            Some(vec![0; PageCache::MAX_BYTES + 1])
+            Some(plain(vec![0; PageCache::MAX_BYTES + 1]))
         });
         // Not kept: the page only for now.
         let (huge, until) = huge.unwrap();
@@ -383,14 +419,16 @@ mod tests {
         let third = PageCache::MAX_BYTES / 3;
         for i in 0..3 {
             let (_, until) = a
-                .get(&format!("/{i}/"), 0, false, t0, || Some(vec![b'a'; third]))
+                .get(&format!("/{i}/"), 0, false, t0, || {
+                    Some(plain(vec![b'a'; third]))
+                })
                 .unwrap();
             assert_eq!(until, t0 + validity, "site a's page {i} is kept");
         }
         // The other site's page does not fit beside them: served, not kept, and
         // site a's pages stay.
         let (_, until) = b
-            .get("/x/", 0, false, t0, || Some(vec![b'b'; third]))
+            .get("/x/", 0, false, t0, || Some(plain(vec![b'b'; third])))
             .unwrap();
         assert_eq!(until, t0, "kept past the worker's bound");
         assert_eq!((a.pages.map.len(), b.pages.map.len()), (3, 0));
@@ -403,7 +441,7 @@ mod tests {
         assert_eq!((a.pages.map.len(), a.pages.bytes.all()), (0, 0));
         let t1 = t0 + validity;
         let (_, until) = b
-            .get("/x/", 0, false, t1, || Some(vec![b'b'; third]))
+            .get("/x/", 0, false, t1, || Some(plain(vec![b'b'; third])))
             .unwrap();
         assert_eq!(until, t1 + validity);
         // A cache dropped (a reload) gives its bytes back too.

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""What a big directory listing costs the worker, and the clients beside it.
+
+A directory of N empty files (default 100,000: a flat archive's pool), served by each
+binary given. Per binary:
+  1. K listing requests one after another (HTML, then with `Accept-Encoding: gzip`):
+     the CPU each costs the serving threads (`sluice-w*`) and the disk threads
+     (`sluice-disk*`), from /proc/PID/task/*/stat over the server's processes;
+  2. a small file's latency with `wrk -t1 -c10 -d5s --latency`, alone and while one
+     client asks for the listing in a loop: the p99 says whether the listing stalls
+     the other connections of its worker.
+The page is larger than a worker's page budget (8 MiB), so every request builds it:
+that is the cost a crawler or an attacker asking again and again imposes.
+
+    python3 bench/listing_cost.py --bin old=/work/bins/sluice-a --bin new=target/release/sluice
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu(root_pid):
+    """CPU seconds per thread-name class ('w', 'disk', 'other') over root_pid's tree."""
+    pids = [root_pid]
+    out = subprocess.run(["pgrep", "-P", str(root_pid)], capture_output=True, text=True).stdout
+    pids += [int(p) for p in out.split()]
+    cpu = {"w": 0.0, "disk": 0.0, "other": 0.0}
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for t in tasks:
+            try:
+                s = open(f"/proc/{pid}/task/{t}/stat").read()
+            except FileNotFoundError:
+                continue
+            comm = s[s.index("(") + 1 : s.rindex(")")]
+            f = s[s.rindex(")") + 2 :].split()
+            secs = (int(f[11]) + int(f[12])) / TICK
+            k = "w" if comm.startswith("sluice-w") else "disk" if comm.startswith("sluice-disk") else "other"
+            cpu[k] += secs
+    return cpu
+
+
+def get(url, gzip=False):
+    req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"} if gzip else {})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, len(r.read())
+
+
+def wrk_p99(url):
+    out = subprocess.run(
+        ["wrk", "-t1", "-c10", "-d5s", "--latency", url], capture_output=True, text=True
+    ).stdout
+    m = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    v = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return v, rps
+
+
+def run(name, binary, root, port, k):
+    srv = subprocess.Popen(
+        [binary, "serve", root, "--listen", f"127.0.0.1:{port}", "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                get(base + "/small.txt")
+                break
+            except OSError:
+                time.sleep(0.1)
+        get(base + "/pool/")  # the first read of the directory warms the inodes
+        for gz in (False, True):
+            c0 = threads_cpu(srv.pid)
+            t0 = time.monotonic()
+            size = 0
+            for _ in range(k):
+                size = get(base + "/pool/", gz)[1]
+            wall = (time.monotonic() - t0) / k
+            c1 = threads_cpu(srv.pid)
+            w = (c1["w"] - c0["w"]) / k * 1000
+            d = (c1["disk"] - c0["disk"]) / k * 1000
+            print(f"{name}: {'gzip' if gz else 'html'} {size} B: wall {wall*1000:.0f} ms, "
+                  f"workers {w:.0f} ms, disk threads {d:.0f} ms CPU per request")
+        alone = wrk_p99(base + "/small.txt")
+        loop = subprocess.Popen(
+            ["bash", "-c", f"end=$((SECONDS+8)); while [ $SECONDS -lt $end ]; do "
+             f"curl -s -o /dev/null {base}/pool/; done"]
+        )
+        time.sleep(1)
+        beside = wrk_p99(base + "/small.txt")
+        loop.wait()
+        print(f"{name}: small file p99 alone {alone[0]:.2f} ms ({alone[1]:.0f} req/s), "
+              f"beside a listing loop {beside[0]:.2f} ms ({beside[1]:.0f} req/s)")
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", action="append", required=True, help="NAME=PATH")
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--requests", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as root:
+        os.mkdir(f"{root}/pool")
+        for i in range(a.entries):
+            open(f"{root}/pool/package-name-{i:06d}_1.2.3-4_amd64.deb", "w").close()
+        open(f"{root}/small.txt", "w").write("hello\n")
+        os.chmod(root, 0o755)
+        port = 18300
+        for r in range(a.rounds):
+            for spec in a.bin:
+                name, path = spec.split("=", 1)
+                run(f"round {r} {name}", path, root, port, a.requests)
+                port += 1
+
+
+if __name__ == "__main__":
+    main()
