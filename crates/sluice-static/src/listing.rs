@@ -26,7 +26,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 mod pages;
-pub use pages::{GzipCache, PageCache};
+pub use pages::{Built, GzipCache, PageCache};
 
 /// The page's only style; [`CSP`] allows exactly this text by its SHA-256 hash (a
 /// unit test recomputes it, so editing one without the other fails).
@@ -180,13 +180,6 @@ pub struct Form {
     /// The directory's path as the page names it (the file system's bytes).
     pub title: Vec<u8>,
     pub notes: [Option<Note>; 2],
-}
-
-/// A page built for a [`Form`]: its body, and the body gzipped if asked.
-#[derive(Debug)]
-pub struct Built {
-    pub body: Vec<u8>,
-    pub gz: Option<Vec<u8>>,
 }
 
 impl Form {

@@ -40,6 +40,13 @@ pub struct PageCache {
     gzipped: GzipCache,
 }
 
+/// A page built for a `listing::Form`: its body, and the body gzipped if asked.
+#[derive(Debug)]
+pub struct Built {
+    pub body: Vec<u8>,
+    pub gz: Option<Vec<u8>>,
+}
+
 struct Page {
     built: Instant,
     body: Rc<[u8]>,
@@ -71,7 +78,7 @@ impl PageCache {
         form: u8,
         gzip: bool,
         now: Instant,
-        build: impl FnOnce() -> Option<super::Built>,
+        build: impl FnOnce() -> Option<Built>,
     ) -> Option<(Rc<[u8]>, Instant)> {
         let key = (url.to_string(), form);
         if let Some(p) = self.pages.map.get_mut(&key) {
@@ -274,12 +281,12 @@ impl<K: Hash + Eq, V: Weighs> Kept<K, V> {
 mod tests {
     use super::*;
 
-    fn built(text: &str) -> super::super::Built {
+    fn built(text: &str) -> Built {
         plain(text.as_bytes().to_vec())
     }
 
-    fn plain(body: Vec<u8>) -> super::super::Built {
-        super::super::Built { body, gz: None }
+    fn plain(body: Vec<u8>) -> Built {
+        Built { body, gz: None }
     }
 
     impl<K, V: Weighs> Kept<K, V> {
@@ -298,7 +305,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = PageCache::new(Duration::from_secs(1));
         let both = || {
-            Some(super::super::Built {
+            Some(Built {
                 body: b"page".to_vec(),
                 gz: Some(b"gz of page".to_vec()),
             })
