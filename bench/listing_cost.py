@@ -6,13 +6,16 @@ binary given. Per binary:
   1. K listing requests one after another (HTML, then with `Accept-Encoding: gzip`):
      the CPU each costs the serving threads (`sluice-w*`) and the disk threads
      (`sluice-disk*`), from /proc/PID/task/*/stat over the server's processes;
-  2. a small file's latency with `wrk -t1 -c10 -d5s --latency`, alone and while one
-     client asks for the listing in a loop: the p99 says whether the listing stalls
-     the other connections of its worker.
+  2. a small file's latency with `wrk -t1 -c10 -d5s --latency`, alone and while
+     `--loops` clients (1) ask for the listing in a loop: the p99 says whether the
+     listing stalls the other connections of its worker.
+`--nginx` runs Debian's nginx (2 workers, `autoindex on`) on the same directory too
+(its workers' CPU counted the same way, every thread of its processes as a worker).
 The page is larger than a worker's page budget (8 MiB), so every request builds it:
 that is the cost a crawler or an attacker asking again and again imposes.
 
-    python3 bench/listing_cost.py --bin old=/work/bins/sluice-a --bin new=target/release/sluice
+    python3 bench/listing_cost.py --bin old=/work/bins/sluice-a --bin new=target/release/sluice \
+        [--nginx] [--loops 4] [--rounds 3]
 """
 import argparse
 import os
@@ -45,7 +48,8 @@ def threads_cpu(root_pid):
             comm = s[s.index("(") + 1 : s.rindex(")")]
             f = s[s.rindex(")") + 2 :].split()
             secs = (int(f[11]) + int(f[12])) / TICK
-            k = "w" if comm.startswith("sluice-w") else "disk" if comm.startswith("sluice-disk") else "other"
+            k = ("w" if comm.startswith("sluice-w") or comm == "nginx"
+                 else "disk" if comm.startswith("sluice-disk") else "other")
             cpu[k] += secs
     return cpu
 
@@ -66,12 +70,26 @@ def wrk_p99(url):
     return v, rps
 
 
-def run(name, binary, root, port, k):
-    srv = subprocess.Popen(
-        [binary, "serve", root, "--listen", f"127.0.0.1:{port}", "--workers", "2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def start(binary, root, port):
+    if binary != "nginx":
+        return subprocess.Popen(
+            [binary, "serve", root, "--listen", f"127.0.0.1:{port}", "--workers", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    conf = f"{root}/../nginx-{port}.conf"
+    open(conf, "w").write(
+        f"worker_processes 2; daemon off; pid {root}/../nginx-{port}.pid;\n"
+        f"error_log /dev/null; events {{ worker_connections 4096; }}\n"
+        f"http {{ access_log off; server {{ listen 127.0.0.1:{port}; root {root}; "
+        f"autoindex on; gzip on; gzip_types text/html; }} }}\n"
     )
+    return subprocess.Popen(["nginx", "-c", conf], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def run(name, binary, root, port, k, loops):
+    srv = start(binary, root, port)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -94,15 +112,16 @@ def run(name, binary, root, port, k):
             print(f"{name}: {'gzip' if gz else 'html'} {size} B: wall {wall*1000:.0f} ms, "
                   f"workers {w:.0f} ms, disk threads {d:.0f} ms CPU per request")
         alone = wrk_p99(base + "/small.txt")
-        loop = subprocess.Popen(
+        clients = [subprocess.Popen(
             ["bash", "-c", f"end=$((SECONDS+8)); while [ $SECONDS -lt $end ]; do "
              f"curl -s -o /dev/null {base}/pool/; done"]
-        )
+        ) for _ in range(loops)]
         time.sleep(1)
         beside = wrk_p99(base + "/small.txt")
-        loop.wait()
+        for c in clients:
+            c.wait()
         print(f"{name}: small file p99 alone {alone[0]:.2f} ms ({alone[1]:.0f} req/s), "
-              f"beside a listing loop {beside[0]:.2f} ms ({beside[1]:.0f} req/s)")
+              f"beside {loops} listing loop(s) {beside[0]:.2f} ms ({beside[1]:.0f} req/s)")
     finally:
         srv.send_signal(signal.SIGTERM)
         srv.wait(timeout=30)
@@ -114,8 +133,14 @@ def main():
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--loops", type=int, default=1)
+    ap.add_argument("--nginx", action="store_true")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as root:
+    bins = a.bin + (["nginx=nginx"] if a.nginx else [])
+    with tempfile.TemporaryDirectory() as top:
+        root = f"{top}/www"
+        os.mkdir(root)
+        os.chmod(top, 0o755)
         os.mkdir(f"{root}/pool")
         for i in range(a.entries):
             open(f"{root}/pool/package-name-{i:06d}_1.2.3-4_amd64.deb", "w").close()
@@ -123,9 +148,9 @@ def main():
         os.chmod(root, 0o755)
         port = 18300
         for r in range(a.rounds):
-            for spec in a.bin:
+            for spec in bins:
                 name, path = spec.split("=", 1)
-                run(f"round {r} {name}", path, root, port, a.requests)
+                run(f"round {r} {name}", path, root, port, a.requests, a.loops)
                 port += 1
 
 

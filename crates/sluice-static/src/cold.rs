@@ -46,7 +46,9 @@
 //! by a disk thread whenever there are disk threads ([`Gate::list`]), which also
 //! sorts and renders the page (and gzips it, if the request asked) and leaves it
 //! for the worker ([`ReadListings`]): a directory of 100,000 entries is ~80 ms of
-//! rendering that no longer holds up the worker's other connections. A listing is
+//! rendering that no longer holds up the worker's other connections. That thread
+//! does it at a lower priority (nice +10, `priority::LISTING_NICE`), so that clients asking
+//! for big listings again and again cannot take the CPU from the workers. A listing is
 //! built at most once per `cache_validity` per URL and form, so the hand-off costs
 //! nothing on the common path.
 
@@ -537,6 +539,10 @@ impl ColdLookup {
     /// builds the page asked for and leaves it for the worker.
     pub fn warm(&self, mut read: impl FnMut(&File, u64, u64)) {
         if let Some((hidden, form, into)) = &self.listing {
+            // A big directory is CPU work (a stat per entry, then the page): done
+            // at a lower priority, so that the workers, when they want the CPU
+            // too, get it first.
+            let _lower = Lowered::by(LISTING_NICE);
             let (entries, slow) = self
                 .costs
                 .timed(|| listing::read(&self.root, &self.rel, *hidden));
@@ -561,6 +567,9 @@ impl ColdLookup {
         }
     }
 }
+
+mod priority;
+use priority::{Lowered, LISTING_NICE};
 
 #[cfg(test)]
 mod tests;

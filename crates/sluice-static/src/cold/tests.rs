@@ -121,3 +121,34 @@ fn a_read_that_would_wait_says_so_and_a_cached_one_fills_the_buffer() {
     let mut long = vec![0u8; 12_001];
     assert!(read_nowait(&f, &mut long).is_err());
 }
+
+/// A listing's build runs at a lower priority on its thread only, and the thread's
+/// own comes back after it (as root, or within RLIMIT_NICE).
+#[test]
+fn a_lowered_thread_gets_its_priority_back() {
+    std::thread::spawn(|| {
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let was = nice();
+        // Another thread, started before: it keeps its value.
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            asked.recv().unwrap();
+            nice()
+        });
+        {
+            let _l = Lowered::by(LISTING_NICE);
+            assert_eq!(nice(), (was + LISTING_NICE).min(19));
+            ask.send(()).unwrap();
+            assert_eq!(
+                other.join().unwrap(),
+                was,
+                "only the calling thread is lowered"
+            );
+        }
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(nice(), was);
+        }
+    })
+    .join()
+    .unwrap();
+}
