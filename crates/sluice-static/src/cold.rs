@@ -444,7 +444,6 @@ pub struct ReadListings(Mutex<Vec<ReadListing>>);
 struct ReadListing {
     rel: Box<str>,
     form: u8,
-    gzip: bool,
     at: Instant,
     read: io::Result<listing::Built>,
 }
@@ -463,23 +462,24 @@ impl ReadListings {
         l.push(ReadListing {
             rel: rel.into(),
             form: form.id(),
-            gzip: form.gzip,
             at: Instant::now(),
             read,
         });
     }
 
-    /// The page built for `rel` in `form`: gzipped as `form` asks, or (a plain
-    /// request that finds a gzipped build) plain.
+    /// The page built for `rel` in `form`, with its gzipped form if `form` asks
+    /// for gzip (a build with one serves a plain request too).
     fn take(&self, rel: &str, form: &listing::Form) -> Option<io::Result<listing::Built>> {
         let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if l.is_empty() {
             return None;
         }
         l.retain(|r| r.at.elapsed() < READ_LISTING_TTL);
-        let i = l
-            .iter()
-            .position(|r| *r.rel == *rel && r.form == form.id() && (r.gzip || !form.gzip))?;
+        let i = l.iter().position(|r| {
+            *r.rel == *rel
+                && r.form == form.id()
+                && (!form.gzip || r.read.as_ref().map_or(true, |b| b.gz.is_some()))
+        })?;
         Some(l.swap_remove(i).read)
     }
 }
@@ -548,7 +548,7 @@ impl ColdLookup {
                 .timed(|| listing::read(&self.root, &self.rel, *hidden));
             self.costs.record(slow);
             // Built here, after the timed read: the rendering is not the disk's.
-            into.put(&self.rel, form, entries.map(|e| form.build(e, form.gzip)));
+            into.put(&self.rel, form, entries.map(|e| form.build_off_worker(e)));
             return;
         }
         let (opened, slow) = self.costs.timed(|| self.root.open(&self.rel));

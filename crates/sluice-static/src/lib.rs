@@ -373,6 +373,7 @@ impl StaticHandler {
             desc,
             json,
             gzip,
+            compress: self.cfg.compress_listings,
             // The name as the file system has it (`path::fs_bytes`), not its text
             // form: a `%` or a Latin-1 byte is shown as `listing` shows it.
             title: if rel.is_empty() {

@@ -32,6 +32,7 @@ fn form(desc: bool, gzip: bool) -> listing::Form {
         desc,
         json: false,
         gzip,
+        compress: true,
         title: b"/".to_vec(),
         notes: [None, None],
     }
@@ -41,6 +42,13 @@ fn page() -> io::Result<listing::Built> {
     Ok(listing::Built {
         body: Vec::new(),
         gz: None,
+    })
+}
+
+fn gzipped_page() -> io::Result<listing::Built> {
+    Ok(listing::Built {
+        body: Vec::new(),
+        gz: Some(Vec::new()),
     })
 }
 
@@ -74,8 +82,10 @@ fn read_listings_are_taken_by_their_form() {
     );
     assert!(ready.take("d", &form(false, true)).is_none(), "not gzipped");
     assert!(ready.take("d", &form(false, false)).is_some());
-    ready.put("d", &form(true, true), page());
+    ready.put("d", &form(true, true), gzipped_page());
     assert!(ready.take("d", &form(true, false)).is_some());
+    ready.put("d", &form(true, true), gzipped_page());
+    assert!(ready.take("d", &form(true, true)).is_some());
 }
 
 #[test]

@@ -175,3 +175,45 @@ fn csp_hash_matches_the_style() {
         "update CSP: style hash is sha256-{b64}"
     );
 }
+
+/// On a disk thread a page is gzipped when asked, and also when the worker will
+/// keep it and it is big enough to stall the worker's compression; not a small
+/// page, not with compression off, and not a page too big to be kept.
+#[test]
+fn a_disk_thread_gzips_the_pages_the_worker_would_compress() {
+    let items = |n: usize| -> Vec<Item> {
+        (0..n)
+            .map(|i| it(&format!("package-{i:06}_1.0_amd64.deb"), false, i as u64, 0))
+            .collect()
+    };
+    let form = |gzip: bool, compress: bool| Form {
+        key: SortKey::Name,
+        desc: false,
+        json: false,
+        gzip,
+        compress,
+        title: b"/".to_vec(),
+        notes: [None, None],
+    };
+    let kept_size = items(1_000);
+    let b = form(false, true).build_off_worker(kept_size);
+    assert!(b.body.len() > 64 << 10 && b.body.len() < PageCache::MAX_BYTES);
+    assert!(b.gz.is_some(), "a kept page of {} bytes", b.body.len());
+    assert!(
+        form(false, false)
+            .build_off_worker(items(1_000))
+            .gz
+            .is_none(),
+        "compression off"
+    );
+    assert!(
+        form(false, true).build_off_worker(items(3)).gz.is_none(),
+        "small: the worker's"
+    );
+    assert!(
+        form(true, true).build_off_worker(items(3)).gz.is_some(),
+        "asked"
+    );
+    let huge = form(false, true).build_off_worker(items(60_000));
+    assert!(huge.body.len() > PageCache::MAX_BYTES && huge.gz.is_none());
+}
