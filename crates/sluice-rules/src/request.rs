@@ -111,7 +111,7 @@ impl Maps {
 }
 
 /// A variable a condition or a template can read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Var {
     HttpHost,
     UserAgent,
@@ -120,6 +120,16 @@ pub enum Var {
     RequestUri,
     RequestFilename,
     DocumentRoot,
+    /// `%{REQUEST_METHOD}`.
+    Method,
+    /// `%{SERVER_NAME}`: the request's host without its port, as Apache's
+    /// default `UseCanonicalName Off` gives it.
+    ServerName,
+    /// A request header's value (the first line of that name; empty if none):
+    /// `%{HTTP:Name}`, and `%{HTTP_REFERER}`, `%{HTTP_ACCEPT}`, `%{HTTP_COOKIE}`,
+    /// `%{HTTP_FORWARDED}`, `%{HTTP_PROXY_CONNECTION}`. Each evaluation scans the
+    /// head's lines, only for the rules that name one.
+    Header(Box<str>),
 }
 
 impl Var {
@@ -132,18 +142,35 @@ impl Var {
             "REQUEST_URI" => Var::RequestUri,
             "REQUEST_FILENAME" => Var::RequestFilename,
             "DOCUMENT_ROOT" => Var::DocumentRoot,
-            _ => return None,
+            "REQUEST_METHOD" => Var::Method,
+            "SERVER_NAME" => Var::ServerName,
+            "HTTP_REFERER" => Var::Header("Referer".into()),
+            "HTTP_ACCEPT" => Var::Header("Accept".into()),
+            "HTTP_COOKIE" => Var::Header("Cookie".into()),
+            "HTTP_FORWARDED" => Var::Header("Forwarded".into()),
+            "HTTP_PROXY_CONNECTION" => Var::Header("Proxy-Connection".into()),
+            _ => match n.strip_prefix("HTTP:") {
+                Some(h)
+                    if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b':') =>
+                {
+                    Var::Header(h.into())
+                }
+                _ => return None,
+            },
         })
     }
 
     /// The value as it is in the request, for the variables that are one field
     /// of it (`None` for those that are built: an address, a root plus a path).
-    pub fn borrowed<'r>(self, req: &Request<'r>) -> Option<&'r str> {
+    pub fn borrowed<'r>(&self, req: &Request<'r>) -> Option<&'r str> {
         match self {
             Var::HttpHost => Some(req.host.unwrap_or("")),
             Var::UserAgent => Some(req.user_agent.unwrap_or("")),
             Var::QueryString => Some(req.query.unwrap_or("")),
             Var::RequestUri => Some(req.uri.unwrap_or(req.path)),
+            Var::Method => Some(req.method),
+            Var::ServerName => Some(server_name(req.host)),
+            Var::Header(name) => Some(req.header(name).unwrap_or("")),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot => None,
         }
     }
@@ -153,7 +180,7 @@ impl Var {
     /// return, once as a match arm) measured 50 ns against 43.6 ns per always-map
     /// lookup (`cargo bench -p sluice-rules --bench lookup -- always-map`), the
     /// difference between that target met and not (docs/BENCHMARKS.md).
-    pub fn read(self, req: &Request, out: &mut String) {
+    pub fn read(&self, req: &Request, out: &mut String) {
         match self {
             Var::HttpHost => out.push_str(req.host.unwrap_or("")),
             Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
@@ -176,6 +203,20 @@ impl Var {
                     out.push_str(&r.to_string_lossy());
                 }
             }
+            Var::Method => out.push_str(req.method),
+            Var::ServerName => out.push_str(server_name(req.host)),
+            Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
         }
+    }
+}
+
+/// `host` without a port (`a.example:8080` → `a.example`, `[::1]:80` → `[::1]`).
+fn server_name(host: Option<&str>) -> &str {
+    let h = host.unwrap_or("");
+    match h.rfind(':') {
+        Some(i) if !h[i..].contains(']') && h[i + 1..].bytes().all(|b| b.is_ascii_digit()) => {
+            &h[..i]
+        }
+        _ => h,
     }
 }

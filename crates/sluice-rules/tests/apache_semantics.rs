@@ -297,3 +297,49 @@ fn native_options() {
         }
     );
 }
+
+/// `%{HTTP:Name}` reads the first header line of that name (any case), empty when
+/// there is none; `%{SERVER_NAME}` is the host without its port, also for an IPv6
+/// literal; `%{HTTP:}` is refused when the file loads.
+#[test]
+fn header_variables_and_server_name() {
+    let set = load_with_files(
+        &[],
+        "RewriteEngine On\n\
+         RewriteCond %{HTTP:x-forwarded-proto} =http\n\
+         RewriteRule ^/s$ https://%{SERVER_NAME}/s?m=%{REQUEST_METHOD} [R=301,L]\n\
+         RewriteCond %{HTTP:X-Empty} =\"\"\n\
+         RewriteRule ^/e$ /empty [R=302,L]\n",
+    );
+    let ask = |host: &'static str, headers: &'static str| {
+        set.lookup(&Request {
+            path: "/s",
+            host: Some(host),
+            headers: headers.as_bytes(),
+            method: "GET",
+            ..Default::default()
+        })
+    };
+    let proto = "Accept: */*\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Proto: https\r\n";
+    assert_eq!(
+        ask("m.example:8080", proto),
+        redirect(301, "https://m.example/s?m=GET")
+    );
+    assert_eq!(
+        ask("[::1]:8443", proto),
+        redirect(301, "https://[::1]/s?m=GET")
+    );
+    assert_eq!(ask("[::1]", proto), redirect(301, "https://[::1]/s?m=GET"));
+    assert_eq!(
+        ask("m.example", "X-Forwarded-Proto: https\r\n"),
+        Outcome::Pass
+    );
+    assert_eq!(path_only(&set, "/e"), redirect(302, "/empty"));
+    let bad = RuleSet::from_str(
+        "RewriteEngine On\nRewriteCond %{HTTP:} x\nRewriteRule ^/a$ /b [R]\n",
+        "bad.conf",
+        sluice_rules::Format::Apache,
+        &Default::default(),
+    );
+    assert!(bad.is_err());
+}

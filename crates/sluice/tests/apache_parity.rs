@@ -401,3 +401,93 @@ fn rules_without_l_chain_as_in_apache() {
         "only {served} paths served a file: the case tests little"
     );
 }
+
+/// Conditions on what a request says beyond its path: hotlink protection on
+/// `%{HTTP_REFERER}`, a load balancer's `%{HTTP:X-Forwarded-Proto}` with
+/// `%{SERVER_NAME}` (the host without its port) in the target, `%{REQUEST_METHOD}`,
+/// `%{HTTP_ACCEPT}`, `%{HTTP:Accept-Language}`, and `=""` (the empty string).
+const RULES_D: &str = "RewriteEngine On\n\
+    RewriteCond %{HTTP_REFERER} !^$\n\
+    RewriteCond %{HTTP_REFERER} !^https?://(www\\.)?mirror\\.example/ [NC]\n\
+    RewriteRule \\.iso$ - [F]\n\
+    RewriteCond %{HTTP:X-Forwarded-Proto} =http\n\
+    RewriteRule ^/secure/(.*)$ https://%{SERVER_NAME}/secure/$1 [R=301,L]\n\
+    RewriteCond %{REQUEST_METHOD} =HEAD\n\
+    RewriteRule ^/probe$ /head-probe [R=302,L]\n\
+    RewriteRule ^/probe$ /get-probe [R=302,L]\n\
+    RewriteCond %{HTTP_ACCEPT} application/json\n\
+    RewriteRule ^/api$ /api.json [R=302,L]\n\
+    RewriteRule ^/api$ /api.html [R=302,L]\n\
+    RewriteCond %{HTTP:Accept-Language} ^de\n\
+    RewriteRule ^/lang/$ /de/lang/ [R=302,L]\n\
+    RewriteCond %{HTTP_REFERER} =\"\"\n\
+    RewriteRule ^/noref$ /no-referer [R=302,L]\n";
+
+#[test]
+fn conditions_on_headers_and_method_answer_as_apache() {
+    let (_apache, apache_addr, srv) = both_loading(RULES_D);
+    let ask = |addr: &str, method: &str, path: &str, headers: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: mirror.example:8080\r\n{headers}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let r = read_response(&mut s, method == "HEAD").expect("an answer");
+        let loc = r.header("location").unwrap_or_default();
+        let own = loc
+            .strip_prefix("http://mirror.example:8080")
+            .unwrap_or(loc);
+        (
+            r.status,
+            String::from_utf8_lossy(&decoded(own)).into_owned(),
+        )
+    };
+    let cases: &[(&str, &str, &str)] = &[
+        ("GET", "/debian-12.iso", ""),
+        (
+            "GET",
+            "/debian-12.iso",
+            "Referer: https://mirror.example/iso/\r\n",
+        ),
+        (
+            "GET",
+            "/debian-12.iso",
+            "Referer: http://WWW.Mirror.example/x\r\n",
+        ),
+        (
+            "GET",
+            "/debian-12.iso",
+            "Referer: https://elsewhere.example/\r\n",
+        ),
+        ("GET", "/secure/a/b", "X-Forwarded-Proto: http\r\n"),
+        ("GET", "/secure/a/b", "X-Forwarded-Proto: https\r\n"),
+        ("GET", "/secure/a/b", ""),
+        ("HEAD", "/probe", ""),
+        ("GET", "/probe", ""),
+        ("GET", "/api", "Accept: application/json\r\n"),
+        ("GET", "/api", "Accept: text/html\r\n"),
+        ("GET", "/lang/", "Accept-Language: de-DE,de;q=0.9\r\n"),
+        ("GET", "/lang/", "Accept-Language: en\r\n"),
+        ("GET", "/noref", ""),
+        ("GET", "/noref", "Referer: https://mirror.example/\r\n"),
+    ];
+    let mut differ = Vec::new();
+    let mut answered = std::collections::HashSet::new();
+    for (method, path, headers) in cases {
+        let a = ask(&apache_addr, method, path, headers);
+        let s = ask(&srv.addr, method, path, headers);
+        answered.insert(a.clone());
+        if a != s {
+            differ.push(format!(
+                "{method} {path} {headers:?}: Apache {a:?}, sluice {s:?}"
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
+    assert!(
+        answered.len() >= 9,
+        "the cases must tell the conditions apart: {answered:?}"
+    );
+}

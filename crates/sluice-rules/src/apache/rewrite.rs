@@ -85,6 +85,8 @@ impl Rewrite {
         let test = match pat {
             "-f" | "-F" => CondTest::IsFile,
             "-d" => CondTest::IsDir,
+            // `=""` is Apache's spelling of the empty string.
+            "=\"\"" => CondTest::Equals(String::new()),
             p if p.starts_with('=') => CondTest::Equals(p[1..].to_string()),
             p if p.starts_with('-') && p.len() == 2 => {
                 return self.skip_cond(at, ctx, format!("RewriteCond test {p}"))
