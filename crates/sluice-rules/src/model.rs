@@ -294,13 +294,13 @@ impl Rule {
             .iter()
             .any(|c| !c.subject.reads_request_only(maps))
         {
-            return Some("a condition reads the client's address or a rnd: map");
+            return Some("a condition reads the client's address, the scheme or a rnd: map");
         }
         match &self.action {
             Action::Redirect { target, .. } | Action::Rewrite { target }
                 if !target.reads_request_only(maps) =>
             {
-                return Some("its target reads the client's address or a rnd: map");
+                return Some("its target reads the client's address, the scheme or a rnd: map");
             }
             _ => {}
         }

@@ -29,6 +29,8 @@ pub struct Request<'a> {
     /// The rules have seen this request before (the server asks again a request
     /// that waited for the disk): rate conditions look without counting it twice.
     pub counted: bool,
+    /// The request came over TLS (`%{HTTPS}`, `%{REQUEST_SCHEME}`).
+    pub https: bool,
     /// What `%{REQUEST_URI}` reads when it is not `path`: the path the client
     /// sent, once a `RewriteRule` without `L` has handed a rewritten `path` to the
     /// rules after it (Apache keeps `r->uri` while it rewrites `r->filename`).
@@ -122,6 +124,11 @@ pub enum Var {
     DocumentRoot,
     /// `%{REQUEST_METHOD}`.
     Method,
+    /// `%{HTTPS}`: `on` or `off`. Not the request's bytes: a decision on it is
+    /// not kept for them (the same bytes may come over TLS and over plain HTTP).
+    Https,
+    /// `%{REQUEST_SCHEME}`: `https` or `http` (not kept, as `Https`).
+    Scheme,
     /// `%{SERVER_NAME}`: the request's host without its port, as Apache's
     /// default `UseCanonicalName Off` gives it.
     ServerName,
@@ -143,6 +150,8 @@ impl Var {
             "REQUEST_FILENAME" => Var::RequestFilename,
             "DOCUMENT_ROOT" => Var::DocumentRoot,
             "REQUEST_METHOD" => Var::Method,
+            "HTTPS" => Var::Https,
+            "REQUEST_SCHEME" => Var::Scheme,
             "SERVER_NAME" => Var::ServerName,
             "HTTP_REFERER" => Var::Header("Referer".into()),
             "HTTP_ACCEPT" => Var::Header("Accept".into()),
@@ -169,6 +178,8 @@ impl Var {
             Var::QueryString => Some(req.query.unwrap_or("")),
             Var::RequestUri => Some(req.uri.unwrap_or(req.path)),
             Var::Method => Some(req.method),
+            Var::Https => Some(if req.https { "on" } else { "off" }),
+            Var::Scheme => Some(if req.https { "https" } else { "http" }),
             Var::ServerName => Some(server_name(req.host)),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot => None,
@@ -204,6 +215,8 @@ impl Var {
                 }
             }
             Var::Method => out.push_str(req.method),
+            Var::Https => out.push_str(if req.https { "on" } else { "off" }),
+            Var::Scheme => out.push_str(if req.https { "https" } else { "http" }),
             Var::ServerName => out.push_str(server_name(req.host)),
             Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
         }

@@ -132,12 +132,13 @@ impl Template {
     }
 
     /// True when expansion reads nothing but the request's bytes (and the rule's
-    /// own captures): no `%{REMOTE_ADDR}`, no `rnd:` map. A `txt:` map is loaded
+    /// own captures): no `%{REMOTE_ADDR}`, `%{HTTPS}` or `%{REQUEST_SCHEME}`, no
+    /// `rnd:` map. A `txt:` map is loaded
     /// with the rules and fixed until a reload; the document root is the site's.
     pub fn reads_request_only(&self, maps: &Maps) -> bool {
         self.parts.iter().all(|p| match p {
             Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) => true,
-            Part::Var(v) => *v != Var::RemoteAddr,
+            Part::Var(v) => !matches!(v, Var::RemoteAddr | Var::Https | Var::Scheme),
             Part::Map(m) => {
                 !matches!(maps.get(m.slot), Some(MapDef::Rnd(_)))
                     && m.key.reads_request_only(maps)

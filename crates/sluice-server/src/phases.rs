@@ -27,6 +27,8 @@ pub struct PhaseCtx<'a> {
     /// The phases have seen this request before: it waited for the disk and is
     /// asked again (rate conditions must not count it twice).
     pub again: bool,
+    /// The connection is HTTPS (the rules' `%{HTTPS}`).
+    pub https: bool,
     /// Out: the rule that decided, and its action (`sluice_status::counters::ACTIONS`
     /// index), for the status page's per-rule counters.
     pub rule: Option<(u32, usize)>,
@@ -93,6 +95,7 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             method: head.method_str,
             headers: head.raw_headers,
             counted: ctx.again,
+            https: ctx.https,
         };
         // `kept`: the rules decided on the request's bytes alone, so the answer
         // may be kept for them (as far as the rest of it allows): `reuse_until`.

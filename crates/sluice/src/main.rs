@@ -186,6 +186,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 root: root.as_deref(),
                 files: tests.as_ref().map(|t| t as &dyn sluice_rules::FileTests),
                 counted: false,
+                https: false,
                 method: &method,
                 headers: raw_headers.as_bytes(),
             };

@@ -405,7 +405,8 @@ fn rules_without_l_chain_as_in_apache() {
 /// Conditions on what a request says beyond its path: hotlink protection on
 /// `%{HTTP_REFERER}`, a load balancer's `%{HTTP:X-Forwarded-Proto}` with
 /// `%{SERVER_NAME}` (the host without its port) in the target, `%{REQUEST_METHOD}`,
-/// `%{HTTP_ACCEPT}`, `%{HTTP:Accept-Language}`, and `=""` (the empty string).
+/// `%{HTTP_ACCEPT}`, `%{HTTP:Accept-Language}`, `=""` (the empty string), and
+/// `%{HTTPS}` and `%{REQUEST_SCHEME}` on plain HTTP (over TLS: `tls.rs`).
 const RULES_D: &str = "RewriteEngine On\n\
     RewriteCond %{HTTP_REFERER} !^$\n\
     RewriteCond %{HTTP_REFERER} !^https?://(www\\.)?mirror\\.example/ [NC]\n\
@@ -421,7 +422,10 @@ const RULES_D: &str = "RewriteEngine On\n\
     RewriteCond %{HTTP:Accept-Language} ^de\n\
     RewriteRule ^/lang/$ /de/lang/ [R=302,L]\n\
     RewriteCond %{HTTP_REFERER} =\"\"\n\
-    RewriteRule ^/noref$ /no-referer [R=302,L]\n";
+    RewriteRule ^/noref$ /no-referer [R=302,L]\n\
+    RewriteCond %{HTTPS} off\n\
+    RewriteRule ^/force/(.*)$ https://%{SERVER_NAME}/force/$1 [R=301,L]\n\
+    RewriteRule ^/sch$ /by-%{REQUEST_SCHEME} [R=302,L]\n";
 
 #[test]
 fn conditions_on_headers_and_method_answer_as_apache() {
@@ -472,6 +476,8 @@ fn conditions_on_headers_and_method_answer_as_apache() {
         ("GET", "/lang/", "Accept-Language: en\r\n"),
         ("GET", "/noref", ""),
         ("GET", "/noref", "Referer: https://mirror.example/\r\n"),
+        ("GET", "/force/a", ""),
+        ("GET", "/sch", ""),
     ];
     let mut differ = Vec::new();
     let mut answered = std::collections::HashSet::new();
@@ -487,7 +493,7 @@ fn conditions_on_headers_and_method_answer_as_apache() {
     }
     assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
     assert!(
-        answered.len() >= 9,
+        answered.len() >= 11,
         "the cases must tell the conditions apart: {answered:?}"
     );
 }

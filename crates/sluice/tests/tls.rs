@@ -662,3 +662,48 @@ fn proxy_headers_before_the_handshake_on_an_https_listener() {
         200
     );
 }
+
+/// `%{HTTPS}` and `%{REQUEST_SCHEME}` tell the two listeners apart: the usual
+/// "send plain HTTP to HTTPS" rule redirects only plain requests, and a rewrite by
+/// scheme serves each its own file. The same request bytes over either, again and
+/// again on one worker: a decision on the scheme is never kept for the bytes and
+/// given to the other scheme.
+#[test]
+fn rules_see_whether_the_request_came_over_tls() {
+    let pki = Pki::new(&["localhost"]);
+    let dir = docroot();
+    std::fs::create_dir(dir.path().join("secure")).unwrap();
+    std::fs::write(dir.path().join("secure/x.txt"), "secret\n").unwrap();
+    std::fs::write(dir.path().join("http.txt"), "by http\n").unwrap();
+    std::fs::write(dir.path().join("https.txt"), "by https\n").unwrap();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteCond %{HTTPS} off\n\
+         RewriteRule ^/secure/(.*)$ https://%{SERVER_NAME}/secure/$1 [R=301,L]\n\
+         RewriteRule ^/scheme$ /%{REQUEST_SCHEME}.txt [L]\n",
+    )
+    .unwrap();
+    let rules = rules.to_str().unwrap().to_string();
+    let (srv, tls) = https_server(dir, &pki, &["--rules", &rules, "--workers", "1"]);
+    let ask = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: localhost:9\r\nConnection: close\r\n\r\n")
+    };
+    for _ in 0..3 {
+        let plain = srv.get(&ask("/secure/x.txt"));
+        assert_eq!(plain.status, 301);
+        assert_eq!(
+            plain.header("location"),
+            Some("https://localhost/secure/x.txt")
+        );
+        let over_tls = s_client_talk(&tls, &["-quiet"], ask("/secure/x.txt").as_bytes());
+        assert!(
+            over_tls.starts_with("HTTP/1.1 200") && over_tls.ends_with("secret\n"),
+            "{over_tls}"
+        );
+        assert_eq!(srv.get(&ask("/scheme")).text(), "by http\n");
+        let over_tls = s_client_talk(&tls, &["-quiet"], ask("/scheme").as_bytes());
+        assert!(over_tls.ends_with("by https\n"), "{over_tls}");
+    }
+}

@@ -196,6 +196,7 @@ impl Worker {
             peer: c.peer,
             now: self.now,
             again: rounds > 0,
+            https: matches!(c.via.as_deref(), Some(super::conn::Via::Tls(_))),
             rule: None,
             errant: None,
         };
