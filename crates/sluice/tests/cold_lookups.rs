@@ -270,8 +270,15 @@ fn rules_file_tests_and_rates_wait_for_the_disk_threads() {
 fn a_listing_is_read_by_the_disk_threads_while_lookups_go_there() {
     let mut pages = Vec::new();
     for (threads, lookup_max) in [(2, "0s"), (0, "0s"), (2, "1s")] {
+        // Each server has its own root: the listed times are made the same.
+        let dir = docroot();
+        for e in std::fs::read_dir(dir.path().join("list")).unwrap() {
+            let f = std::fs::File::open(e.unwrap().path()).unwrap();
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+            f.set_modified(t).unwrap();
+        }
         let srv = Server::start_with_config(
-            docroot(),
+            dir,
             &format!(
                 "[files]\nlisting = true\ndisk_threads = {threads}\n\
                  disk_lookup_max = \"{lookup_max}\"\n"
