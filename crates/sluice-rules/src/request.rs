@@ -31,6 +31,10 @@ pub struct Request<'a> {
     pub counted: bool,
     /// The request came over TLS (`%{HTTPS}`, `%{REQUEST_SCHEME}`).
     pub https: bool,
+    /// The request-target as sent and the HTTP minor version, for
+    /// `%{THE_REQUEST}` (an empty target: the path and query stand for it).
+    pub target: &'a str,
+    pub minor: u8,
     /// What `%{REQUEST_URI}` reads when it is not `path`: the path the client
     /// sent, once a `RewriteRule` without `L` has handed a rewritten `path` to the
     /// rules after it (Apache keeps `r->uri` while it rewrites `r->filename`).
@@ -129,6 +133,8 @@ pub enum Var {
     Https,
     /// `%{REQUEST_SCHEME}`: `https` or `http` (not kept, as `Https`).
     Scheme,
+    /// `%{THE_REQUEST}`: the request line as sent, `GET /a?b HTTP/1.1`.
+    TheRequest,
     /// `%{SERVER_NAME}`: the request's host without its port, as Apache's
     /// default `UseCanonicalName Off` gives it.
     ServerName,
@@ -151,6 +157,7 @@ impl Var {
             "DOCUMENT_ROOT" => Var::DocumentRoot,
             "REQUEST_METHOD" => Var::Method,
             "HTTPS" => Var::Https,
+            "THE_REQUEST" => Var::TheRequest,
             "REQUEST_SCHEME" => Var::Scheme,
             "SERVER_NAME" => Var::ServerName,
             "HTTP_REFERER" => Var::Header("Referer".into()),
@@ -182,7 +189,7 @@ impl Var {
             Var::Scheme => Some(if req.https { "https" } else { "http" }),
             Var::ServerName => Some(server_name(req.host)),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
-            Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot => None,
+            Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot | Var::TheRequest => None,
         }
     }
 
@@ -215,6 +222,21 @@ impl Var {
                 }
             }
             Var::Method => out.push_str(req.method),
+            Var::TheRequest => {
+                out.push_str(req.method);
+                out.push(' ');
+                if req.target.is_empty() {
+                    out.push_str(req.uri.unwrap_or(req.path));
+                    if let Some(q) = req.query.filter(|_| req.uri.is_none()) {
+                        out.push('?');
+                        out.push_str(q);
+                    }
+                } else {
+                    out.push_str(req.target);
+                }
+                out.push_str(" HTTP/1.");
+                out.push(char::from(b'0' + req.minor.min(9)));
+            }
             Var::Https => out.push_str(if req.https { "on" } else { "off" }),
             Var::Scheme => out.push_str(if req.https { "https" } else { "http" }),
             Var::ServerName => out.push_str(server_name(req.host)),

@@ -96,6 +96,8 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             headers: head.raw_headers,
             counted: ctx.again,
             https: ctx.https,
+            target: head.target,
+            minor: head.minor,
         };
         // `kept`: the rules decided on the request's bytes alone, so the answer
         // may be kept for them (as far as the rest of it allows): `reuse_until`.

@@ -187,6 +187,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 files: tests.as_ref().map(|t| t as &dyn sluice_rules::FileTests),
                 counted: false,
                 https: false,
+                target: "",
+                minor: 1,
                 method: &method,
                 headers: raw_headers.as_bytes(),
             };

@@ -406,7 +406,8 @@ fn rules_without_l_chain_as_in_apache() {
 /// `%{HTTP_REFERER}`, a load balancer's `%{HTTP:X-Forwarded-Proto}` with
 /// `%{SERVER_NAME}` (the host without its port) in the target, `%{REQUEST_METHOD}`,
 /// `%{HTTP_ACCEPT}`, `%{HTTP:Accept-Language}`, `=""` (the empty string), and
-/// `%{HTTPS}` and `%{REQUEST_SCHEME}` on plain HTTP (over TLS: `tls.rs`).
+/// `%{HTTPS}` and `%{REQUEST_SCHEME}` on plain HTTP (over TLS: `tls.rs`), and
+/// `%{THE_REQUEST}` (the canonical-URL rule that drops `index.html`).
 const RULES_D: &str = "RewriteEngine On\n\
     RewriteCond %{HTTP_REFERER} !^$\n\
     RewriteCond %{HTTP_REFERER} !^https?://(www\\.)?mirror\\.example/ [NC]\n\
@@ -425,7 +426,12 @@ const RULES_D: &str = "RewriteEngine On\n\
     RewriteRule ^/noref$ /no-referer [R=302,L]\n\
     RewriteCond %{HTTPS} off\n\
     RewriteRule ^/force/(.*)$ https://%{SERVER_NAME}/force/$1 [R=301,L]\n\
-    RewriteRule ^/sch$ /by-%{REQUEST_SCHEME} [R=302,L]\n";
+    RewriteRule ^/sch$ /by-%{REQUEST_SCHEME} [R=302,L]\n\
+    RewriteCond %{THE_REQUEST} \\s/+(.*/)?index\\.html[\\s?]\n\
+    RewriteRule ^/(.*/)?index\\.html$ /$1 [R=301,L]\n\
+    RewriteCond %{THE_REQUEST} ^HEAD\\s/tr\\sHTTP/1\\.1$\n\
+    RewriteRule ^/tr$ /tr-head [R=302,L]\n\
+    RewriteRule ^/tr$ /tr-other [R=302,L]\n";
 
 #[test]
 fn conditions_on_headers_and_method_answer_as_apache() {
@@ -478,6 +484,10 @@ fn conditions_on_headers_and_method_answer_as_apache() {
         ("GET", "/noref", "Referer: https://mirror.example/\r\n"),
         ("GET", "/force/a", ""),
         ("GET", "/sch", ""),
+        ("GET", "/idx/index.html", ""),
+        ("GET", "/idx/index.html?a=1", ""),
+        ("HEAD", "/tr", ""),
+        ("GET", "/tr", ""),
     ];
     let mut differ = Vec::new();
     let mut answered = std::collections::HashSet::new();
@@ -493,7 +503,7 @@ fn conditions_on_headers_and_method_answer_as_apache() {
     }
     assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
     assert!(
-        answered.len() >= 11,
+        answered.len() >= 14,
         "the cases must tell the conditions apart: {answered:?}"
     );
 }
