@@ -236,10 +236,7 @@ impl RuleSet {
             cands.partition_point(|&c| c < from)
         };
         for &i in &cands[start..] {
-            if rewrite_only && i >= self.first_alias {
-                break;
-            }
-            if self.rules[i as usize].flags.chained && i != from {
+            if !self.may_ask(i, from, rewrite_only) {
                 continue;
             }
             *kept &= match self.reads[i as usize] {

@@ -187,7 +187,7 @@ impl Var {
             Var::Method => Some(req.method),
             Var::Https => Some(if req.https { "on" } else { "off" }),
             Var::Scheme => Some(if req.https { "https" } else { "http" }),
-            Var::ServerName => Some(server_name(req.host)),
+            Var::ServerName => Some(host_without_port(req.host.unwrap_or(""))),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot | Var::TheRequest => None,
         }
@@ -239,19 +239,20 @@ impl Var {
             }
             Var::Https => out.push_str(if req.https { "on" } else { "off" }),
             Var::Scheme => out.push_str(if req.https { "https" } else { "http" }),
-            Var::ServerName => out.push_str(server_name(req.host)),
+            Var::ServerName => out.push_str(host_without_port(req.host.unwrap_or(""))),
             Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
         }
     }
 }
 
-/// `host` without a port (`a.example:8080` → `a.example`, `[::1]:80` → `[::1]`).
-fn server_name(host: Option<&str>) -> &str {
-    let h = host.unwrap_or("");
-    match h.rfind(':') {
-        Some(i) if !h[i..].contains(']') && h[i + 1..].bytes().all(|b| b.is_ascii_digit()) => {
-            &h[..i]
-        }
+/// `host` without a port (`a.example:8080` → `a.example`, `[::1]:80` → `[::1]`),
+/// as `%{SERVER_NAME}` gives it and as the server sees a `Host`.
+pub fn host_without_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.find(']').map_or(h, |i| &h[..=i]);
+    }
+    match h.split_once(':') {
+        Some((name, port)) if !port.contains(':') => name,
         _ => h,
     }
 }

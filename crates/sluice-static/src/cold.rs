@@ -47,10 +47,10 @@
 //! sorts and renders the page (and gzips it, if the request asked) and leaves it
 //! for the worker ([`ReadListings`]): a directory of 100,000 entries is ~80 ms of
 //! rendering that no longer holds up the worker's other connections. That thread
-//! does it at a lower priority (nice +10, `priority::LISTING_NICE`), so that clients asking
-//! for big listings again and again cannot take the CPU from the workers. A listing is
-//! built at most once per `cache_validity` per URL and form, so the hand-off costs
-//! nothing on the common path.
+//! does it at a lower priority (nice +10, `priority::LISTING_NICE`), so that
+//! clients asking for big listings again and again cannot take the CPU from the
+//! workers. A listing is built at most once per `cache_validity` per URL and form,
+//! so the hand-off costs nothing on the common path.
 
 use crate::listing;
 use crate::open::{sibling_name, Root, Stamp};

@@ -103,23 +103,17 @@ impl Item {
 
 /// Percent-encode one path segment: keeps unreserved characters and `!$'()*+,;=@`.
 pub fn encode_segment(name: &[u8], out: &mut String) {
-    for &b in name {
-        if b.is_ascii_alphanumeric() || b"-._~!$'()*+,;=@".contains(&b) {
-            out.push(b as char);
-        } else {
-            sluice_http::response::push_percent(out, b);
-        }
-    }
+    encode_segment_as(name, false, out)
 }
 
-/// [`encode_segment`], then HTML-escaped for an attribute, in one pass: of what
-/// `encode_segment` keeps, only `'` needs an entity.
-fn encode_segment_html(name: &[u8], out: &mut String) {
+/// [`encode_segment`], and HTML-escaped for an attribute too if `html`, in one
+/// pass: of what `encode_segment` keeps, only `'` needs an entity.
+fn encode_segment_as(name: &[u8], html: bool, out: &mut String) {
     for &b in name {
-        if b.is_ascii_alphanumeric() || b"-._~!$()*+,;=@".contains(&b) {
-            out.push(b as char);
-        } else if b == b'\'' {
+        if html && b == b'\'' {
             out.push_str("&#39;");
+        } else if b.is_ascii_alphanumeric() || b"-._~!$'()*+,;=@".contains(&b) {
+            out.push(b as char);
         } else {
             sluice_http::response::push_percent(out, b);
         }
@@ -378,7 +372,7 @@ pub fn html(
     // (The rows are the page's cost: ~0.4 µs an entry, docs/BENCHMARKS.md.)
     for i in items {
         s.push_str("<tr><td><a href=\"./");
-        encode_segment_html(&i.name, &mut s);
+        encode_segment_as(&i.name, true, &mut s);
         let slash = if i.dir { "/" } else { "" };
         s.push_str(slash);
         s.push_str("\">");

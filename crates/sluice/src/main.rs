@@ -146,7 +146,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let cfg = sluice_config::Config::load(&file).map_err(anyhow::Error::msg)?;
                     let (sites, hosts) =
                         sluice_config::sites::resolve(&cfg).map_err(anyhow::Error::msg)?;
-                    let host_only = host.as_deref().map(strip_port);
+                    let host_only = host
+                        .as_deref()
+                        .map(sluice_rules::request::host_without_port);
                     let site = &sites[hosts.find(host_only)];
                     if sites.len() > 1 {
                         println!("site: {} (root {})", site.label, site.root.display());
@@ -195,17 +197,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", set.explain(&req));
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// `example.org:8080` → `example.org`; `[::1]:80` → `[::1]` (as the server sees Host).
-fn strip_port(h: &str) -> &str {
-    if h.starts_with('[') {
-        return h.find(']').map_or(h, |i| &h[..=i]);
-    }
-    match h.split_once(':') {
-        Some((name, port)) if !port.contains(':') => name,
-        _ => h,
     }
 }
 

@@ -158,16 +158,22 @@ impl Drop for Apache {
     }
 }
 
-/// The status and `Location` of `GET path` (`Host: a`) at `addr`.
-fn redirect(addr: &str, path: &str) -> (u16, String) {
+/// `method path` with header lines `headers` (`Host` among them) at `addr`, on a
+/// connection of its own; the answer (its body read unless `method` is HEAD).
+fn send(addr: &str, method: &str, path: &str, headers: &str) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
-    let r = read_response(&mut s, false).expect("an answer");
+    read_response(&mut s, method == "HEAD").expect("an answer")
+}
+
+/// The status and `Location` of `GET path` (`Host: a`) at `addr`.
+fn redirect(addr: &str, path: &str) -> (u16, String) {
+    let r = send(addr, "GET", path, "Host: a\r\n");
     (
         r.status,
         r.header("location").unwrap_or_default().to_string(),
@@ -309,15 +315,8 @@ const PATHS_B: &[&str] = &[
 fn alias_forms_refusals_and_conditions_answer_as_apache() {
     let (_apache, apache_addr, srv) = both_loading(RULES_B);
     let ask = |addr: &str, path: &str, agent: &str| {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: www.Mirror.example\r\nUser-Agent: {agent}\r\n\
-             Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let r = read_response(&mut s, false).expect("an answer");
+        let headers = format!("Host: www.Mirror.example\r\nUser-Agent: {agent}\r\n");
+        let r = send(addr, "GET", path, &headers);
         // Apache makes a relative target absolute on the request's host.
         let loc = r.header("location").unwrap_or_default();
         let own = loc.strip_prefix("http://www.mirror.example").unwrap_or(loc);
@@ -365,14 +364,7 @@ fn rules_without_l_chain_as_in_apache() {
         .collect();
     let (_apache, apache_addr, srv) = both_serving(&rules, &files);
     let ask = |addr: &str, path: &str| {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let r = read_response(&mut s, false).expect("an answer");
+        let r = send(addr, "GET", path, "Host: a\r\n");
         let loc = decoded(r.header("location").unwrap_or_default());
         // Error pages differ in wording; a file served is compared by its text.
         let body = if r.status == 200 {
@@ -437,14 +429,12 @@ const RULES_D: &str = "RewriteEngine On\n\
 fn conditions_on_headers_and_method_answer_as_apache() {
     let (_apache, apache_addr, srv) = both_loading(RULES_D);
     let ask = |addr: &str, method: &str, path: &str, headers: &str| {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: mirror.example:8080\r\n{headers}Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let r = read_response(&mut s, method == "HEAD").expect("an answer");
+        let r = send(
+            addr,
+            method,
+            path,
+            &format!("Host: mirror.example:8080\r\n{headers}"),
+        );
         let loc = r.header("location").unwrap_or_default();
         let own = loc
             .strip_prefix("http://mirror.example:8080")
