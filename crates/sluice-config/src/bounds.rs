@@ -21,6 +21,7 @@ pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
 pub const LIMIT_RATE: (u64, u64) = (0, 4_000_000_000);
 pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
 pub const DISK_THREADS: (u64, u64) = (0, 256);
+pub const LISTING_THREADS: (u64, u64) = (1, 64);
 pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);
 pub const ANSWER_CACHE: (u64, u64) = (0, 1 << 16);
 pub const UNSENT_MAX: (u64, u64) = (0, 1 << 30);

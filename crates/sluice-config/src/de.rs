@@ -108,6 +108,7 @@ bounded!(processes, usize, bounds::PROCESSES);
 bounded!(listen_sockets, usize, bounds::LISTEN_SOCKETS);
 bounded!(buffer_size, usize, bounds::BUFFER_SIZE);
 bounded!(disk_threads, usize, bounds::DISK_THREADS);
+bounded!(listing_threads, usize, bounds::LISTING_THREADS);
 bounded!(keepalive_requests, u64, bounds::KEEPALIVE_REQUESTS);
 bounded!(max_request_line, usize, bounds::MAX_REQUEST_LINE);
 bounded!(max_head, usize, bounds::MAX_HEAD);

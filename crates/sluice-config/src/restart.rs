@@ -39,6 +39,10 @@ impl Config {
                 a.files.disk_threads != b.files.disk_threads,
             ),
             (
+                "files.listing_threads",
+                a.files.listing_threads != b.files.listing_threads,
+            ),
+            (
                 "condition.max_connections",
                 c.max_connections != d.max_connections,
             ),

@@ -203,6 +203,13 @@ pub struct FilesSection {
     /// never waits on it (0: workers read for themselves). Set at start.
     #[serde(deserialize_with = "crate::de::disk_threads")]
     pub disk_threads: usize,
+    /// Threads (per serving process, besides the disk threads) that read
+    /// directories and build their listing pages, at nice +10, so that clients
+    /// asking for big listings can never hold the threads cold files are read
+    /// by. Only with `disk_threads` above 0 (else the workers build listings).
+    /// Set at start.
+    #[serde(deserialize_with = "crate::de::listing_threads")]
+    pub listing_threads: usize,
     /// A lookup of a path the kernel has no directory entry for (a name not asked
     /// for in a while, or never: a 404) may or may not read the disk, and nothing
     /// tells which beforehand. The worker makes it itself while the disk threads
@@ -653,6 +660,7 @@ impl Default for FilesSection {
             precompressed: true,
             compress_listings: true,
             disk_threads: 8,
+            listing_threads: 2,
             disk_lookup_max: Duration::from_millis(1),
             types: Default::default(),
             types_file: None,

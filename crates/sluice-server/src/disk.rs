@@ -18,7 +18,19 @@
 //! it from the start, from the caches. The same goes for a listing's directory
 //! read (the entries are left for the worker to render) and the rules' `-f`/`-d`.
 //!
-//! Owns: the pool threads, the bounded job queue, one completion list per worker.
+//! Listings have a lane of their own: [`DiskPool`]'s listing threads
+//! (`files.listing_threads`, named `sluice-list*`, at nice +10 for their whole
+//! life) with their own queue. A 100,000-entry directory's page is ~0.25 s of a
+//! thread's CPU, and 40 clients asking for it again and again held all eight
+//! disk threads of the old shared queue: a 404 for a fresh name, which waits for
+//! a disk thread while they have work in hand, took 1.9 s at the median
+//! (docs/BENCHMARKS.md, "A listing herd"). Now cold files and lookups never wait
+//! behind a listing, and a listing waits only behind other listings. A full
+//! listing queue is answered 503 with `Retry-After` by the worker
+//! ([`DiskPool::submit_lookup`] says so), never built on the worker.
+//!
+//! Owns: the pool threads and the listing threads, their two bounded job queues,
+//! one completion list per worker.
 //! Must not: touch connections (it sees keys only) or send anything.
 //! Costs: nothing for bodies under [`COLD_CHECK_MIN`] (their pages are checked when
 //! their cache entry is made: `sluice_static::cold`); for larger bodies, per [`PREFETCH`] bytes sent,
@@ -55,6 +67,9 @@ pub use sluice_static::cold::{resident, COLD_CHECK_MIN};
 pub const PREFETCH: u64 = 1024 * 1024;
 /// Cold ranges and lookups that may wait for a pool thread, over all workers.
 const QUEUE: usize = 4096;
+/// Listings that may wait for a listing thread: at 0.25 s a build for the biggest
+/// directories, a request further back would wait longer than clients do.
+const LIST_QUEUE: usize = 64;
 
 /// Connections of one worker whose cold range is now cached: `(key, generation)`.
 pub struct Completions {
@@ -145,11 +160,25 @@ pub struct DiskPool {
     tx: SyncSender<Job>,
     /// Jobs queued or being read (not the reads ahead): while any is, the disk
     /// is in use, and a worker tries no lookup that might read it (`busy`).
+    /// Listings are not counted: they have their own threads.
     in_hand: Arc<AtomicUsize>,
+    /// The listing threads' queue.
+    lists: SyncSender<Job>,
+}
+
+/// Why [`DiskPool::submit_lookup`] did not take a lookup.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The queue of cold ranges and lookups is full: the worker makes it itself.
+    Full,
+    /// The listing threads' queue is full: the worker answers 503, and does not
+    /// build the page itself (a big directory's would stall it for 0.2 s).
+    ListingsFull,
 }
 
 impl DiskPool {
-    pub fn start(threads: usize) -> std::io::Result<DiskPool> {
+    /// `threads` disk threads and `listing_threads` listing threads (at least one).
+    pub fn start(threads: usize, listing_threads: usize) -> std::io::Result<DiskPool> {
         let (tx, rx) = sync_channel::<Job>(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
         let in_hand = Arc::new(AtomicUsize::new(0));
@@ -162,7 +191,15 @@ impl DiskPool {
                 .name(format!("sluice-disk{i}"))
                 .spawn(move || read_loop(&rx, &sink, &in_hand))?;
         }
-        Ok(DiskPool { tx, in_hand })
+        let (lists, list_rx) = sync_channel::<Job>(LIST_QUEUE);
+        let list_rx = Arc::new(Mutex::new(list_rx));
+        for i in 0..listing_threads.max(1) {
+            let rx = Arc::clone(&list_rx);
+            std::thread::Builder::new()
+                .name(format!("sluice-list{i}"))
+                .spawn(move || list_loop(&rx))?;
+        }
+        Ok(DiskPool { tx, in_hand, lists })
     }
 
     /// Whether the threads have work in hand (the disk is in use).
@@ -196,10 +233,26 @@ impl DiskPool {
         self.queue(what, who, to)
     }
 
-    /// Make `cold`'s lookup and read off the worker, then report `who` to `to`.
-    /// `false` when it could not be queued (the caller makes it itself).
-    pub fn submit_lookup(&self, cold: ColdLookup, who: (u32, u32), to: &Arc<Completions>) -> bool {
-        self.queue(Work::Lookup(cold), who, to)
+    /// Make `cold`'s lookup and read off the worker (a listing on a listing
+    /// thread), then report `who` to `to`; else why not ([`Refused`]).
+    pub fn submit_lookup(
+        &self,
+        cold: ColdLookup,
+        who: (u32, u32),
+        to: &Arc<Completions>,
+    ) -> Result<(), Refused> {
+        if cold.is_listing() {
+            let job = Job {
+                what: Work::Lookup(cold),
+                who,
+                to: Arc::clone(to),
+            };
+            return self.lists.try_send(job).map_err(|_| Refused::ListingsFull);
+        }
+        match self.queue(Work::Lookup(cold), who, to) {
+            true => Ok(()),
+            false => Err(Refused::Full),
+        }
     }
 
     fn queue(&self, what: Work, who: (u32, u32), to: &Arc<Completions>) -> bool {
@@ -267,6 +320,21 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
     }
 }
 
+/// A listing thread: at nice +10 from its start (`LISTING_NICE`), so that the
+/// workers, when they want the CPU, get it first; each job reads a directory,
+/// builds its page, and reports.
+fn list_loop(rx: &Mutex<Receiver<Job>>) {
+    sluice_static::cold::lower_this_thread();
+    loop {
+        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let Ok(job) = job else { return };
+        if let Work::Lookup(cold) = job.what {
+            cold.warm(|_, _, _| {});
+        }
+        job.to.finish(job.who);
+    }
+}
+
 /// Have `[off, off + len)` of `file` read into the page cache, waiting for it.
 fn fill(sink: &File, file: &File, off: u64, len: u64) {
     let mut at = off as libc::off_t;
@@ -306,7 +374,7 @@ pub(crate) mod tests {
         let done = Completions::new(Arc::new(
             mio::Waker::new(poll.registry(), mio::Token(1)).unwrap(),
         ));
-        (poll, done, DiskPool::start(1).unwrap())
+        (poll, done, DiskPool::start(1, 1).unwrap())
     }
 
     #[test]

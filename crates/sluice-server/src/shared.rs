@@ -96,7 +96,7 @@ impl Shared {
         };
         let disk = match snap.config.files.disk_threads {
             0 => None,
-            n => disk::DiskPool::start(n)
+            n => disk::DiskPool::start(n, snap.config.files.listing_threads)
                 .map_err(
                     |e| tracing::warn!(error = %e, "no disk threads; cold reads block workers"),
                 )

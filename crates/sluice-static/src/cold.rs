@@ -43,14 +43,17 @@
 //! kernel's caches only while lookups go to the disk threads
 //! (`FileCache::stamp`: three system calls instead of one). The rules' `-f`/`-d`
 //! conditions are lookups in the same cache. A listing's directory read is made
-//! by a disk thread whenever there are disk threads ([`Gate::list`]), which also
-//! sorts and renders the page (and gzips it, if the request asked) and leaves it
-//! for the worker ([`ReadListings`]): a directory of 100,000 entries is ~80 ms of
-//! rendering that no longer holds up the worker's other connections. That thread
-//! does it at a lower priority (nice +10, `priority::LISTING_NICE`), so that
-//! clients asking for big listings again and again cannot take the CPU from the
-//! workers. A listing is built at most once per `cache_validity` per URL and form,
-//! so the hand-off costs nothing on the common path.
+//! off the worker whenever there are disk threads ([`Gate::list`]), by one of the
+//! server's listing threads, which also sorts and renders the page (and gzips
+//! it, if the request asked) and leaves it for the worker ([`ReadListings`]): a
+//! directory of 100,000 entries is ~80 ms of rendering that no longer holds up
+//! the worker's other connections. Those threads run at a lower priority (nice
+//! +10, [`lower_this_thread`]), so that clients asking for big listings again and
+//! again cannot take the CPU from the workers, and they are not the disk threads,
+//! so such clients cannot make cold files wait either. A listing is built at
+//! most once per `cache_validity` per URL and form, so the hand-off costs
+//! nothing on the common path; requests of one worker for a page being built
+//! wait for that build ([`ListingKey`]).
 
 use crate::listing;
 use crate::open::{sibling_name, Root, Stamp};
@@ -59,7 +62,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bodies smaller than this are sent without the send path checking their pages
@@ -431,59 +434,6 @@ pub fn sleeps() -> (i64, i64) {
     (ru.ru_nvcsw, ru.ru_inblock)
 }
 
-/// Directory listings' pages built by the disk threads for one handler, until
-/// the request that waited for them is asked again and takes them
-/// ([`Gate::list`]). At most [`READ_LISTINGS_MAX`], each for at most
-/// [`READ_LISTING_TTL`]: a request whose client left never takes its page,
-/// and a later request must not be shown it.
-#[derive(Debug, Default)]
-pub struct ReadListings(Mutex<Vec<ReadListing>>);
-
-/// One directory's page in one form (and coding), built from entries read at `at`.
-#[derive(Debug)]
-struct ReadListing {
-    rel: Box<str>,
-    form: u8,
-    at: Instant,
-    read: io::Result<listing::Built>,
-}
-
-/// Listings read and not yet taken, per handler.
-pub const READ_LISTINGS_MAX: usize = 16;
-/// How long a listing read by a disk thread may wait to be taken.
-pub const READ_LISTING_TTL: Duration = Duration::from_secs(5);
-
-impl ReadListings {
-    fn put(&self, rel: &str, form: &listing::Form, read: io::Result<listing::Built>) {
-        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if l.len() >= READ_LISTINGS_MAX {
-            drop(l.remove(0));
-        }
-        l.push(ReadListing {
-            rel: rel.into(),
-            form: form.id(),
-            at: Instant::now(),
-            read,
-        });
-    }
-
-    /// The page built for `rel` in `form`, with its gzipped form if `form` asks
-    /// for gzip (a build with one serves a plain request too).
-    fn take(&self, rel: &str, form: &listing::Form) -> Option<io::Result<listing::Built>> {
-        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if l.is_empty() {
-            return None;
-        }
-        l.retain(|r| r.at.elapsed() < READ_LISTING_TTL);
-        let i = l.iter().position(|r| {
-            *r.rel == *rel
-                && r.form == form.id()
-                && (!form.gzip || r.read.as_ref().map_or(true, |b| b.gz.is_some()))
-        })?;
-        Some(l.swap_remove(i).read)
-    }
-}
-
 /// A lookup that found its answer needs the disk: the path (normalized, relative
 /// to the root) and the root, so that a disk thread can do the waiting
 /// ([`ColdLookup::warm`]).
@@ -528,6 +478,23 @@ impl ColdLookup {
         &self.rel
     }
 
+    /// Whether it reads a directory and builds its listing page (the server has
+    /// threads of their own for those).
+    pub fn is_listing(&self) -> bool {
+        self.listing.is_some()
+    }
+
+    /// For a listing: which page it builds, as [`ListingKey`] (requests of one
+    /// worker for the same page wait for one build).
+    pub fn listing_key(&self) -> Option<ListingKey> {
+        let (_, form, _) = self.listing.as_ref()?;
+        Some(ListingKey {
+            rel: self.rel.clone(),
+            form: form.id(),
+            gzip: form.gzip,
+        })
+    }
+
     /// On a thread that may wait: look the path up (under the root's symlink
     /// policy, as the worker will), read what the worker's next lookup reads
     /// (the bytes of a file below [`COLD_CHECK_MIN`], through `read`, which should
@@ -539,10 +506,9 @@ impl ColdLookup {
     /// builds the page asked for and leaves it for the worker.
     pub fn warm(&self, mut read: impl FnMut(&File, u64, u64)) {
         if let Some((hidden, form, into)) = &self.listing {
-            // A big directory is CPU work (a stat per entry, then the page): done
-            // at a lower priority, so that the workers, when they want the CPU
-            // too, get it first.
-            let _lower = Lowered::by(LISTING_NICE);
+            // A big directory is CPU work (a stat per entry, then the page): the
+            // server's listing threads do it, at a lower priority
+            // ([`lower_this_thread`]).
             let (entries, slow) = self
                 .costs
                 .timed(|| listing::read(&self.root, &self.rel, *hidden));
@@ -568,8 +534,10 @@ impl ColdLookup {
     }
 }
 
+mod listings;
 mod priority;
-use priority::{Lowered, LISTING_NICE};
+pub use listings::{ListingKey, ReadListings, READ_LISTINGS_MAX, READ_LISTING_TTL};
+pub use priority::{lower_this_thread, LISTING_NICE};
 
 #[cfg(test)]
 mod tests;

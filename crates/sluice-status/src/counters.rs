@@ -84,6 +84,9 @@ pub struct Counters {
     /// Requests whose answer's lookup (a path, or a small file's bytes, not in
     /// the kernel's caches) the disk threads made while the request waited.
     pub disk_lookups: AtomicU64,
+    /// Listing pages built by the listing threads (a request that waited for
+    /// another's build of the same page counts in `disk_lookups`, not here).
+    pub listing_builds: AtomicU64,
     /// Requests answered from the worker's kept answers (`files.answer_cache`).
     pub answers_reused: AtomicU64,
     /// A gauge: 1 while this worker is connected to its `sluice condition` front
@@ -133,6 +136,7 @@ impl Default for Counters {
             restarts: AtomicU64::new(0),
             disk_waits: AtomicU64::new(0),
             disk_lookups: AtomicU64::new(0),
+            listing_builds: AtomicU64::new(0),
             answers_reused: AtomicU64::new(0),
             front_attached: AtomicU64::new(0),
             defer_offs: AtomicU64::new(0),
@@ -209,6 +213,7 @@ pub struct Totals {
     pub restarts: u64,
     pub disk_waits: u64,
     pub disk_lookups: u64,
+    pub listing_builds: u64,
     pub answers_reused: u64,
     /// Workers connected to a `sluice condition` front now.
     pub front_attached: u64,
@@ -251,6 +256,7 @@ impl Totals {
             t.restarts += ld(&w.restarts);
             t.disk_waits += ld(&w.disk_waits);
             t.disk_lookups += ld(&w.disk_lookups);
+            t.listing_builds += ld(&w.listing_builds);
             t.answers_reused += ld(&w.answers_reused);
             t.front_attached += ld(&w.front_attached);
             t.defer_offs += ld(&w.defer_offs);

@@ -214,17 +214,35 @@ fn root_without_a_user_serves_as_nobody_and_root_user_needs_allow_root() {
     assert!(err.contains("as user nobody"), "{err}");
 }
 
-/// The nice value of every thread of `pids` (field 19 of `/proc/PID/task/TID/stat`).
+/// The nice value of every thread of `pids` (field 19 of `/proc/PID/task/TID/stat`)
+/// but the listing threads, which run ten steps lower than the process
+/// (`files.listing_threads`): asserted to, and left out.
 fn thread_nice(pids: &[u32]) -> Vec<i32> {
     let mut v = Vec::new();
+    let mut lists = Vec::new();
     for pid in pids {
         for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
             let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
             // Fields after the command name (which may hold spaces) start at field 3.
-            let rest = &stat[stat.rfind(')').unwrap() + 2..];
-            v.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+            let close = stat.rfind(')').unwrap();
+            let nice: i32 = stat[close + 2..]
+                .split_whitespace()
+                .nth(16)
+                .unwrap()
+                .parse()
+                .unwrap();
+            match stat[..close].contains("(sluice-list") {
+                true => lists.push(nice),
+                false => v.push(nice),
+            }
         }
     }
+    assert!(
+        lists
+            .iter()
+            .all(|&l| v.iter().all(|&n| l == (n + 10).min(19))),
+        "listing threads {lists:?}, the others {v:?}"
+    );
     v
 }
 

@@ -8,6 +8,7 @@
 use super::conn::*;
 use super::*;
 use crate::accesslog::Pending;
+use crate::disk::Refused;
 use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
 use crate::send::Outgoing;
@@ -223,13 +224,39 @@ impl Worker {
         // cannot take it, the worker makes it, waiting.
         if let Some(cold) = ctx.files.take_cold() {
             let who = (key as u32, c.gen);
-            if pool.is_some_and(|p| p.submit_lookup(cold, who, &self.disk_done)) {
-                Counters::add(&self.shared.stats[self.id].disk_lookups, 1);
+            let stats = &self.shared.stats[self.id];
+            // A listing page another request of this worker is waiting for:
+            // this one waits for the same build (`herd.rs`).
+            let listing = cold.listing_key();
+            if listing
+                .as_ref()
+                .is_some_and(|l| self.herds.join(site, l, who))
+            {
+                Counters::add(&stats.disk_lookups, 1);
                 return None;
             }
-            ctx.files.set_disk(DiskWait::May);
-            ctx.again = true;
-            resp = phases::respond(&mut ctx, head);
+            match pool.map(|p| p.submit_lookup(cold, who, &self.disk_done)) {
+                Some(Ok(())) => {
+                    Counters::add(&stats.disk_lookups, 1);
+                    if let Some(l) = listing {
+                        Counters::add(&stats.listing_builds, 1);
+                        self.herds.lead(site, l, who);
+                    }
+                    return None;
+                }
+                Some(Err(Refused::ListingsFull)) => {
+                    // More listings waiting than the listing threads will build
+                    // soon: not built on the worker (a big page would stall it).
+                    resp = Response::text(503, Some("too many listings being built"));
+                    resp.headers.add("Retry-After", "5");
+                    ctx.site.add_always(&mut resp.headers);
+                }
+                Some(Err(Refused::Full)) | None => {
+                    ctx.files.set_disk(DiskWait::May);
+                    ctx.again = true;
+                    resp = phases::respond(&mut ctx, head);
+                }
+            }
         }
         let rule = ctx.rule;
         let errant = ctx.errant.take();

@@ -42,7 +42,7 @@
 //! the range caps, making room at the limit: conditioning's entry points), `drive`
 //! (one connection's state machine, its steps assembled in `drive_inner`), `answer`
 //! (a complete request → a response), `kept` (the kept answers), `errant` (the
-//! errant-client answers), `timers` (deadlines, the send queue, closing, how long
+//! errant-client answers), `herd` (requests waiting for one listing build), `timers` (deadlines, the send queue, closing, how long
 //! a turn sleeps), `stop` (SIGTERM and SIGQUIT: which connections finish). The rest
 //! is here: the worker itself, its event loop and its snapshot.
 
@@ -51,6 +51,7 @@ mod answer;
 mod conn;
 mod drive;
 mod errant;
+mod herd;
 mod kept;
 mod publish;
 mod stop;
@@ -197,6 +198,9 @@ pub struct Worker {
     /// lookups as made (`disk.rs`).
     disk_done: Arc<crate::disk::Completions>,
     disk_keys: Vec<(u32, u32)>,
+    /// Listing builds running for this worker's requests, and the requests that
+    /// wait for each (`herd.rs`).
+    herds: herd::Herds,
     /// Test hook: a request for exactly this path panics the worker (set only by
     /// the `SLUICE_TEST_PANIC_PATH` environment variable, for the supervision test).
     panic_path: Option<String>,
@@ -282,6 +286,7 @@ impl Worker {
             quitting: false,
             disk_done,
             disk_keys: Vec::new(),
+            herds: herd::Herds::default(),
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             talkers: Default::default(),
             last_publish: now,

@@ -180,23 +180,35 @@ impl Worker {
     pub(super) fn disk_ready(&mut self) {
         let mut keys = std::mem::take(&mut self.disk_keys);
         self.disk_done.take(&mut keys);
-        for (key, gen) in keys.drain(..) {
-            let Some(c) = self.conns.get_mut(key as usize) else {
-                continue;
-            };
-            if c.gen != gen {
-                continue;
-            }
-            if c.flags.has(Flags::QUEUED) {
-                self.cond.park(key, c.peer, Class::Waiting);
-            } else if let Phase::Disk { started, rounds } = c.phase {
-                // Its turn was taken when it first came: not queued again.
-                self.disk_rounds = rounds;
-                self.answer_parked(key as usize, started);
-                self.disk_rounds = 0;
+        for who in keys.drain(..) {
+            // A listing build's requests: the one it was queued for, then those
+            // that waited for the same page (`herd.rs`), all in this turn.
+            let joined = self.herds.finished(who);
+            self.resume_from_disk(who);
+            for who in joined.into_iter().flatten() {
+                self.resume_from_disk(who);
             }
         }
         self.disk_keys = keys;
+    }
+
+    /// Ask a request parked in `Phase::Disk` again (if its connection is still
+    /// the one that parked it).
+    fn resume_from_disk(&mut self, (key, gen): (u32, u32)) {
+        let Some(c) = self.conns.get_mut(key as usize) else {
+            return;
+        };
+        if c.gen != gen {
+            return;
+        }
+        if c.flags.has(Flags::QUEUED) {
+            self.cond.park(key, c.peer, Class::Waiting);
+        } else if let Phase::Disk { started, rounds } = c.phase {
+            // Its turn was taken when it first came: not queued again.
+            self.disk_rounds = rounds;
+            self.answer_parked(key as usize, started);
+            self.disk_rounds = 0;
+        }
     }
 
     /// Slow-read check of a connection in SEND: `None` if its client read below the

@@ -132,32 +132,26 @@ fn a_read_that_would_wait_says_so_and_a_cached_one_fills_the_buffer() {
     assert!(read_nowait(&f, &mut long).is_err());
 }
 
-/// A listing's build runs at a lower priority on its thread only, and the thread's
-/// own comes back after it (as root, or within RLIMIT_NICE).
+/// A listing thread is lowered, and only it: a thread started before keeps its
+/// value.
 #[test]
-fn a_lowered_thread_gets_its_priority_back() {
+fn a_listing_thread_alone_is_lowered() {
     std::thread::spawn(|| {
         let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
         let was = nice();
-        // Another thread, started before: it keeps its value.
         let (ask, asked) = std::sync::mpsc::channel::<()>();
         let other = std::thread::spawn(move || {
             asked.recv().unwrap();
             nice()
         });
-        {
-            let _l = Lowered::by(LISTING_NICE);
-            assert_eq!(nice(), (was + LISTING_NICE).min(19));
-            ask.send(()).unwrap();
-            assert_eq!(
-                other.join().unwrap(),
-                was,
-                "only the calling thread is lowered"
-            );
-        }
-        if unsafe { libc::geteuid() } == 0 {
-            assert_eq!(nice(), was);
-        }
+        lower_this_thread();
+        assert_eq!(nice(), (was + LISTING_NICE).min(19));
+        ask.send(()).unwrap();
+        assert_eq!(
+            other.join().unwrap(),
+            was,
+            "only the calling thread is lowered"
+        );
     })
     .join()
     .unwrap();

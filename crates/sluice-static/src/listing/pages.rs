@@ -38,6 +38,12 @@ pub struct PageCache {
     validity: Duration,
     pages: Kept<(String, u8), Page>,
     gzipped: GzipCache,
+    /// The last page built that could not be kept (larger than the bound, or the
+    /// bound full), served again only to requests answered at the same `now`:
+    /// those of one worker turn, which is when the requests that waited for one
+    /// build (`crate::cold::ListingKey`) are answered. Dropped at the next
+    /// [`PageCache::expire`].
+    unkept: Option<((String, u8), Page)>,
 }
 
 /// A page built for a `listing::Form`: its body, and the body gzipped if asked.
@@ -65,6 +71,7 @@ impl PageCache {
             validity,
             pages: Kept::new(&PAGES, Self::MAX, Self::MAX_BYTES),
             gzipped: GzipCache::default(),
+            unkept: None,
         }
     }
 
@@ -90,6 +97,14 @@ impl PageCache {
             }
         }
         self.pages.remove(&key);
+        if let Some((k, p)) = &mut self.unkept {
+            // Built in this turn and not kept: the same bytes, unless this request
+            // wants gzip and the build made none (compressing a big page is
+            // the disk threads' work, not the worker's).
+            if *k == key && p.built == now && (!gzip || p.gz.is_some()) {
+                return Some((p.encoded(gzip, &mut self.gzipped, now), now));
+            }
+        }
         let built = build()?;
         let mut page = Page {
             built: now,
@@ -103,10 +118,12 @@ impl PageCache {
             // What expired goes before what is still good.
             self.expire(now);
         }
-        let until = if self.pages.keep(key, page) {
-            now + self.validity
-        } else {
-            now
+        let until = match self.pages.keep(key, page) {
+            Ok(()) => now + self.validity,
+            Err((key, page)) => {
+                self.unkept = Some((key, page));
+                now
+            }
         };
         Some((out, until))
     }
@@ -115,6 +132,7 @@ impl PageCache {
     /// used for a while (call about once a second): what they held counts for the
     /// worker's other sites again.
     pub fn expire(&mut self, now: Instant) {
+        self.unkept = None;
         let validity = self.validity;
         self.pages
             .retain(|p| now.saturating_duration_since(p.built) < validity);
@@ -180,7 +198,7 @@ impl GzipCache {
             gz: gz.clone(),
             used: now,
         };
-        self.kept.keep(key, z);
+        let _ = self.kept.keep(key, z);
         gz
     }
 
@@ -247,21 +265,22 @@ impl<K: Hash + Eq, V: Weighs> Kept<K, V> {
     }
 
     /// Keep `v` under a key not kept now; `false` (and `v` dropped) if it does not fit.
-    fn keep(&mut self, k: K, v: V) -> bool {
+    /// Keep `v` under `k`, or give both back if it cannot be kept.
+    fn keep(&mut self, k: K, v: V) -> Result<(), (K, V)> {
         let len = v.bytes();
         if len > self.max_bytes {
-            return false;
+            return Err((k, v));
         }
         if !self.fits(len) {
             self.map.clear();
             self.bytes.set(0);
         }
         if !self.fits(len) {
-            return false;
+            return Err((k, v));
         }
         self.bytes.set(self.bytes.mine() + len);
         self.map.insert(k, v);
-        true
+        Ok(())
     }
 
     fn remove(&mut self, k: &K) {

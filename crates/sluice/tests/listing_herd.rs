@@ -1,0 +1,156 @@
+//! Listings are built by threads of their own (`files.listing_threads`, at nice
+//! +10), never by the disk threads cold files are read by; and requests of one
+//! worker for a page already being built wait for that build, so a herd asking
+//! for a big directory at once costs one build, not one each.
+
+use sluice_testkit::*;
+use std::sync::{Arc, Barrier};
+
+/// A docroot with `pool/` holding `n` empty files with Debian-like names.
+fn with_pool(n: usize) -> tempfile::TempDir {
+    let dir = docroot();
+    let pool = dir.path().join("pool");
+    std::fs::create_dir(&pool).unwrap();
+    for i in 0..n {
+        std::fs::File::create(pool.join(format!("package-name-{i:06}_1.2.3-4_amd64.deb"))).unwrap();
+    }
+    dir
+}
+
+fn counter(srv: &Server, name: &str) -> u64 {
+    srv.status_json()[name].as_u64().expect(name)
+}
+
+/// `n` clients ask for `path` at the same moment, each on its own connection:
+/// their answers.
+fn herd(srv: &Server, path: &str, n: usize) -> Vec<Resp> {
+    let go = Arc::new(Barrier::new(n));
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|_| {
+                let (go, raw) = (Arc::clone(&go), raw.clone());
+                s.spawn(move || {
+                    let mut c = srv.connect();
+                    go.wait();
+                    std::io::Write::write_all(&mut c, raw.as_bytes()).unwrap();
+                    read_response(&mut c, false).expect("an answer")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A page too big for the worker to keep (over 8 MiB) is built for every request
+/// that comes after its build: but 16 requests that come while it is being built
+/// all get the page of that one build. (Before, each had its own: 16 builds.)
+#[test]
+fn a_herd_asking_for_a_page_too_big_to_keep_waits_for_one_build() {
+    let srv = Server::start_with_config(
+        with_pool(60_000),
+        "[files]\nlisting = true\n",
+        &["--workers", "1"],
+    );
+    // The first read of the directory (its inodes into the caches).
+    let first = srv.get("GET /pool/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert_eq!(first.status, 200);
+    assert!(
+        first.body.len() > 8 << 20,
+        "a page the worker does not keep"
+    );
+    let (builds, waits) = (
+        counter(&srv, "listing_builds_total"),
+        counter(&srv, "disk_lookups_total"),
+    );
+    let got = herd(&srv, "/pool/", 16);
+    for r in &got {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, first.body, "every one the whole page");
+    }
+    let built = counter(&srv, "listing_builds_total") - builds;
+    // One build, or two if some requests came only after the first was done.
+    assert!((1..=2).contains(&built), "{built} builds for 16 requests");
+    assert!(
+        counter(&srv, "disk_lookups_total") - waits >= 16,
+        "each request waited off the worker"
+    );
+}
+
+/// The same for a page the worker keeps: the requests that came while it was
+/// built get it from that build, and later ones from the worker's pages.
+#[test]
+fn a_herd_asking_for_a_new_page_waits_for_one_build() {
+    let srv = Server::start_with_config(
+        with_pool(2_000),
+        "[files]\nlisting = true\n",
+        &["--workers", "1"],
+    );
+    let got = herd(&srv, "/pool/?sort=size", 16);
+    assert!(got.iter().all(|r| r.status == 200 && r.body == got[0].body));
+    assert!(String::from_utf8_lossy(&got[0].body).contains("package-name-001999"));
+    let built = counter(&srv, "listing_builds_total");
+    assert!((1..=2).contains(&built), "{built} builds for 16 requests");
+}
+
+/// `(thread name, nice value)` of every thread of `pids` whose name starts
+/// with `prefix`.
+fn niceness(pids: &[u32], prefix: &str) -> Vec<(String, i64)> {
+    let mut v = Vec::new();
+    for pid in pids {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            let comm = &stat[open + 1..close];
+            // Fields after the name: state is field 3; nice is field 19.
+            let nice: i64 = stat[close + 2..]
+                .split(' ')
+                .nth(16)
+                .unwrap()
+                .parse()
+                .unwrap();
+            if comm.starts_with(prefix) {
+                v.push((comm.to_string(), nice));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// `listing_threads` threads per serving process build the pages, ten steps
+/// lower than the process; the disk threads keep the process's own priority,
+/// before and after a listing was built.
+#[test]
+fn listings_have_threads_of_their_own_at_a_lower_priority() {
+    let srv = Server::start_with_config(
+        with_pool(100),
+        "[files]\nlisting = true\ndisk_threads = 2\nlisting_threads = 3\n",
+        &["--workers", "1"],
+    );
+    let pids = srv.serving_pids();
+    let own: i64 = {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[0])).unwrap();
+        let close = stat.rfind(')').unwrap();
+        stat[close + 2..]
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let r = srv.get("GET /pool/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(counter(&srv, "listing_builds_total"), 1);
+    let lists = niceness(&pids, "sluice-list");
+    assert_eq!(lists.len(), 3 * pids.len(), "{lists:?}");
+    assert!(
+        lists.iter().all(|(_, n)| *n == (own + 10).min(19)),
+        "{lists:?}"
+    );
+    let disks = niceness(&pids, "sluice-disk");
+    assert_eq!(disks.len(), 2 * pids.len(), "{disks:?}");
+    assert!(disks.iter().all(|(_, n)| *n == own), "{disks:?}");
+}
