@@ -9,15 +9,20 @@ turn among them.
 
 Files (written once under a temporary directory): `--big` files of `--big-mib` MiB
 and 30,000 files of 4 KiB. Per binary and round: every file evicted from the page
-cache (`posix_fadvise(DONTNEED)`), the server started (`--workers 2`, defaults),
+cache (`posix_fadvise(DONTNEED)`), the server started (`--workers 2`, defaults but
+`disk_threads = --disk-threads`, 8 by default),
 `--downloads` curl clients each downloading a different big file in a loop (each
 file evicted again before its next download), and after a second one client asking,
 one after another on one keep-alive connection, for small files it has not asked for
 before, for `--seconds`. Printed: the small client's median and p99 time per answer
 and how many it got, and the downloads' MB/s; first without downloads.
 
+`--slow-disk BPS[:IOPS]` throttles the server's reads from the files' device (a
+cgroup v1 `blkio`, as `cold_compare.py` does), so that a read waits as on a
+mirror's rotating disks, not the ~1 ms this VM's disk takes.
+
     python3 bench/cold_small_beside.py --bin old=/work/bins/sluice-35base \\
-        --bin new=target/release/sluice [--rounds 3] [--downloads 48]
+        --bin new=target/release/sluice [--rounds 3] [--downloads 48] [--slow-disk 150000000:300]
 """
 import argparse
 import http.client
@@ -28,6 +33,36 @@ import tempfile
 import time
 
 SMALL = 30_000
+BLKIO = "/sys/fs/cgroup/blkio/sluice-cold-small"
+
+
+def tree(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [pid] + [q for p in out.split() for q in tree(int(p))]
+
+
+def slow_disk(spec, root, pid):
+    """Throttle `pid`'s tree's reads from `root`'s device."""
+    st = os.stat(root)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    os.makedirs(BLKIO, exist_ok=True)
+    bps, _, iops = spec.partition(":")
+    open(f"{BLKIO}/blkio.throttle.read_bps_device", "w").write(f"{dev} {int(bps)}")
+    if iops:
+        open(f"{BLKIO}/blkio.throttle.read_iops_device", "w").write(f"{dev} {int(iops)}")
+    for p in tree(pid):
+        open(f"{BLKIO}/cgroup.procs", "w").write(str(p))
+
+
+def unslow_disk():
+    if not os.path.isdir(BLKIO):
+        return
+    for pid in open(f"{BLKIO}/cgroup.procs").read().split():
+        try:
+            open("/sys/fs/cgroup/blkio/cgroup.procs", "w").write(pid)
+        except OSError:
+            pass
+    os.rmdir(BLKIO)
 
 
 def evict(path):
@@ -73,8 +108,11 @@ def run(name, binary, root, port, a, start):
         evict(f"{root}/big/b{i}")
     for i in range(SMALL):
         evict(f"{root}/small/{i // 1000}/f{i}")
+    conf = f"{root}/../sluice-{port}.toml"
+    open(conf, "w").write(f"[files]\ndisk_threads = {a.disk_threads}\n")
     srv = subprocess.Popen(
-        [binary, "serve", root, "--listen", f"127.0.0.1:{port}", "--workers", "2"],
+        [binary, "serve", root, "--listen", f"127.0.0.1:{port}", "--workers", "2",
+         "--config", conf],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -82,6 +120,9 @@ def run(name, binary, root, port, a, start):
             if fetch_port(port, "/hello.txt"):
                 break
             time.sleep(0.1)
+        if a.slow_disk:
+            time.sleep(0.5)  # the serving processes are up
+            slow_disk(a.slow_disk, root, srv.pid)
         alone = small_client(port, a.seconds / 2, start)
         start = alone[3]
         out = f"{root}/../dl-{port}"
@@ -114,6 +155,7 @@ def run(name, binary, root, port, a, start):
     finally:
         srv.send_signal(signal.SIGTERM)
         srv.wait(timeout=60)
+        unslow_disk()
     return start
 
 
@@ -125,6 +167,8 @@ def main():
     ap.add_argument("--downloads", type=int, default=48)
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--disk-threads", type=int, default=8)
+    ap.add_argument("--slow-disk", help="BPS[:IOPS] for the server's reads")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as top:
         root = f"{top}/www"
