@@ -310,7 +310,9 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
                 (after > 0).then_some((file, off + len, after))
             }
             Work::Lookup(cold) => {
-                cold.warm(|f, off, len| fill(sink, f, off, len));
+                contained(cold.path(), || {
+                    cold.warm(|f, off, len| fill(sink, f, off, len))
+                });
                 None
             }
         };
@@ -329,10 +331,22 @@ fn list_loop(rx: &Mutex<Receiver<Job>>) {
         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
         let Ok(job) = job else { return };
         if let Work::Lookup(cold) = job.what {
-            cold.warm(|_, _, _| {});
+            contained(cold.path(), || cold.warm(|_, _, _| {}));
         }
         job.to.finish(job.who);
     }
+}
+
+/// Run `warm`; a panic in it (a bug in a listing's build, say) is logged, and
+/// the thread goes on to report the request, which is then asked again as
+/// after any lookup: a thread that died would leave it, and every request after
+/// it in the queue, waiting until its deadline.
+fn contained(path: &str, warm: impl FnOnce()) -> bool {
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(warm)).is_ok();
+    if !ok {
+        tracing::error!(path, "a disk or listing thread's job panicked");
+    }
+    ok
 }
 
 /// Have `[off, off + len)` of `file` read into the page cache, waiting for it.
@@ -375,6 +389,16 @@ pub(crate) mod tests {
             mio::Waker::new(poll.registry(), mio::Token(1)).unwrap(),
         ));
         (poll, done, DiskPool::start(1, 1).unwrap())
+    }
+
+    #[test]
+    fn a_job_that_panics_leaves_its_thread_alive() {
+        let t = std::thread::spawn(|| {
+            let first = contained("a", || panic!("a bug in a build"));
+            let mut ran = false;
+            (first, contained("b", || ran = true), ran)
+        });
+        assert_eq!(t.join().unwrap(), (false, true, true));
     }
 
     #[test]

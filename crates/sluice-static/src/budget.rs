@@ -6,8 +6,8 @@
 //! the sites could make it. A [`Share`] is one cache's count, in a total for its
 //! kind that every cache of that kind on the worker's thread reads: the file
 //! cache's small files' bytes (`cache::MAX_CACHED_BYTES`) and open descriptors
-//! (`cache::MAX_CACHED_FDS`), the listing pages' bytes and their gzipped forms'
-//! (`listing::pages`). The caches of a worker live on
+//! (`cache::MAX_CACHED_FDS`), the listing pages' bytes, the big pages' kept apart
+//! and the gzipped forms' (`listing::pages`). The caches of a worker live on
 //! its thread (built and dropped there: a reload builds new ones and drops the old),
 //! so the totals are thread-locals: no atomics, nothing shared between workers.
 //!

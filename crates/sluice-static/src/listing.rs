@@ -215,9 +215,9 @@ impl Form {
     /// [`Form::build`] on a disk thread: gzipped if the request asked, and also a
     /// page of 64 KiB or more that the worker will keep, when listings are
     /// compressed, so that a later gzip request does not compress it on the worker
-    /// (an 8 MiB page is ~80 ms of compression). A page the worker will not keep
-    /// (larger than [`PageCache::MAX_BYTES`]) is built again for every request, and
-    /// gzipped only for those that ask.
+    /// (an 8 MiB page is ~80 ms of compression). A page larger than
+    /// [`PageCache::MAX_BYTES`] is gzipped only for requests that ask (the worker
+    /// keeps it apart, if at all, and a gzip request builds it again with gzip).
     pub fn build_off_worker(&self, items: Vec<Item>) -> Built {
         let mut b = self.build(items, self.gzip);
         if b.gz.is_none()

@@ -42,14 +42,15 @@ fn herd(srv: &Server, path: &str, n: usize) -> Vec<Resp> {
     })
 }
 
-/// A page too big for the worker to keep (over 8 MiB) is built for every request
-/// that comes after its build: but 16 requests that come while it is being built
-/// all get the page of that one build. (Before, each had its own: 16 builds.)
+/// A page not kept (over 8 MiB, and `cache_validity = "0s"`, so not kept apart
+/// either) is built for every request that comes after its build: but 16
+/// requests that come while it is being built all get the page of that one
+/// build. (Before, each had its own: 16 builds.)
 #[test]
 fn a_herd_asking_for_a_page_too_big_to_keep_waits_for_one_build() {
     let srv = Server::start_with_config(
         with_pool(60_000),
-        "[files]\nlisting = true\n",
+        "[files]\nlisting = true\ncache_validity = \"0s\"\n",
         &["--workers", "1"],
     );
     // The first read of the directory (its inodes into the caches).
@@ -75,6 +76,33 @@ fn a_herd_asking_for_a_page_too_big_to_keep_waits_for_one_build() {
         counter(&srv, "disk_lookups_total") - waits >= 16,
         "each request waited off the worker"
     );
+}
+
+/// A page larger than the 8 MiB of pages a worker keeps is kept apart (up to
+/// 32 MiB of such pages per worker) for `cache_validity`, as the others are:
+/// built once, not once per request.
+#[test]
+fn a_big_page_is_built_once_per_validity() {
+    let srv = Server::start_with_config(
+        with_pool(60_000),
+        "[files]\nlisting = true\ncache_validity = \"60s\"\n",
+        &["--workers", "1"],
+    );
+    let get = || srv.get("GET /pool/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let first = get();
+    assert!(first.status == 200 && first.body.len() > 8 << 20);
+    for _ in 0..3 {
+        assert_eq!(get().body, first.body);
+    }
+    assert_eq!(counter(&srv, "listing_builds_total"), 1);
+    // A gzip request needs the gzipped form, which that build did not make: one
+    // more build, whose page then serves both.
+    let gz = srv.get(
+        "GET /pool/ HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert_eq!(get().body, first.body);
+    assert_eq!(counter(&srv, "listing_builds_total"), 2);
 }
 
 /// The same for a page the worker keeps: the requests that came while it was

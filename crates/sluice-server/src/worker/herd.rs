@@ -2,9 +2,9 @@
 //! of them.
 //!
 //! A big directory's page is built off the worker (`sluice_static::cold`,
-//! ~0.25 s of a listing thread for 100,000 entries), and a page larger than the
-//! worker keeps is built for every request. Without this, 32 clients asking for
-//! it at once cost 32 builds (7.5 s of CPU here). Now the first request's build
+//! ~0.25 s of a listing thread for 100,000 entries), and until it is built, every
+//! request for it stops short. Without this, 32 clients asking for it at once
+//! cost 32 builds (7.5 s of CPU here). Now the first request's build
 //! ([`Herds::lead`]) is waited for by every later request of the same worker for
 //! the same page ([`Herds::join`]): when the build's completion comes back
 //! ([`Herds::finished`]), the worker answers the lead and then each request that

@@ -18,6 +18,8 @@ thread_local! {
     static PAGES: Cell<usize> = const { Cell::new(0) };
     /// The bytes of the gzipped pages every site's [`GzipCache`] on this thread keeps.
     static GZIPPED: Cell<usize> = const { Cell::new(0) };
+    /// The bytes of the big pages every site's [`PageCache`] on this thread keeps.
+    static BIG: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Built listings, per site and worker: a page is built once per `cache_validity`
@@ -32,18 +34,29 @@ thread_local! {
 /// Bounded: at most [`PageCache::MAX`] pages per site and [`PageCache::MAX_BYTES`]
 /// over all the sites of a worker. A page past its validity is dropped at the next
 /// [`PageCache::expire`]; a cache that meets the bound drops its own pages (what
-/// expired, then all), and a page that still does not fit, or is larger than the
-/// bound, is built every time.
+/// expired, then all). A page larger than [`PageCache::MAX_BYTES`] (100,000
+/// entries make 18 MB) is kept apart, one per site, while the worker's big pages
+/// come to at most [`PageCache::BIG_BYTES`]; a page that fits neither is built
+/// for every request but those of the turn it was built in (the requests that
+/// waited for that build).
 pub struct PageCache {
     validity: Duration,
     pages: Kept<(String, u8), Page>,
     gzipped: GzipCache,
-    /// The last page built that could not be kept (larger than the bound, or the
-    /// bound full), served again only to requests answered at the same `now`:
-    /// those of one worker turn, which is when the requests that waited for one
-    /// build (`crate::cold::ListingKey`) are answered. Dropped at the next
-    /// [`PageCache::expire`].
-    unkept: Option<((String, u8), Page)>,
+    /// The last page built that was not kept among `pages`: for the validity if
+    /// it fits [`PageCache::BIG_BYTES`] (`big` counts it), else only to requests
+    /// answered at the same `now`: those of one worker turn, which is when the
+    /// requests that waited for one build (`crate::cold::ListingKey`) are
+    /// answered. Dropped at [`PageCache::expire`] past that.
+    unkept: Option<Unkept>,
+    big: Share,
+}
+
+struct Unkept {
+    key: (String, u8),
+    page: Page,
+    /// Within [`PageCache::BIG_BYTES`]: served for the validity.
+    counted: bool,
 }
 
 /// A page built for a `listing::Form`: its body, and the body gzipped if asked.
@@ -65,6 +78,9 @@ struct Page {
 impl PageCache {
     pub const MAX: usize = 256;
     pub const MAX_BYTES: usize = 8 << 20;
+    /// The bytes of pages larger than [`PageCache::MAX_BYTES`] a worker keeps,
+    /// one per site, over all its sites.
+    pub const BIG_BYTES: usize = 32 << 20;
 
     pub fn new(validity: Duration) -> PageCache {
         PageCache {
@@ -72,6 +88,7 @@ impl PageCache {
             pages: Kept::new(&PAGES, Self::MAX, Self::MAX_BYTES),
             gzipped: GzipCache::default(),
             unkept: None,
+            big: Share::new(&BIG),
         }
     }
 
@@ -97,12 +114,18 @@ impl PageCache {
             }
         }
         self.pages.remove(&key);
-        if let Some((k, p)) = &mut self.unkept {
-            // Built in this turn and not kept: the same bytes, unless this request
-            // wants gzip and the build made none (compressing a big page is
-            // the disk threads' work, not the worker's).
-            if *k == key && p.built == now && (!gzip || p.gz.is_some()) {
-                return Some((p.encoded(gzip, &mut self.gzipped, now), now));
+        if let Some(u) = &mut self.unkept {
+            // A big page within its validity, or one built in this turn: the same
+            // bytes, unless this request wants gzip and the build made none
+            // (compressing a big page is the listing threads' work, not the
+            // worker's).
+            let until = match u.counted {
+                true => u.page.built + self.validity,
+                false => u.page.built,
+            };
+            let fresh = u.page.built == now || now < until;
+            if u.key == key && fresh && (!gzip || u.page.gz.is_some()) {
+                return Some((u.page.encoded(gzip, &mut self.gzipped, now), until.max(now)));
             }
         }
         let built = build()?;
@@ -121,8 +144,20 @@ impl PageCache {
         let until = match self.pages.keep(key, page) {
             Ok(()) => now + self.validity,
             Err((key, page)) => {
-                self.unkept = Some((key, page));
-                now
+                // The slot's last page gives its bytes back; this one takes them
+                // if the worker's big pages leave room.
+                self.big.set(0);
+                let len = page.bytes();
+                let counted =
+                    page.body.len() > Self::MAX_BYTES && self.big.all() + len <= Self::BIG_BYTES;
+                if counted {
+                    self.big.set(len);
+                }
+                self.unkept = Some(Unkept { key, page, counted });
+                match counted {
+                    true => now + self.validity,
+                    false => now,
+                }
             }
         };
         Some((out, until))
@@ -132,8 +167,18 @@ impl PageCache {
     /// used for a while (call about once a second): what they held counts for the
     /// worker's other sites again.
     pub fn expire(&mut self, now: Instant) {
-        self.unkept = None;
         let validity = self.validity;
+        if let Some(u) = &self.unkept {
+            // (Not one built in this turn: `get` calls this too.)
+            let past = match u.counted {
+                true => now.saturating_duration_since(u.page.built) >= validity,
+                false => u.page.built != now,
+            };
+            if past {
+                self.unkept = None;
+                self.big.set(0);
+            }
+        }
         self.pages
             .retain(|p| now.saturating_duration_since(p.built) < validity);
         self.gzipped
@@ -337,6 +382,50 @@ mod tests {
         assert_eq!(c.pages.bytes.mine(), 4 + 10);
     }
 
+    /// A page larger than the worker keeps among its pages is kept apart for the
+    /// validity, within `BIG_BYTES` over the worker's sites; one that would pass
+    /// that bound serves only the requests of its turn.
+    #[test]
+    fn a_big_page_is_kept_apart_within_its_own_bound() {
+        // The totals are per thread: a thread of its own.
+        std::thread::spawn(|| {
+            let t0 = Instant::now();
+            let (v, ms) = (Duration::from_secs(1), Duration::from_millis(1));
+            let (mut a, mut b) = (PageCache::new(v), PageCache::new(v));
+            let big = |n| Some(plain(vec![b'x'; n]));
+            let n = PageCache::MAX_BYTES + 1;
+            assert_eq!(a.get("/d/", 0, false, t0, || big(n)).unwrap().1, t0 + v);
+            let (p, until) = a.get("/d/", 0, false, t0 + 500 * ms, || panic!()).unwrap();
+            assert_eq!((p.len(), until), (n, t0 + v), "kept, not rebuilt");
+            // A gzip request is not answered from a page built without gzip.
+            assert!(a.get("/d/", 0, true, t0 + 500 * ms, || None).is_none());
+            // Another site's big page, which would pass the worker's bound: only
+            // for the requests of its turn.
+            let m = PageCache::BIG_BYTES - n + 1;
+            assert_eq!(b.get("/e/", 0, false, t0, || big(m)).unwrap().1, t0);
+            let (p, until) = b.get("/e/", 0, false, t0, || panic!()).unwrap();
+            assert_eq!((p.len(), until), (m, t0), "the same turn");
+            assert!(
+                b.get("/e/", 0, false, t0 + ms, || None).is_none(),
+                "built again"
+            );
+            assert_eq!(BIG.get(), n, "only the first is counted");
+            // Past its validity the first goes, and the room is the other's.
+            a.expire(t0 + v);
+            assert!(a.unkept.is_none());
+            assert_eq!(BIG.get(), 0);
+            assert_eq!(
+                b.get("/e/", 0, false, t0 + v, || big(m)).unwrap().1,
+                t0 + 2 * v
+            );
+            assert_eq!(BIG.get(), m);
+            drop(b);
+            assert_eq!(BIG.get(), 0, "a site's cache dropped gives its bytes back");
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn a_page_is_built_once_per_validity_and_per_form() {
         let t0 = Instant::now();
@@ -402,14 +491,18 @@ mod tests {
             });
             c.pages.assert_counted();
         }
-        // Larger than the bound: served, never kept.
+        // Larger than the bound: served, never kept among the pages (but apart,
+        // `a_big_page_is_kept_apart_within_its_own_bound`).
         let huge = c.get("/huge/", 0, false, t0, || {
             Some(plain(vec![0; PageCache::MAX_BYTES + 1]))
         });
-        // Not kept: the page only for now.
         let (huge, until) = huge.unwrap();
-        assert_eq!((huge.len(), until), (PageCache::MAX_BYTES + 1, t0));
+        assert_eq!(
+            (huge.len(), until),
+            (PageCache::MAX_BYTES + 1, t0 + c.validity)
+        );
         assert!(!c.pages.map.keys().any(|(u, _)| u == "/huge/"));
+        c.pages.assert_counted();
     }
 
     #[test]
