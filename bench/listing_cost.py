@@ -5,7 +5,8 @@ A directory of N empty files (default 100,000: a flat archive's pool), served by
 binary given. Per binary:
   1. K listing requests one after another (HTML, then with `Accept-Encoding: gzip`):
      the CPU each costs the serving threads (`sluice-w*`) and the disk threads
-     (`sluice-disk*`), from /proc/PID/task/*/stat over the server's processes;
+     and the listing threads (`sluice-disk*`, `sluice-list*`), from
+     /proc/PID/task/*/stat over the server's processes;
   2. a small file's latency with `wrk -t1 -c10 -d5s --latency`, alone and while
      `--loops` clients (1) ask for the listing in a loop: the p99 says whether the
      listing stalls the other connections of its worker.
@@ -49,7 +50,7 @@ def threads_cpu(root_pid):
             f = s[s.rindex(")") + 2 :].split()
             secs = (int(f[11]) + int(f[12])) / TICK
             k = ("w" if comm.startswith("sluice-w") or comm == "nginx"
-                 else "disk" if comm.startswith("sluice-disk") else "other")
+                 else "disk" if comm.startswith(("sluice-disk", "sluice-list")) else "other")
             cpu[k] += secs
     return cpu
 
@@ -110,7 +111,7 @@ def run(name, binary, root, port, k, loops):
             w = (c1["w"] - c0["w"]) / k * 1000
             d = (c1["disk"] - c0["disk"]) / k * 1000
             print(f"{name}: {'gzip' if gz else 'html'} {size} B: wall {wall*1000:.0f} ms, "
-                  f"workers {w:.0f} ms, disk threads {d:.0f} ms CPU per request")
+                  f"workers {w:.0f} ms, disk and listing threads {d:.0f} ms CPU per request")
         alone = wrk_p99(base + "/small.txt")
         clients = [subprocess.Popen(
             ["bash", "-c", f"end=$((SECONDS+8)); while [ $SECONDS -lt $end ]; do "
