@@ -191,7 +191,12 @@ impl DiskPool {
                 .name(format!("sluice-disk{i}"))
                 .spawn(move || read_loop(&rx, &sink, &in_hand))?;
         }
-        let (lists, list_rx) = sync_channel::<Job>(LIST_QUEUE);
+        // Test hook: a shorter listing queue, for the test of a full one.
+        let list_queue = std::env::var("SLUICE_TEST_LIST_QUEUE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(LIST_QUEUE);
+        let (lists, list_rx) = sync_channel::<Job>(list_queue);
         let list_rx = Arc::new(Mutex::new(list_rx));
         for i in 0..listing_threads.max(1) {
             let rx = Arc::clone(&list_rx);

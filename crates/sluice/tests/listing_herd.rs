@@ -6,9 +6,11 @@
 use sluice_testkit::*;
 use std::sync::{Arc, Barrier};
 
-/// A docroot with `pool/` holding `n` empty files with Debian-like names.
+/// A docroot with `pool/` holding `n` empty files with Debian-like names: in
+/// `/dev/shm` where there is one (the disk here creates ~5,000 files a second,
+/// tmpfs ~60,000), else the usual docroot.
 fn with_pool(n: usize) -> tempfile::TempDir {
-    let dir = docroot();
+    let dir = tempfile::TempDir::new_in("/dev/shm").unwrap_or_else(|_| docroot());
     let pool = dir.path().join("pool");
     std::fs::create_dir(&pool).unwrap();
     for i in 0..n {
@@ -181,4 +183,60 @@ fn listings_have_threads_of_their_own_at_a_lower_priority() {
     let disks = niceness(&pids, "sluice-disk");
     assert_eq!(disks.len(), 2 * pids.len(), "{disks:?}");
     assert!(disks.iter().all(|(_, n)| *n == own), "{disks:?}");
+}
+
+/// More listings waiting for the listing threads than their queue holds: the
+/// request over it gets a 503 with `Retry-After` (not a build on the worker),
+/// and the ones queued get their pages. One listing thread and a queue of one
+/// (a test hook): three different pages of a big directory asked at once.
+#[test]
+fn a_full_listing_queue_is_answered_503() {
+    let dir = with_pool(20_000);
+    let cfg = dir.path().join(".test-config.toml");
+    std::fs::write(&cfg, "[files]\nlisting = true\nlisting_threads = 1\n").unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let srv = Server::start_in_env(
+        dir,
+        &[("SLUICE_TEST_LIST_QUEUE", "1")],
+        &["--workers", "1", "--config", &cfg],
+    );
+    // The directory's inodes into the caches, with a page not asked for below.
+    let warm = srv.get("GET /pool/?sort=name&order=desc HTTP/1.0\r\n\r\n");
+    assert_eq!(warm.status, 200);
+    let go = Arc::new(Barrier::new(3));
+    let srv = &srv;
+    let got: Vec<Resp> = std::thread::scope(|s| {
+        let hs: Vec<_> = ["/pool/", "/pool/?sort=size", "/pool/?sort=date"]
+            .into_iter()
+            .map(|path| {
+                let go = Arc::clone(&go);
+                s.spawn(move || {
+                    let mut c = srv.connect();
+                    go.wait();
+                    let raw =
+                        format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                    std::io::Write::write_all(&mut c, raw.as_bytes()).unwrap();
+                    read_response(&mut c, false).expect("an answer")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
+    // The first is built; the second waits in the queue of one, unless the
+    // thread had not yet taken the first; the rest are refused.
+    let ok = got.iter().filter(|r| r.status == 200).count();
+    assert!((1..=2).contains(&ok), "{statuses:?}");
+    for r in &got {
+        match r.status {
+            200 => assert!(
+                String::from_utf8_lossy(&r.body).contains("package-name-019999"),
+                "the whole page"
+            ),
+            503 => assert_eq!(r.header("retry-after"), Some("5"), "{statuses:?}"),
+            s => panic!("{s}: {statuses:?}"),
+        }
+    }
+    // One build each for the warm-up and the pages answered; none for the 503s.
+    assert_eq!(counter(srv, "listing_builds_total"), 1 + ok as u64);
 }
