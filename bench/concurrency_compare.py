@@ -15,7 +15,7 @@ connections the load runs in several processes over several 127.0.1.x addresses.
 
     bench/concurrency_compare.py [--max 19000] [--duration 10s] [--servers sluice,nginx,lighttpd]
                                  [--sluice-processes N] [--probe-fifo] [--probe-new]
-                                 [--stagger] [--probe-after 4s]
+                                 [--stagger] [--probe-after 4s] [--server-bin BIN]
 
 --sluice-processes N sets sluice's serving processes (each with its own descriptor
 limit, as nginx's worker processes have; past 20,000 connections one process cannot
@@ -53,8 +53,12 @@ def main():
                     help="start the probe this far into each step, e.g. 4s")
     ap.add_argument("--sluice-processes", type=int, default=0,
                     help="server.processes (0, the default: sluice's own, one per worker)")
+    ap.add_argument("--server-bin", default=None,
+                    help="serve with this sluice binary (an older build, for an A/B); the "
+                         "load client stays this tree's target/release/sluice")
     a = ap.parse_args()
     sluice_bin = os.path.join(compare.ROOT, "target/release/sluice")
+    server_bin = a.server_bin or sluice_bin
     compare.make_files()
     compare.configs()
     if a.sluice_processes > 0:
@@ -66,7 +70,7 @@ def main():
     procs = {}
     try:
         for s in a.servers.split(","):
-            procs[s] = compare.start(s, sluice_bin)
+            procs[s] = compare.start(s, server_bin)
         cmd = [sluice_bin, "bench", "run", "concurrency", "--docroot", compare.WWW,
                "--out", a.out, "--max-concurrency", str(a.max), "-d", a.duration]
         if a.probe_fifo:
