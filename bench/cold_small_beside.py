@@ -29,8 +29,12 @@ import http.client
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from threadcpu import fetch  # noqa: E402
 
 SMALL = 30_000
 BLKIO = "/sys/fs/cgroup/blkio/sluice-cold-small"
@@ -73,17 +77,6 @@ def evict(path):
         os.close(fd)
 
 
-def fetch_port(port, path):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", path)
-        n = len(c.getresponse().read())
-        c.close()
-        return n
-    except OSError:
-        return 0
-
-
 def small_client(port, seconds, start):
     """Sequential small files from `start` on: median and p99 ms, count."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -117,7 +110,7 @@ def run(name, binary, root, port, a, start):
     )
     try:
         for _ in range(100):
-            if fetch_port(port, "/hello.txt"):
+            if fetch(port, "/hello.txt", timeout=10):
                 break
             time.sleep(0.1)
         if a.slow_disk:

@@ -23,36 +23,16 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from threadcpu import threads_cpu  # noqa: E402
 
+CLASSES = {"w": ("sluice-w", "nginx"), "disk": ("sluice-disk", "sluice-list")}
 
-def threads_cpu(root_pid):
-    """CPU seconds per thread-name class ('w', 'disk', 'other') over root_pid's tree."""
-    pids = [root_pid]
-    out = subprocess.run(["pgrep", "-P", str(root_pid)], capture_output=True, text=True).stdout
-    pids += [int(p) for p in out.split()]
-    cpu = {"w": 0.0, "disk": 0.0, "other": 0.0}
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for t in tasks:
-            try:
-                s = open(f"/proc/{pid}/task/{t}/stat").read()
-            except FileNotFoundError:
-                continue
-            comm = s[s.index("(") + 1 : s.rindex(")")]
-            f = s[s.rindex(")") + 2 :].split()
-            secs = (int(f[11]) + int(f[12])) / TICK
-            k = ("w" if comm.startswith("sluice-w") or comm == "nginx"
-                 else "disk" if comm.startswith(("sluice-disk", "sluice-list")) else "other")
-            cpu[k] += secs
-    return cpu
 
 
 def get(url, gzip=False):
@@ -101,13 +81,13 @@ def run(name, binary, root, port, k, loops):
                 time.sleep(0.1)
         get(base + "/pool/")  # the first read of the directory warms the inodes
         for gz in (False, True):
-            c0 = threads_cpu(srv.pid)
+            c0 = threads_cpu(srv.pid, CLASSES)
             t0 = time.monotonic()
             size = 0
             for _ in range(k):
                 size = get(base + "/pool/", gz)[1]
             wall = (time.monotonic() - t0) / k
-            c1 = threads_cpu(srv.pid)
+            c1 = threads_cpu(srv.pid, CLASSES)
             w = (c1["w"] - c0["w"]) / k * 1000
             d = (c1["disk"] - c0["disk"]) / k * 1000
             print(f"{name}: {'gzip' if gz else 'html'} {size} B: wall {wall*1000:.0f} ms, "

@@ -29,49 +29,17 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from threadcpu import fetch, threads_cpu  # noqa: E402
+
+CLASSES = {"w": ("sluice-w",), "disk": ("sluice-disk",), "list": ("sluice-list",)}
+
 SORTS = ["", "?sort=size", "?sort=date", "?sort=name&order=desc"]
-
-
-def threads_cpu(root_pid):
-    """CPU seconds per thread class over root_pid's process tree."""
-    pids = [root_pid]
-    out = subprocess.run(["pgrep", "-P", str(root_pid)], capture_output=True, text=True).stdout
-    pids += [int(p) for p in out.split()]
-    cpu = {"w": 0.0, "disk": 0.0, "list": 0.0, "other": 0.0}
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for t in tasks:
-            try:
-                s = open(f"/proc/{pid}/task/{t}/stat").read()
-            except FileNotFoundError:
-                continue
-            comm = s[s.index("(") + 1 : s.rindex(")")]
-            f = s[s.rindex(")") + 2 :].split()
-            secs = (int(f[11]) + int(f[12])) / TICK
-            k = ("w" if comm.startswith("sluice-w") else "disk" if comm.startswith("sluice-disk")
-                 else "list" if comm.startswith("sluice-list") else "other")
-            cpu[k] += secs
-    return cpu
-
-
-def fetch(port, path):
-    """One request on its own connection; the body's length (0 on failure)."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.request("GET", path)
-        n = len(c.getresponse().read())
-        c.close()
-        return n
-    except OSError:
-        return 0
 
 
 def herd(srv, port, n):
@@ -85,13 +53,13 @@ def herd(srv, port, n):
     ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in ts:
         t.start()
-    c0 = threads_cpu(srv.pid)
+    c0 = threads_cpu(srv.pid, CLASSES)
     t0 = time.monotonic()
     go.wait()
     for t in ts:
         t.join()
     wall = time.monotonic() - t0
-    c1 = threads_cpu(srv.pid)
+    c1 = threads_cpu(srv.pid, CLASSES)
     full = sum(1 for g in got if g > 8 << 20)
     return wall, {k: c1[k] - c0[k] for k in c1}, full
 
