@@ -14,6 +14,7 @@
 //! | a complete request must wait (the turn's share is used, others wait, or the active cap is reached) | [`Conditioner::park`] with [`Class::Ready`], then [`Conditioner::next_ready`] | which request is answered next: the least recently served range's oldest |
 //! | a response waits for its next send turn | [`Conditioner::park`] with [`Class::Waiting`], then [`Conditioner::next_waiting`] | whose turn it is: the least recently served range's oldest |
 //! | sending | [`slowread::RateWindow::check`] | close a reader below the minimum rate |
+//! | a response starts, and past its `limit_rate_after` | [`pace::plan`] | the socket's pacing calls (bandwidth limits, not a filter of the paper's) |
 //!
 //! The stages, in the order a connection meets them (the paper's chain):
 //! 1. **request packaging** — a connection reaches the handler only with a complete
@@ -44,6 +45,7 @@
 pub mod addr;
 pub mod caps;
 pub mod defer;
+pub mod pace;
 pub mod reason;
 pub mod slowread;
 pub mod tree;

@@ -19,6 +19,8 @@ pub const MAX_RANGES: (u64, u64) = (1, 1024);
 pub const MAX_BODY_DISCARD: (u64, u64) = (0, 1 << 30);
 /// Bytes per second per connection (0: no limit); the kernel takes 32 bits.
 pub const LIMIT_RATE: (u64, u64) = (0, 4_000_000_000);
+/// Body bytes sent at full speed before `limit_rate` applies (0: none); up to 1 TiB.
+pub const LIMIT_RATE_AFTER: (u64, u64) = (0, 1 << 40);
 pub const CACHE_ENTRIES: (u64, u64) = (0, 1 << 22);
 pub const DISK_THREADS: (u64, u64) = (0, 256);
 pub const LISTING_THREADS: (u64, u64) = (1, 64);

@@ -116,6 +116,7 @@ bounded!(max_headers, usize, bounds::MAX_HEADERS);
 bounded!(max_ranges, usize, bounds::MAX_RANGES);
 bounded!(max_body_discard, u64, bounds::MAX_BODY_DISCARD);
 bounded!(limit_rate, u64, bounds::LIMIT_RATE);
+bounded!(limit_rate_after, u64, bounds::LIMIT_RATE_AFTER);
 bounded!(cache_entries, usize, bounds::CACHE_ENTRIES);
 bounded!(small_file_max, usize, bounds::SMALL_FILE_MAX);
 bounded!(answer_cache, usize, bounds::ANSWER_CACHE);
@@ -205,6 +206,18 @@ pub(crate) fn note_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Er
 /// [`index`] for a `[[site]]`, where an absent key keeps `[files]`'s.
 pub(crate) fn index_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     index(d).map(Some)
+}
+
+/// [`limit_rate`] for a `[[site]]`, where an absent key keeps `[http]`'s.
+pub(crate) fn limit_rate_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    limit_rate(d).map(Some)
+}
+
+/// [`limit_rate_after`] for a `[[site]]`, where an absent key keeps `[http]`'s.
+pub(crate) fn limit_rate_after_some<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
+    limit_rate_after(d).map(Some)
 }
 
 /// [`note_name`] for a `[[site]]`, where an absent key keeps `[files]`'s.

@@ -153,6 +153,15 @@ pub struct HttpSection {
     /// `condition.cap_address` bounds how many it may hold.
     #[serde(deserialize_with = "crate::de::limit_rate")]
     pub limit_rate: u64,
+    /// Body bytes of each response sent at full speed before `limit_rate` paces
+    /// the rest (nginx's `limit_rate_after`); 0, the default: paced from the first
+    /// byte. With a threshold a response starts unpaced and is paced once that
+    /// many of its bytes have left the socket (looked at after each send turn:
+    /// a few hundred KiB late on a real path, up to ~1 MB on loopback); a
+    /// response no longer than it is never paced. Two `setsockopt` calls per
+    /// response past it, none for the others (`sluice_condition::pace`).
+    #[serde(deserialize_with = "crate::de::limit_rate_after")]
+    pub limit_rate_after: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -636,6 +645,7 @@ impl Default for HttpSection {
             max_ranges: 16,
             max_body_discard: 64 * 1024,
             limit_rate: 0,
+            limit_rate_after: 0,
         }
     }
 }
@@ -718,6 +728,16 @@ pub struct SiteSection {
     pub error_pages: std::collections::BTreeMap<u16, String>,
     /// This site's own access log (default: the main `[log] access`).
     pub access_log: Option<String>,
+    /// This site's own `[http] limit_rate` and `limit_rate_after` (each absent
+    /// keeps `[http]`'s; a reload applies them to the next response). A site
+    /// whose `limit_rate` differs from `[http]`'s costs a `setsockopt` when a
+    /// connection's socket is not at the site's rate yet, and its answers are
+    /// not kept (`sluice_static::answers`): each takes the full path
+    /// (`sluice_condition::pace`).
+    #[serde(deserialize_with = "crate::de::limit_rate_some")]
+    pub limit_rate: Option<u64>,
+    #[serde(deserialize_with = "crate::de::limit_rate_after_some")]
+    pub limit_rate_after: Option<u64>,
 }
 
 impl TlsSection {

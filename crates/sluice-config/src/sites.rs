@@ -32,6 +32,9 @@ pub struct Site {
     pub lenient: bool,
     /// `None`: no access log for this site.
     pub access_log: Option<String>,
+    /// `[http] limit_rate` and `limit_rate_after` with the site's own over them.
+    pub limit_rate: u64,
+    pub limit_rate_after: u64,
 }
 
 /// Host → site index.
@@ -89,6 +92,8 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
         rules: cfg.rules.files.clone(),
         lenient: cfg.rules.lenient,
         access_log: main_log.clone(),
+        limit_rate: cfg.http.limit_rate,
+        limit_rate_after: cfg.http.limit_rate_after,
     }];
     let mut idx = HostIndex::default();
     let mut seen: HashMap<String, String> = HashMap::new();
@@ -141,6 +146,11 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             }
             idx.default = site_no;
         }
+        let limit_rate = s.limit_rate.unwrap_or(cfg.http.limit_rate);
+        let min = cfg.condition.min_send_rate;
+        if let Some(m) = crate::validate::limit_rate_problem(limit_rate, min) {
+            return Err(cfg.site_error(n, ".limit_rate", m));
+        }
         let files = site_files(&cfg.files, s);
         let access_log = match s.access_log.as_deref() {
             Some("off") => None,
@@ -156,6 +166,8 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             rules: s.rules.clone(),
             lenient: s.lenient,
             access_log,
+            limit_rate,
+            limit_rate_after: s.limit_rate_after.unwrap_or(cfg.http.limit_rate_after),
         });
     }
     idx.wildcard

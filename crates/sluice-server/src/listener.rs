@@ -92,14 +92,13 @@ pub fn set_unsent_max(fd: RawFd, bytes: u32) -> io::Result<()> {
     )
 }
 
-/// SO_MAX_PACING_RATE = `bytes_per_s` on one connection (`http.limit_rate`): the
-/// kernel paces what the socket sends (its own TCP pacing since Linux 4.13, or the
-/// `fq` qdisc), so a limited download costs no CPU and no timer here, and the
-/// socket is simply writable less often. Set per connection, and only when a limit
-/// is configured: a socket that never had one is not paced at all, and a reload
-/// that turns the limit off leaves new connections untouched.
-pub fn set_pacing(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
-    let v = bytes_per_s.min(u32::MAX as u64 - 1) as u32;
+/// SO_MAX_PACING_RATE = `v` bytes/s on one connection (`limit_rate`;
+/// `sluice_condition::pace::UNPACED` is the kernel's "no limit"): the kernel paces
+/// what the socket sends (its own TCP pacing since Linux 4.13, or the `fq` qdisc),
+/// so a limited download costs no CPU and no timer here, and the socket is simply
+/// writable less often. Set only when a limit is configured (`pace::plan` says
+/// when): a socket that never had one is not paced at all.
+pub fn set_pacing(fd: RawFd, v: u32) -> io::Result<()> {
     // SAFETY: setsockopt with a u32 on a socket the caller owns.
     let r = unsafe {
         libc::setsockopt(
@@ -114,6 +113,19 @@ pub fn set_pacing(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Bytes a TCP socket holds that it has not sent yet (`SIOCOUTQNSD`); 0 if the
+/// kernel will not say.
+pub fn unsent_bytes(fd: RawFd) -> u64 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one int for a socket the caller owns.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCOUTQNSD, &mut n as *mut libc::c_int) };
+    if r == 0 {
+        n.max(0) as u64
+    } else {
+        0
     }
 }
 

@@ -336,6 +336,101 @@ fn limit_rate_paces_each_connection_and_a_reload_lifts_it() {
     );
 }
 
+/// One GET of `path` for `host` on `s` (keep-alive), timed: when its first
+/// `mark` body bytes had arrived and when all had, from the request.
+fn timed_get(
+    s: &mut std::net::TcpStream,
+    host: &str,
+    path: &str,
+    mark: usize,
+) -> (Duration, Duration, usize) {
+    s.set_nodelay(true).unwrap();
+    let t = Instant::now();
+    // One write: a request split over writes waits for the first one's ACK.
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut len = None;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = Some(v.trim().parse::<usize>().unwrap());
+        }
+    }
+    let len = len.expect("a Content-Length");
+    let (mut got, mut at_mark) = (0, None);
+    let mut buf = vec![0u8; 64 << 10];
+    while got < len {
+        let n = r.read(&mut buf[..(len - got).min(64 << 10)]).unwrap();
+        assert!(n > 0, "closed after {got} of {len} bytes");
+        got += n;
+        if got >= mark && at_mark.is_none() {
+            at_mark = Some(t.elapsed());
+        }
+    }
+    assert!(r.buffer().is_empty(), "bytes past the body");
+    (at_mark.unwrap(), t.elapsed(), len)
+}
+
+/// `limit_rate_after`, and a site's own `limit_rate`: with `[http]` at 2 MB/s
+/// after 1 MiB, a 4 MiB file's first MiB arrives at once and the other 3 MiB take
+/// at least 0.9 s (1.57 s at the rate; on loopback the switch comes up to ~1 MB
+/// late, see `Outgoing::pace_due`); the next response on the same connection starts unpaced
+/// again and is paced past the threshold again. A site with `limit_rate_after = 0` paces
+/// from the first byte (4 MiB: 2.1 s at the rate, less the kernel's unpaced first
+/// window); a site with `limit_rate = 0` does not pace at all. Lower bounds on
+/// time, which load cannot make fail; "at once" and "not at all" are checked
+/// against a paced download of the same run.
+#[test]
+fn limit_rate_after_and_a_sites_own_limit() {
+    let dir = docroot();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("four.bin"), &data).unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let toml = format!(
+        "[http]\nlimit_rate = 2000000\nlimit_rate_after = 1048576\n\
+         [[site]]\nnames = [\"slow.test\"]\nroot = \"{root}\"\nlimit_rate_after = 0\n\
+         [[site]]\nnames = [\"free.test\"]\nroot = \"{root}\"\nlimit_rate = 0\n"
+    );
+    let srv = Server::start_with_config(dir, &toml, &[]);
+    let mut s = srv.connect();
+    for round in 0..2 {
+        let (first, all, len) = timed_get(&mut s, "main.test", "/four.bin", 1 << 20);
+        assert_eq!(len, data.len());
+        let paced = all - first;
+        eprintln!("pacing: round {round}: first MiB {first:?}, the rest {paced:?}");
+        assert!(
+            paced >= Duration::from_millis(900),
+            "round {round}: the 3 MiB after the threshold in {paced:?}"
+        );
+        // The next response on the same socket, paced until then, starts unpaced
+        // again; its fast part may come out short (`Outgoing::pace_due`), so
+        // the second round asks less of it.
+        let times = if round == 0 { 4 } else { 2 };
+        assert!(
+            first * times < paced,
+            "round {round}: the first MiB took {first:?}, the rest {paced:?}"
+        );
+    }
+    let mut slow = srv.connect();
+    let (first, all, _) = timed_get(&mut slow, "slow.test", "/four.bin", 1 << 20);
+    assert!(
+        all >= Duration::from_millis(1000),
+        "slow.test's 4 MiB in {all:?}"
+    );
+    let mut free = srv.connect();
+    let (_, free_all, _) = timed_get(&mut free, "free.test", "/four.bin", 1 << 20);
+    eprintln!("pacing: slow.test {first:?} / {all:?}, free.test {free_all:?}");
+    assert!(
+        free_all * 2 < all,
+        "free.test's 4 MiB in {free_all:?}, slow.test's in {all:?}"
+    );
+}
+
 #[test]
 fn cache_control_by_path_on_every_answer_of_a_file_and_nothing_else() {
     let toml = "[[files.cache_control]]\nprefix = \"/sub/\"\nvalue = \"no-cache\"\n\

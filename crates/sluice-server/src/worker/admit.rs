@@ -131,12 +131,11 @@ impl Worker {
         } else {
             None
         };
-        // A configured bandwidth limit: the kernel paces the socket from here on.
-        let rate = self.snap.config.http.limit_rate;
-        if rate > 0 {
-            if let Err(e) = crate::listener::set_pacing(sock.as_raw_fd(), rate) {
-                tracing::debug!(%peer, error = %e, "SO_MAX_PACING_RATE refused");
-            }
+        // A bandwidth limit for everyone from the first byte: the kernel paces
+        // the socket from here on (its base: `sluice_condition::pace`).
+        let base = super::pace::base(&self.snap.config.http);
+        if base != sluice_condition::pace::UNPACED {
+            super::pace::set(sock.as_raw_fd(), base);
         }
         // TCP_NODELAY and TCP_NOTSENT_LOWAT: inherited from the listener
         // (`listener::set_inherited`); a socket handed over by a front process from
@@ -329,6 +328,7 @@ impl Worker {
     /// A handed-over connection's request is answered and the client stays: the
     /// front process keeps it (KEEP) and this worker lets go of its copy.
     pub(super) fn hand_back(&mut self, key: usize) {
+        self.pace_leave(key, true);
         let c = &mut self.conns[key];
         let id = c.front_id();
         c.via = None;

@@ -13,7 +13,7 @@ use crate::io::{keep_bytes, recycle, take_buffer};
 use crate::phases::{self, PhaseCtx};
 use crate::send::Outgoing;
 use sluice_condition::slowread::{unsent_bound, RateWindow, UNSENT_MIN};
-use sluice_condition::CloseReason;
+use sluice_condition::{pace, CloseReason};
 use sluice_http::response::{write_status_line, Chunk, Response};
 use sluice_http::{parse_head, BodyFraming, Method, ParseError, Parsed, RequestHead};
 use sluice_static::answers::Probe;
@@ -37,6 +37,8 @@ pub(super) struct Answered {
     /// A request body to read and throw away once the response is out.
     pub(super) discard_body: u32,
     pub(super) head_started: Ms,
+    /// Bandwidth limits: the pacing calls this response needs (`pace::plan`).
+    pub(super) pace: pace::Plan,
 }
 
 impl Worker {
@@ -160,6 +162,7 @@ impl Worker {
             errant: None,
             discard_body: 0,
             head_started: self.now_ms,
+            pace: pace::Plan::default(),
         }
     }
 
@@ -304,6 +307,14 @@ impl Worker {
             });
         // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
         let keep = head.keep_alive && self.stopping.is_none();
+        // Bandwidth limits: the site's, for this body's length.
+        let conf = &self.snap.sites[site].conf;
+        let pace = pace::plan(
+            conf.limit_rate,
+            conf.limit_rate_after,
+            body_len,
+            super::pace::base(&self.snap.config.http),
+        );
         let answered = Answered {
             resp,
             consumed: head.head_len,
@@ -314,6 +325,7 @@ impl Worker {
             errant,
             discard_body,
             head_started: c.phase.head_started_or(self.now_ms),
+            pace,
         };
         if let Some(p) = probe {
             self.offer_kept(
@@ -340,9 +352,12 @@ impl Worker {
             log,
             discard_body,
             head_started,
+            pace,
             ..
         } = a;
         let bodyless = head_only || resp.status == 304 || resp.status == 204;
+        // Bandwidth limits: this response's first rate, if not the socket's.
+        self.pace_start(key, &pace);
         if !bodyless && resp.body_len() > u64::from(UNSENT_MIN) {
             self.fit_unsent(key, false);
         }
@@ -365,6 +380,7 @@ impl Worker {
             head_started,
         );
         let _ = write_head_start(&mut out.wbuf, resp.status, date);
+        out.pace_switch = pace.switch;
         out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;

@@ -13,7 +13,7 @@ use super::answer::release;
 use super::conn::*;
 use super::*;
 use crate::io::{drain_input, read_into, recycle, unread_bytes_waiting, ReadOutcome};
-use crate::send::{Flush, Plain};
+use crate::send::{Flush, PaceStep, PaceTurn, Plain};
 use crate::tls;
 use sluice_condition::slowread::UNSENT_PROVEN;
 use sluice_condition::{Class, CloseReason};
@@ -200,6 +200,27 @@ impl Worker {
             && !out.proven
             && out.sent >= UNSENT_PROVEN;
         out.proven |= proven;
+        // Bandwidth limits: past its `limit_rate_after`, paced from here on.
+        if out.pace_switch.is_some() {
+            let turn = match flushed {
+                Ok(Flush::Yield) => PaceTurn::Yielded,
+                // Watching needs an unsent bound to give back (0: the kernel's).
+                Ok(Flush::Blocked) if self.snap.config.condition.unsent_max != 0 => {
+                    PaceTurn::Blocked
+                }
+                _ => PaceTurn::Ended,
+            };
+            let fd = c.sock.as_raw_fd();
+            let step = out.pace_due(turn, || crate::listener::unsent_bytes(fd));
+            if step != PaceStep::Nothing {
+                let bound = super::pace::unsent_bound_now(&self.shared, &self.snap, out.proven);
+                let base = super::pace::base(&self.snap.config.http);
+                super::pace::apply(fd, step, base, bound, &mut self.repaced, key);
+            }
+        }
+        // (Not while a pacing watch holds the bound low: the switch gives the
+        // raised bound back.)
+        let proven = proven && !out.pace_watching;
         match flushed {
             Ok(Flush::Cold { off, len, rest }) => {
                 // Not in the page cache: a pool thread reads it and the

@@ -41,6 +41,14 @@ impl Worker {
             return Err(None);
         }
         let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
+        // Bandwidth limits: a kept answer has no plan; its socket goes at its base.
+        if self.repaced.has(key) {
+            super::pace::set(
+                c.sock.as_raw_fd(),
+                super::pace::base(&self.snap.config.http),
+            );
+            self.repaced.set(key, false);
+        }
         c.requests += 1;
         let body_len = a.body_len() as u64;
         self.talkers.answered(c.peer, &a.path, body_len);
@@ -139,8 +147,11 @@ impl Worker {
         let Some(until) = resp.reuse_until else {
             return;
         };
+        // A kept answer goes out with no pacing call around it: only one whose
+        // socket stays at its base (`sluice_condition::pace`) is kept.
         let plain = p.end == head.head_len
             && a.errant.is_none()
+            && a.pace.is_nothing()
             && resp.date.is_none()
             && self.stopping.is_none()
             && !resp.close

@@ -53,6 +53,7 @@ mod drive;
 mod errant;
 mod herd;
 mod kept;
+mod pace;
 mod publish;
 mod stop;
 mod timers;
@@ -123,6 +124,8 @@ pub struct Worker {
     /// Answers kept for the same request bytes, with what each request still
     /// counts (`kept::reuse_answer`).
     answers: AnswerCache<Kept>,
+    /// Bandwidth limits: the sockets not at their base pacing (`pace.rs`).
+    repaced: pace::Repaced,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
@@ -268,6 +271,7 @@ impl Worker {
             snap_gen,
             files,
             answers,
+            repaced: pace::Repaced::default(),
             site_log,
             date: DateCache::default(),
             pool: Vec::new(),

@@ -258,6 +258,7 @@ impl Worker {
             }
             Counters::add(&self.shared.stats[self.id].bytes, d.sent);
         }
+        self.pace_leave(key, false);
         if let Some(mut c) = self.conns.try_remove(key) {
             if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
                 // Abortive close (RST): a plain close would leave the kernel sending
