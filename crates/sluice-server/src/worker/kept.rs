@@ -42,12 +42,10 @@ impl Worker {
         }
         let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
         // Bandwidth limits: a kept answer has no plan; its socket goes at its base.
-        if self.repaced.has(key) {
-            super::pace::set(
-                c.sock.as_raw_fd(),
-                super::pace::base(&self.snap.config.http),
-            );
-            self.repaced.set(key, false);
+        let base = super::pace::base(&self.snap.config.http);
+        if self.repaced.rate(key, base) != base {
+            super::pace::set(c.sock.as_raw_fd(), base);
+            self.repaced.set(key, base, base);
         }
         c.requests += 1;
         let body_len = a.body_len() as u64;

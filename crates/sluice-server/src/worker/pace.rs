@@ -2,11 +2,12 @@
 //! `sluice_condition::pace` decides (which `SO_MAX_PACING_RATE` calls a response
 //! needs) and remembers which sockets are not at their base.
 //!
-//! Owns: the calls, and one bit per connection slot ([`Repaced`]) that says a
-//! socket was given a rate other than its base by a response. Must not: decide
-//! rates (the `pace` module and the config do) or keep anything in the
-//! connection record (an idle connection's memory is a target: the bit lives in
-//! a side table, 1/8 byte per slot).
+//! Owns: the calls, and a side table ([`Repaced`]) of the sockets a response gave
+//! a rate other than their base, with that rate. Must not: decide rates (the
+//! `pace` module and the config do) or keep anything in the connection record
+//! (an idle connection's memory is a target: the table holds only sockets off
+//! their base, and is empty unless a site's limit differs from `[http]`'s or
+//! `limit_rate_after` is set).
 //!
 //! A socket goes back to its base lazily: when its next response wants the base,
 //! not when a paced response ends. A paced response is done when its last bytes
@@ -14,34 +15,37 @@
 //! that tail unpaced. A connection handed back to a front process goes back at
 //! once, since the next response is not this worker's.
 //!
-//! Cost: nothing for a server with one limit for everyone (or none); otherwise a
-//! bit test per response and per kept answer, and the calls `pace::plan` counts.
+//! Cost: an emptiness test per response and per kept answer for a server with
+//! one limit for everyone (or none); otherwise a hash lookup, and the calls
+//! `pace::plan` counts (a socket already at the rate a response wants gets none).
 
 use super::Worker;
 use crate::send::PaceStep;
 use sluice_condition::pace::{self, Plan};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 
-/// One bit per connection slot: set while the socket is not at its base.
+/// The sockets not at their base, with the rate each has (`pace::UNPACED`: none).
+/// Empty on a server with one limit for everyone (or none), so a kept answer
+/// pays one emptiness test; an entry costs ~24 bytes while its socket is off its
+/// base.
 #[derive(Default)]
-pub(super) struct Repaced(Vec<u64>);
+pub(super) struct Repaced(HashMap<usize, u32>);
 
 impl Repaced {
-    pub(super) fn has(&self, key: usize) -> bool {
-        self.0
-            .get(key / 64)
-            .is_some_and(|w| w & (1 << (key % 64)) != 0)
+    /// The rate `key`'s socket has: its own, or the base.
+    pub(super) fn rate(&self, key: usize, base: u32) -> u32 {
+        if self.0.is_empty() {
+            return base;
+        }
+        self.0.get(&key).copied().unwrap_or(base)
     }
 
-    pub(super) fn set(&mut self, key: usize, on: bool) {
-        let (i, bit) = (key / 64, 1u64 << (key % 64));
-        if on {
-            if self.0.len() <= i {
-                self.0.resize(i + 1, 0);
-            }
-            self.0[i] |= bit;
-        } else if let Some(w) = self.0.get_mut(i) {
-            *w &= !bit;
+    pub(super) fn set(&mut self, key: usize, rate: u32, base: u32) {
+        if rate == base {
+            self.0.remove(&key);
+        } else {
+            self.0.insert(key, rate);
         }
     }
 }
@@ -60,7 +64,7 @@ pub(super) fn apply(
         PaceStep::Nothing => {}
         PaceStep::Switch(rate, watched) => {
             set(fd, rate);
-            repaced.set(key, rate != base);
+            repaced.set(key, rate, base);
             if watched {
                 let _ = crate::listener::set_unsent_max(fd, bound);
             }
@@ -104,20 +108,20 @@ impl Worker {
     pub(super) fn pace_start(&mut self, key: usize, plan: &Plan) {
         let base = base(&self.snap.config.http);
         let want = plan.start.unwrap_or(base);
-        if plan.start.is_some() || self.repaced.has(key) {
+        if self.repaced.rate(key, base) != want {
             set(self.conns[key].sock.as_raw_fd(), want);
-            self.repaced.set(key, want != base);
+            self.repaced.set(key, want, base);
         }
     }
 
     /// `key`'s socket leaves this worker: to a front process (back to its base
     /// first), or closed (the slot's bit cleared for its next connection).
     pub(super) fn pace_leave(&mut self, key: usize, socket_stays_open: bool) {
-        if self.repaced.has(key) {
-            if socket_stays_open {
-                self.pace_start(key, &Plan::default());
-            }
-            self.repaced.set(key, false);
+        if socket_stays_open {
+            self.pace_start(key, &Plan::default());
+        }
+        if !self.repaced.0.is_empty() {
+            self.repaced.0.remove(&key);
         }
     }
 }
@@ -125,15 +129,12 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_slot_bit_is_set_cleared_and_grows_on_demand() {
+    fn a_socket_off_its_base_is_remembered_with_its_rate() {
         let mut r = super::Repaced::default();
-        assert!(!r.has(5000));
-        r.set(5000, false);
-        assert!(r.0.is_empty(), "clearing never allocates");
-        r.set(5000, true);
-        r.set(63, true);
-        assert!(r.has(5000) && r.has(63) && !r.has(64) && !r.has(4999));
-        r.set(5000, false);
-        assert!(!r.has(5000) && r.has(63));
+        assert_eq!(r.rate(7, 100), 100);
+        r.set(7, 300, 100);
+        assert_eq!((r.rate(7, 100), r.rate(8, 100)), (300, 100));
+        r.set(7, 100, 100);
+        assert!(r.0.is_empty(), "back at its base: forgotten");
     }
 }
