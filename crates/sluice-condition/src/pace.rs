@@ -3,9 +3,10 @@
 //!
 //! The kernel paces a socket (`SO_MAX_PACING_RATE`), so a limited response costs
 //! no timer and no CPU per byte; what costs is the `setsockopt` that changes it.
-//! This module decides, per response, which of those calls are needed; it touches
-//! no socket (`sluice-server`'s `worker/pace.rs` makes the calls and remembers
-//! which sockets are not at their base) and keeps no state.
+//! This module decides, per response, which of those calls are needed, and holds
+//! the table a worker keeps of its sockets that are not at their base
+//! ([`Repaced`]); it touches no socket (`sluice-server`'s `worker/pace.rs` makes
+//! the calls).
 //!
 //! A socket's *base* is the rate `[http] limit_rate` set when the connection was
 //! taken, or none ([`base`]). A response whose site and length want the base
@@ -17,10 +18,12 @@
 //!   a response wants the base);
 //! - a response longer than its `limit_rate_after`: unpaced from the first byte
 //!   (a call, unless the socket is unpaced already), paced once that many body
-//!   bytes have left the socket (a call; `Outgoing::pace_due` says when).
+//!   bytes have left the socket (a call; `send::Pace::due` says when).
 //!
 //! A response whose plan is not [`Plan::is_nothing`] is never a kept answer
 //! (`sluice_static::answers`), since a kept answer goes out with no call.
+
+use std::collections::HashMap;
 
 /// The value that tells the kernel "no limit" (`~0U`).
 pub const UNPACED: u32 = u32::MAX;
@@ -83,6 +86,39 @@ pub fn plan(rate: u64, after: u64, body: u64, base: u32) -> Plan {
     }
 }
 
+/// One worker's sockets (by connection slot) not at their base, with the rate
+/// each has ([`UNPACED`]: none).
+/// Empty on a server with one limit for everyone (or none), so a kept answer
+/// pays one emptiness test; an entry costs ~24 bytes while its socket is off its
+/// base.
+#[derive(Debug, Default)]
+pub struct Repaced(HashMap<usize, u32>);
+
+impl Repaced {
+    /// The rate `key`'s socket has: its own, or the base.
+    pub fn rate(&self, key: usize, base: u32) -> u32 {
+        if self.0.is_empty() {
+            return base;
+        }
+        self.0.get(&key).copied().unwrap_or(base)
+    }
+
+    pub fn set(&mut self, key: usize, rate: u32, base: u32) {
+        if rate == base {
+            self.0.remove(&key);
+        } else {
+            self.0.insert(key, rate);
+        }
+    }
+
+    /// `key`'s connection is gone: its slot starts at the base again.
+    pub fn forget(&mut self, key: usize) {
+        if !self.0.is_empty() {
+            self.0.remove(&key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +178,18 @@ mod tests {
     fn rates_the_kernel_cannot_take_are_clamped_not_wrapped() {
         assert_eq!(plan(u64::MAX, 0, 1, UNPACED).start, Some(UNPACED - 1));
         assert_eq!(base(1 << 40, 0), UNPACED - 1);
+    }
+
+    #[test]
+    fn a_socket_off_its_base_is_remembered_with_its_rate() {
+        let mut r = Repaced::default();
+        assert_eq!(r.rate(7, 100), 100);
+        r.set(7, 300, 100);
+        assert_eq!((r.rate(7, 100), r.rate(8, 100)), (300, 100));
+        r.set(7, 100, 100);
+        assert!(r.0.is_empty(), "back at its base: forgotten");
+        r.set(9, 300, 100);
+        r.forget(9);
+        assert_eq!(r.rate(9, 100), 100);
     }
 }

@@ -1,5 +1,6 @@
 //! Numeric bounds of settings, as data: (min, max). The parser checks them and the
-//! docs quote them, so the two cannot drift apart.
+//! docs quote them, so the two cannot drift apart. Also the one bound between two
+//! settings that both `[http]` and a site check (`limit_rate_problem`).
 
 pub const WORKERS: (u64, u64) = (0, 256);
 /// 0: one serving process per worker, at most the maximum.
@@ -28,3 +29,14 @@ pub const SMALL_FILE_MAX: (u64, u64) = (0, 1 << 20);
 pub const ANSWER_CACHE: (u64, u64) = (0, 1 << 16);
 pub const UNSENT_MAX: (u64, u64) = (0, 1 << 30);
 pub const UNSENT_TOTAL: (u64, u64) = (0, 1 << 50);
+
+/// Why a `limit_rate` cannot be used beside `condition.min_send_rate`, if it can't.
+/// Twice, not just above: the pacing counts headers and retransmissions too, and a
+/// download paced at the edge would be cut as a slow reader.
+pub(crate) fn limit_rate_problem(rate: u64, min_send_rate: u64) -> Option<String> {
+    (rate != 0 && rate < 2 * min_send_rate).then(|| {
+        format!(
+            "{rate} bytes/s is less than twice condition.min_send_rate ({min_send_rate}): downloads would be cut as slow readers"
+        )
+    })
+}

@@ -148,7 +148,7 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
         }
         let limit_rate = s.limit_rate.unwrap_or(cfg.http.limit_rate);
         let min = cfg.condition.min_send_rate;
-        if let Some(m) = crate::validate::limit_rate_problem(limit_rate, min) {
+        if let Some(m) = crate::bounds::limit_rate_problem(limit_rate, min) {
             return Err(cfg.site_error(n, ".limit_rate", m));
         }
         let files = site_files(&cfg.files, s);

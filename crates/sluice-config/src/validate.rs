@@ -92,7 +92,7 @@ impl Config {
         if c.send_rate_window < Duration::from_secs(1) {
             return Err(src.error("condition.send_rate_window", "at least 1s"));
         }
-        if let Some(m) = limit_rate_problem(self.http.limit_rate, c.min_send_rate) {
+        if let Some(m) = crate::bounds::limit_rate_problem(self.http.limit_rate, c.min_send_rate) {
             return Err(src.error("http.limit_rate", m));
         }
         sites::resolve(self)?;
@@ -175,15 +175,4 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// Why a `limit_rate` cannot be used beside `condition.min_send_rate`, if it can't.
-/// Twice, not just above: the pacing counts headers and retransmissions too, and a
-/// download paced at the edge would be cut as a slow reader.
-pub(crate) fn limit_rate_problem(rate: u64, min_send_rate: u64) -> Option<String> {
-    (rate != 0 && rate < 2 * min_send_rate).then(|| {
-        format!(
-            "{rate} bytes/s is less than twice condition.min_send_rate ({min_send_rate}): downloads would be cut as slow readers"
-        )
-    })
 }

@@ -19,8 +19,8 @@
 //!   big to stay in the CPU's caches, keep zero-copy sends that reference the page
 //!   cache.
 //!
-//! Raw libc calls because these three are the product's hot path and need flags
-//! (`MSG_MORE`, `MSG_NOSIGNAL`) and offsets above 2^32 that std does not expose.
+//! Raw libc calls: the product's hot path, with flags (`MSG_MORE`, `MSG_NOSIGNAL`)
+//! and offsets above 2^32 that std does not expose. Bandwidth limits: `pace.rs`.
 //!
 //! Where the bytes go is a [`Wire`]: the socket itself ([`Plain`]), or a TLS
 //! session in front of it (`crate::tls::TlsWire`). A wire that is not zero-copy
@@ -32,9 +32,10 @@ use sluice_http::response::Chunk;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
-
+mod pace;
 mod window;
 mod wire;
+pub use pace::{Pace, PaceStep, PaceTurn};
 pub use window::forget_recent as forget_recent_windows;
 use window::MapWindow;
 pub use wire::{Plain, Wire};
@@ -123,13 +124,8 @@ pub struct Outgoing {
     /// Request-body bytes to read and throw away after this response (then they
     /// move to `Phase::Head`).
     pub discard_after: u32,
-    /// Bandwidth limits (`sluice_condition::pace`): past this many body bytes,
-    /// pace the socket at this rate ([`Outgoing::pace_due`]).
-    pub pace_switch: Option<(u64, u32)>,
-    /// The socket's unsent bound was lowered to wake this response when the
-    /// threshold has left the socket ([`PaceStep::Watch`]): set it back when
-    /// the switch is made.
-    pub pace_watching: bool,
+    /// Bandwidth limits: this response's switch to its rate (`send/pace.rs`).
+    pub pace: Pace,
     /// File offset (in the front chunk) up to which the pages were found cached.
     warm_to: u64,
     /// This response has met a cold range: check the next ones densely.
@@ -151,66 +147,7 @@ pub struct Outgoing {
     pub guard_next: u64,
 }
 
-/// How a send turn ended, for [`Outgoing::pace_due`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PaceTurn {
-    /// The socket took the turn's share and may take more.
-    Yielded,
-    /// The socket is full: the next turn comes with a writable edge.
-    Blocked,
-    /// The response's last bytes are in the socket, or it waits for the disk.
-    Ended,
-}
-
-/// What [`Outgoing::pace_due`] asks of the socket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PaceStep {
-    Nothing,
-    /// Pace it at this rate now; `true`: also set its unsent bound back.
-    Switch(u32, bool),
-    /// Set its unsent bound to this, so that its writable edge comes when the
-    /// threshold has left it.
-    Watch(u32),
-}
-
 impl Outgoing {
-    /// Bandwidth limits, after a send turn: what to do about a response's
-    /// `limit_rate_after` (`turn`: how the turn ended).
-    ///
-    /// Bytes a socket still holds unsent are paced too once the rate is set, and
-    /// a socket whose congestion window is small (after a paced response) can
-    /// hold much of the threshold unsent; switching as soon as the threshold is
-    /// *in* the socket would pace the fast part. So the switch waits for the
-    /// threshold to have *left* the socket (`unsent`, asked only once the
-    /// response has given it the threshold). While the socket keeps taking
-    /// bytes the next turn looks again; a turn that blocks asks the kernel to
-    /// wake it when it has (`Watch`: the unsent bound to set). A response whose
-    /// last bytes are in the socket, or that waits for the disk, switches at
-    /// once (`Switch`): there may be no next turn to look from, and the limit
-    /// is the operator's, a fast start only the client's.
-    pub fn pace_due(&mut self, turn: PaceTurn, unsent: impl FnOnce() -> u64) -> PaceStep {
-        let Some((at, rate)) = self.pace_switch else {
-            return PaceStep::Nothing;
-        };
-        if self.sent < at {
-            return PaceStep::Nothing;
-        }
-        let beyond = self.sent - at;
-        if turn != PaceTurn::Ended && unsent() > beyond {
-            // The threshold has not left yet: it has once less than `beyond`
-            // is unsent.
-            return match turn {
-                PaceTurn::Blocked if !self.pace_watching => {
-                    self.pace_watching = true;
-                    PaceStep::Watch(beyond.clamp(1, u64::from(u32::MAX)) as u32)
-                }
-                _ => PaceStep::Nothing,
-            };
-        }
-        self.pace_switch = None;
-        PaceStep::Switch(rate, std::mem::take(&mut self.pace_watching))
-    }
-
     /// The head's buffer, once the head is out and the rest goes without it (a file
     /// by `sendfile` or from a mapping: `copies_body` false): the worker gives it back
     /// to its pool, so a download in flight holds no buffer. With one each, 19,000
@@ -255,8 +192,7 @@ impl Outgoing {
         self.rate = Default::default();
         self.log = None;
         self.discard_after = 0;
-        self.pace_switch = None;
-        self.pace_watching = false;
+        self.pace = Pace::default();
         self.head_len = 0;
         self.warm_to = 0;
         self.was_cold = false;

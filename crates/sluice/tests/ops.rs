@@ -379,7 +379,7 @@ fn timed_get(
 /// `limit_rate_after`, and a site's own `limit_rate`: with `[http]` at 2 MB/s
 /// after 1 MiB, a 4 MiB file's first MiB arrives at once and the other 3 MiB take
 /// at least 0.9 s (1.57 s at the rate; on loopback the switch comes up to ~1 MB
-/// late, see `Outgoing::pace_due`); the next response on the same connection starts unpaced
+/// late, see `send::Pace::due`); the next response on the same connection starts unpaced
 /// again and is paced past the threshold again. A site with `limit_rate_after = 0` paces
 /// from the first byte (4 MiB: 2.1 s at the rate, less the kernel's unpaced first
 /// window); a site with `limit_rate = 0` does not pace at all. Lower bounds on
@@ -408,7 +408,7 @@ fn limit_rate_after_and_a_sites_own_limit() {
             "round {round}: the 3 MiB after the threshold in {paced:?}"
         );
         // The next response on the same socket, paced until then, starts unpaced
-        // again; its fast part may come out short (`Outgoing::pace_due`), so
+        // again; its fast part may come out short (`send::Pace::due`), so
         // the second round asks less of it.
         let times = if round == 0 { 4 } else { 2 };
         assert!(

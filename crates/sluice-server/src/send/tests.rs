@@ -395,41 +395,48 @@ fn a_small_body_behind_the_head_counts_only_its_own_bytes_as_sent() {
 /// when the response has nothing more to give or waits for the disk.
 #[test]
 fn the_pacing_switch_waits_for_the_threshold_to_leave_the_socket() {
-    let mut o = Outgoing {
-        pace_switch: Some((1000, 5000)),
-        ..Default::default()
-    };
+    let mut o = Outgoing::default();
+    o.pace.switch = Some((1000, 5000));
     let never = || -> u64 { panic!("unsent asked before the threshold is in the socket") };
     o.sent = 999;
-    assert_eq!(o.pace_due(PaceTurn::Blocked, never), PaceStep::Nothing);
+    assert_eq!(
+        o.pace.due(o.sent, PaceTurn::Blocked, never),
+        PaceStep::Nothing
+    );
     o.sent = 1500;
     // 600 unsent of 1500: only 900 have left.
-    assert_eq!(o.pace_due(PaceTurn::Yielded, || 600), PaceStep::Nothing);
-    assert_eq!(o.pace_due(PaceTurn::Blocked, || 600), PaceStep::Watch(500));
     assert_eq!(
-        o.pace_due(PaceTurn::Blocked, || 600),
+        o.pace.due(o.sent, PaceTurn::Yielded, || 600),
+        PaceStep::Nothing
+    );
+    assert_eq!(
+        o.pace.due(o.sent, PaceTurn::Blocked, || 600),
+        PaceStep::Watch(500)
+    );
+    assert_eq!(
+        o.pace.due(o.sent, PaceTurn::Blocked, || 600),
         PaceStep::Nothing,
         "one watch"
     );
     // 400 unsent: 1100 have left.
     assert_eq!(
-        o.pace_due(PaceTurn::Blocked, || 400),
+        o.pace.due(o.sent, PaceTurn::Blocked, || 400),
         PaceStep::Switch(5000, true)
     );
     assert_eq!(
-        o.pace_due(PaceTurn::Ended, || 0),
+        o.pace.due(o.sent, PaceTurn::Ended, || 0),
         PaceStep::Nothing,
         "switched once"
     );
-    assert!(!o.pace_watching);
+    assert!(!o.pace.watching);
 
     let mut o = Outgoing {
-        pace_switch: Some((1000, 5000)),
         sent: 4000,
         ..Default::default()
     };
+    o.pace.switch = Some((1000, 5000));
     assert_eq!(
-        o.pace_due(PaceTurn::Ended, || panic!("not asked")),
+        o.pace.due(o.sent, PaceTurn::Ended, || panic!("not asked")),
         PaceStep::Switch(5000, false),
         "the last bytes are in: what the socket holds is paced"
     );

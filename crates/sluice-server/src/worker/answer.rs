@@ -380,7 +380,7 @@ impl Worker {
             head_started,
         );
         let _ = write_head_start(&mut out.wbuf, resp.status, date);
-        out.pace_switch = pace.switch;
+        out.pace.switch = pace.switch;
         out.fin_follows = fin_follows;
         out.log = log;
         out.discard_after = discard_body;

@@ -201,7 +201,7 @@ impl Worker {
             && out.sent >= UNSENT_PROVEN;
         out.proven |= proven;
         // Bandwidth limits: past its `limit_rate_after`, paced from here on.
-        if out.pace_switch.is_some() {
+        if out.pace.switch.is_some() {
             let turn = match flushed {
                 Ok(Flush::Yield) => PaceTurn::Yielded,
                 // Watching needs an unsent bound to give back (0: the kernel's).
@@ -211,7 +211,9 @@ impl Worker {
                 _ => PaceTurn::Ended,
             };
             let fd = c.sock.as_raw_fd();
-            let step = out.pace_due(turn, || crate::listener::unsent_bytes(fd));
+            let step = out
+                .pace
+                .due(out.sent, turn, || crate::listener::unsent_bytes(fd));
             if step != PaceStep::Nothing {
                 let bound = super::pace::unsent_bound_now(&self.shared, &self.snap, out.proven);
                 let base = super::pace::base(&self.snap.config.http);
@@ -220,7 +222,7 @@ impl Worker {
         }
         // (Not while a pacing watch holds the bound low: the switch gives the
         // raised bound back.)
-        let proven = proven && !out.pace_watching;
+        let proven = proven && !out.pace.watching;
         match flushed {
             Ok(Flush::Cold { off, len, rest }) => {
                 // Not in the page cache: a pool thread reads it and the

@@ -125,7 +125,7 @@ pub struct Worker {
     /// counts (`kept::reuse_answer`).
     answers: AnswerCache<Kept>,
     /// Bandwidth limits: the sockets not at their base pacing (`pace.rs`).
-    repaced: pace::Repaced,
+    repaced: sluice_condition::pace::Repaced,
     /// Each site's log output (`WorkerLog` index), `None` = not logged.
     site_log: Vec<Option<u8>>,
     limits: Limits,
@@ -271,7 +271,7 @@ impl Worker {
             snap_gen,
             files,
             answers,
-            repaced: pace::Repaced::default(),
+            repaced: Default::default(),
             site_log,
             date: DateCache::default(),
             pool: Vec::new(),

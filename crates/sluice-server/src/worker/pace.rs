@@ -2,7 +2,7 @@
 //! `sluice_condition::pace` decides (which `SO_MAX_PACING_RATE` calls a response
 //! needs) and remembers which sockets are not at their base.
 //!
-//! Owns: the calls, and a side table ([`Repaced`]) of the sockets a response gave
+//! Owns: the calls, and the worker's [`Repaced`] table of the sockets a response gave
 //! a rate other than their base, with that rate. Must not: decide rates (the
 //! `pace` module and the config do) or keep anything in the connection record
 //! (an idle connection's memory is a target: the table holds only sockets off
@@ -21,34 +21,8 @@
 
 use super::Worker;
 use crate::send::PaceStep;
-use sluice_condition::pace::{self, Plan};
-use std::collections::HashMap;
+use sluice_condition::pace::{self, Plan, Repaced};
 use std::os::fd::{AsRawFd, RawFd};
-
-/// The sockets not at their base, with the rate each has (`pace::UNPACED`: none).
-/// Empty on a server with one limit for everyone (or none), so a kept answer
-/// pays one emptiness test; an entry costs ~24 bytes while its socket is off its
-/// base.
-#[derive(Default)]
-pub(super) struct Repaced(HashMap<usize, u32>);
-
-impl Repaced {
-    /// The rate `key`'s socket has: its own, or the base.
-    pub(super) fn rate(&self, key: usize, base: u32) -> u32 {
-        if self.0.is_empty() {
-            return base;
-        }
-        self.0.get(&key).copied().unwrap_or(base)
-    }
-
-    pub(super) fn set(&mut self, key: usize, rate: u32, base: u32) {
-        if rate == base {
-            self.0.remove(&key);
-        } else {
-            self.0.insert(key, rate);
-        }
-    }
-}
 
 /// Carry out a send turn's [`PaceStep`] on `fd`, `key`'s socket: the rate set
 /// (and the unsent bound given back, `bound`), or the bound lowered to watch.
@@ -120,21 +94,6 @@ impl Worker {
         if socket_stays_open {
             self.pace_start(key, &Plan::default());
         }
-        if !self.repaced.0.is_empty() {
-            self.repaced.0.remove(&key);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_socket_off_its_base_is_remembered_with_its_rate() {
-        let mut r = super::Repaced::default();
-        assert_eq!(r.rate(7, 100), 100);
-        r.set(7, 300, 100);
-        assert_eq!((r.rate(7, 100), r.rate(8, 100)), (300, 100));
-        r.set(7, 100, 100);
-        assert!(r.0.is_empty(), "back at its base: forgotten");
+        self.repaced.forget(key);
     }
 }
