@@ -61,7 +61,7 @@ def start(name, root, port, rate, after):
         with open(cfg, "w") as f:
             f.write(f"[http]\nlimit_rate = {rate}\nlimit_rate_after = {after}\n")
         cmd = [BIN, "serve", "--listen", f"127.0.0.1:{port}", "--workers", "1",
-               "--access-log", "off", "--config", cfg, f"{root}/www"]
+               "--access-log", "off", "--allow-root", "--config", cfg, f"{root}/www"]
     else:
         os.makedirs(f"{root}/nginx", exist_ok=True)
         with open(f"{root}/nginx.conf", "w") as f:
@@ -121,9 +121,11 @@ def main():
     ap.add_argument("--servers", default="sluice,nginx")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="sluice-rate-after-")
+    os.chmod(root, 0o755)  # nginx's workers read as nobody
     os.makedirs(f"{root}/www")
     with open(f"{root}/www/f.bin", "wb") as f:
         f.write(os.urandom(SIZE))
+    os.chmod(f"{root}/www/f.bin", 0o644)
     want = (SIZE - a.after) / a.rate
     print(f"{a.clients} clients x 2 downloads of 32 MiB; limit_rate {a.rate} B/s after "
           f"{a.after} B: the paced part should take {want:.2f} s")
