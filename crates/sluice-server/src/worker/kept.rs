@@ -43,10 +43,7 @@ impl Worker {
         let (p, a) = self.answers.lookup(&c.rbuf, self.now)?;
         // Bandwidth limits: a kept answer has no plan; its socket goes at its base.
         let base = super::pace::base(&self.snap.config.http);
-        if self.repaced.rate(key, base) != base {
-            super::pace::set(c.sock.as_raw_fd(), base);
-            self.repaced.set(key, base, base);
-        }
+        super::pace::ensure(&mut self.repaced, key, c.sock.as_raw_fd(), base, base);
         c.requests += 1;
         let body_len = a.body_len() as u64;
         self.talkers.answered(c.peer, &a.path, body_len);

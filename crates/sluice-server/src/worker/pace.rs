@@ -63,6 +63,15 @@ pub(super) fn unsent_bound_now(
         .unwrap_or(unsent_start(max))
 }
 
+/// Give `key`'s socket (`fd`) the rate `want` if the table says it has another,
+/// and record it: the one place a response's rate is set.
+pub(super) fn ensure(repaced: &mut Repaced, key: usize, fd: RawFd, want: u32, base: u32) {
+    if repaced.rate(key, base) != want {
+        set(fd, want);
+        repaced.set(key, want, base);
+    }
+}
+
 /// The pacing a socket has between responses (`pace::base`).
 pub(super) fn base(http: &sluice_config::HttpSection) -> u32 {
     pace::base(http.limit_rate, http.limit_rate_after)
@@ -81,11 +90,8 @@ impl Worker {
     /// that is not what the socket has.
     pub(super) fn pace_start(&mut self, key: usize, plan: &Plan) {
         let base = base(&self.snap.config.http);
-        let want = plan.start.unwrap_or(base);
-        if self.repaced.rate(key, base) != want {
-            set(self.conns[key].sock.as_raw_fd(), want);
-            self.repaced.set(key, want, base);
-        }
+        let fd = self.conns[key].sock.as_raw_fd();
+        ensure(&mut self.repaced, key, fd, plan.start.unwrap_or(base), base);
     }
 
     /// `key`'s socket leaves this worker: to a front process (back to its base
