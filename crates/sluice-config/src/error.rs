@@ -24,6 +24,17 @@ pub struct Source {
     keys: Vec<(String, usize)>,
 }
 
+/// An array of tables nested in the last of another (`[[site.alias]]` after the
+/// second `[[site]]`) as messages name it: `site[2].alias`, counted within it.
+fn qualified(name: &str, counts: &[(String, usize)]) -> String {
+    if let Some((outer, inner)) = name.split_once('.') {
+        if let Some((_, c)) = counts.iter().find(|(n, _)| n == outer) {
+            return format!("{outer}[{c}].{inner}");
+        }
+    }
+    name.to_string()
+}
+
 impl Source {
     pub fn index(origin: &str, text: &str) -> Source {
         let mut keys = Vec::new();
@@ -33,7 +44,7 @@ impl Source {
             let l = raw.trim();
             let line = i + 1;
             if let Some(name) = l.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
-                let name = name.trim().to_string();
+                let name = qualified(name.trim(), &counts);
                 let k = match counts.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, c)) => {
                         *c += 1;

@@ -85,6 +85,7 @@ impl Config {
         if cfg.server.root.is_relative() && text_mentions(&text, "root") {
             cfg.server.root = base.join(&cfg.server.root);
         }
+        alias_paths(&mut cfg.server.alias, base);
         for f in cfg.rules.files.iter_mut() {
             if f.is_relative() {
                 *f = base.join(&*f);
@@ -187,11 +188,21 @@ fn parse_toml<T: serde::de::DeserializeOwned>(
     Ok((value, source))
 }
 
+/// Aliases' relative roots, against the directory of their file.
+fn alias_paths(aliases: &mut [crate::AliasRule], base: &Path) {
+    for a in aliases {
+        if a.root.is_relative() {
+            a.root = base.join(&a.root);
+        }
+    }
+}
+
 /// A site's relative root and rules files, against the directory of its file.
 fn site_paths(s: &mut SiteSection, base: &Path) {
     if s.root.is_relative() {
         s.root = base.join(&s.root);
     }
+    alias_paths(&mut s.alias, base);
     for f in s.rules.iter_mut() {
         if f.is_relative() {
             *f = base.join(&*f);

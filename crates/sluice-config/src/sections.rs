@@ -51,6 +51,9 @@ pub struct ServerSection {
     #[serde(deserialize_with = "crate::de::listen")]
     pub listen: Vec<SocketAddr>,
     pub root: PathBuf,
+    /// `[[server.alias]]`: other directories served at path prefixes of the main
+    /// site ([`AliasRule`]). A site has its own (`[[site.alias]]`), not these.
+    pub alias: Vec<AliasRule>,
     #[serde(deserialize_with = "crate::de::workers")]
     pub workers: usize,
     /// Serving processes the workers are split over (each with its own descriptor
@@ -258,6 +261,25 @@ pub struct FilesSection {
     /// for. A page that is missing leaves sluice's own short text.
     #[serde(deserialize_with = "crate::de::error_pages")]
     pub error_pages: std::collections::BTreeMap<u16, String>,
+}
+
+/// One `[[server.alias]]` or `[[site.alias]]`: the paths under `prefix` are
+/// served from `root` instead of from under the site's root (Apache's `Alias`,
+/// nginx's `alias`): with `prefix = "/ubuntu"` and `root = "/srv/disk2/ubuntu"`,
+/// `/ubuntu/dists/x` is `/srv/disk2/ubuntu/dists/x`. The prefix is whole path
+/// segments (`/ubuntu` does not take `/ubuntu-cd`); the longest prefix wins; the
+/// symlink policy's "inside the root" means inside `root` for the paths under it.
+/// Everything else about a path (the cache, listings, hidden files, rules'
+/// `-f`/`-d`, `Cache-Control` and header rules by path) sees it as the client
+/// wrote it. A listing of the directory above does not show the prefix's name
+/// unless that directory has an entry of the name (as Apache's). A relative
+/// `root` is against the config file's directory.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AliasRule {
+    /// `"/ubuntu"` (a trailing `/` is the same): whole segments, no `.` or `..`.
+    pub prefix: String,
+    pub root: PathBuf,
 }
 
 /// One `[[files.cache_control]]` rule (see [`FilesSection::cache_control`]).
@@ -617,6 +639,7 @@ impl Default for ServerSection {
         ServerSection {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             root: PathBuf::from("."),
+            alias: Vec::new(),
             workers: 0,
             processes: 0,
             listen_sockets: 4,
@@ -699,6 +722,9 @@ pub struct SiteSection {
     /// This site answers unknown or missing hosts (at most one site may say so).
     pub default: bool,
     pub root: PathBuf,
+    /// `[[site.alias]]`: other directories served at path prefixes of this site
+    /// ([`AliasRule`]; the main site's `[[server.alias]]` are not inherited).
+    pub alias: Vec<AliasRule>,
     /// Rules files for this site only (relative to the config file).
     pub rules: Vec<PathBuf>,
     pub lenient: bool,

@@ -27,6 +27,9 @@ pub struct Site {
     pub label: String,
     pub names: Vec<String>,
     pub root: PathBuf,
+    /// Directories served at path prefixes ([`crate::AliasRule`]), as checked by
+    /// [`aliases`]: (prefix without its slashes, e.g. `"pub/ubuntu"`, root).
+    pub aliases: Vec<(String, PathBuf)>,
     pub files: FilesSection,
     pub rules: Vec<PathBuf>,
     pub lenient: bool,
@@ -88,6 +91,8 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
         label: "(main)".into(),
         names: Vec::new(),
         root: cfg.server.root.clone(),
+        aliases: aliases(&cfg.server.alias)
+            .map_err(|(i, k, m)| cfg.source.error(&format!("server.alias[{i}].{k}"), m))?,
         files: cfg.files.clone(),
         rules: cfg.rules.files.clone(),
         lenient: cfg.rules.lenient,
@@ -152,6 +157,8 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             return Err(cfg.site_error(n, ".limit_rate", m));
         }
         let files = site_files(&cfg.files, s);
+        let aliases = aliases(&s.alias)
+            .map_err(|(i, k, m)| cfg.site_error(n, &format!(".alias[{i}].{k}"), m))?;
         let access_log = match s.access_log.as_deref() {
             Some("off") => None,
             Some("") => return Err(cfg.site_error(n, ".access_log", "empty path (use \"off\")")),
@@ -162,6 +169,7 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             label: names.first().cloned().unwrap_or_else(|| what.clone()),
             names,
             root: s.root.clone(),
+            aliases,
             files,
             rules: s.rules.clone(),
             lenient: s.lenient,
@@ -173,6 +181,46 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
     idx.wildcard
         .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
     Ok((sites, idx))
+}
+
+/// What [`aliases`] found wrong: the rule's number (from 1), its key, the message.
+pub type AliasError = (usize, &'static str, String);
+
+/// Check a site's aliases and give each prefix as a lookup compares it: its
+/// segments without the slashes around them (`"/pub/ubuntu/"` → `"pub/ubuntu"`).
+/// A prefix must be an absolute path of plain segments (no empty ones, no `.` or
+/// `..`, none of `%?#\\` or NUL: it is compared with the decoded, normalized
+/// path), not `/` itself (that is the site's `root`), and not given twice; a root
+/// must be named. Whether the root exists is the server's check, when it opens it.
+/// An error is (the rule's number from 1, the key, what is wrong).
+pub fn aliases(rules: &[crate::AliasRule]) -> Result<Vec<(String, PathBuf)>, AliasError> {
+    let mut out: Vec<(String, PathBuf)> = Vec::with_capacity(rules.len());
+    for (i, a) in rules.iter().enumerate() {
+        let p = &a.prefix;
+        let inner = p
+            .strip_prefix('/')
+            .map(|x| x.strip_suffix('/').unwrap_or(x));
+        let ok = inner.is_some_and(|x| {
+            !x.is_empty()
+                && x.split('/').all(|seg| !matches!(seg, "" | "." | ".."))
+                && !x.contains(['%', '?', '#', '\\', '\0'])
+        });
+        let Some(inner) = inner.filter(|_| ok) else {
+            return Err((
+                i + 1,
+                "prefix",
+                format!("{p:?}: an absolute path of plain segments, like \"/ubuntu\" (not \"/\", no \".\" or \"..\")"),
+            ));
+        };
+        if a.root.as_os_str().is_empty() {
+            return Err((i + 1, "root", "is needed".into()));
+        }
+        if out.iter().any(|(q, _)| q == inner) {
+            return Err((i + 1, "prefix", format!("{p:?} is given twice")));
+        }
+        out.push((inner.to_string(), a.root.clone()));
+    }
+    Ok(out)
 }
 
 impl Config {

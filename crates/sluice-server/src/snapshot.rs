@@ -89,6 +89,14 @@ impl Snapshot {
             if !meta.is_dir() {
                 return Err(format!("{what}root {}: not a directory", root.display()));
             }
+            for (prefix, dir) in &conf.aliases {
+                let alias = format!("{what}alias /{prefix}: root {}", dir.display());
+                match std::fs::metadata(dir) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => return Err(format!("{alias}: not a directory")),
+                    Err(e) => return Err(format!("{alias}: {e}")),
+                }
+            }
             let rules = if conf.rules.is_empty() {
                 None
             } else {
@@ -208,8 +216,13 @@ impl Snapshot {
                 }
                 None => "no rules".into(),
             };
+            let aliases: String = c
+                .aliases
+                .iter()
+                .map(|(p, d)| format!(" (/{p}/ from {})", d.display()))
+                .collect();
             lines.push(format!(
-                "site {}{default}{from}: names {names}; root {}; {rules}; log {}",
+                "site {}{default}{from}: names {names}; root {}{aliases}; {rules}; log {}",
                 c.label,
                 c.root.display(),
                 c.access_log.as_deref().unwrap_or("off")
@@ -253,8 +266,14 @@ pub fn static_handler(
     site: &sluice_config::sites::Site,
     config: &sluice_config::Config,
 ) -> std::io::Result<StaticHandler> {
-    let root = Root::new(&site.root, site.files.symlinks)
+    let mut root = Root::new(&site.root, site.files.symlinks)
         .map_err(|e| std::io::Error::new(e.kind(), format!("root {}: {e}", site.root.display())))?;
+    for (prefix, dir) in &site.aliases {
+        root.mount(prefix, dir).map_err(|e| {
+            let what = format!("alias /{prefix}: root {}: {e}", dir.display());
+            std::io::Error::new(e.kind(), what)
+        })?;
+    }
     Ok(StaticHandler::new(
         root,
         site.files.clone(),

@@ -59,32 +59,88 @@ impl Stamp {
     }
 }
 
-/// The document root, held open so every lookup resolves relative to it.
+/// The document root, held open so every lookup resolves relative to it, and
+/// the directories served at path prefixes of it (aliases, [`Root::mount`]).
 #[derive(Debug)]
 pub struct Root {
     dir: File,
     canon: PathBuf,
     policy: SymlinkPolicy,
+    /// Aliases, longest prefix first: none on most sites, and then a lookup pays
+    /// one test of an empty list.
+    mounts: Vec<Mount>,
+}
+
+/// One alias: the paths under `prefix` (segments without slashes around them,
+/// `"pub/ubuntu"`) resolve under `dir`, with the same policy, as if it were the
+/// root: "inside the root" is inside `dir` for them.
+#[derive(Debug)]
+struct Mount {
+    prefix: String,
+    dir: File,
+    canon: PathBuf,
+}
+
+/// `path` canonical, and held open as a directory (`O_PATH`).
+fn open_dir(path: &Path) -> io::Result<(File, PathBuf)> {
+    let canon = std::fs::canonicalize(path)?;
+    let c = CString::new(canon.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: c is a valid NUL-terminated path; the fd is owned by the File below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    Ok((unsafe { File::from_raw_fd(fd) }, canon))
 }
 
 impl Root {
     pub fn new(path: &Path, policy: SymlinkPolicy) -> io::Result<Root> {
-        let canon = std::fs::canonicalize(path)?;
-        let c = CString::new(canon.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: c is a valid NUL-terminated path; the fd is owned by the File below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
+        let (dir, canon) = open_dir(path)?;
+        Ok(Root {
+            dir,
+            canon,
+            policy,
+            mounts: Vec::new(),
+        })
+    }
+
+    /// Serve the paths under `prefix` (normalized segments without the slashes
+    /// around them, as `sluice_config::sites::aliases` gives them) from `path`.
+    pub fn mount(&mut self, prefix: &str, path: &Path) -> io::Result<()> {
+        let (dir, canon) = open_dir(path)?;
+        self.mounts.push(Mount {
+            prefix: prefix.to_string(),
+            dir,
+            canon,
+        });
+        self.mounts
+            .sort_by_key(|m| std::cmp::Reverse(m.prefix.len()));
+        Ok(())
+    }
+
+    /// The directory `rel` resolves under (the root's or an alias's), its canonical
+    /// path, and `rel` relative to it (`"."` for an alias's own directory).
+    fn at<'a>(&'a self, rel: &'a str) -> (&'a File, &'a Path, &'a str) {
+        for m in &self.mounts {
+            let Some(rest) = rel.strip_prefix(m.prefix.as_str()) else {
+                continue;
+            };
+            // Whole segments only: "ubuntu" does not take "ubuntu-cd".
+            let inner = match rest.strip_prefix('/') {
+                Some(r) => r,
+                None if rest.is_empty() => rest,
+                None => continue,
+            };
+            return (&m.dir, &m.canon, if inner.is_empty() { "." } else { inner });
         }
-        // SAFETY: fd was just returned by open and is owned by nobody else.
-        let dir = unsafe { File::from_raw_fd(fd) };
-        Ok(Root { dir, canon, policy })
+        (&self.dir, &self.canon, rel)
     }
 
     pub fn path(&self) -> &Path {
@@ -111,11 +167,13 @@ impl Root {
     }
 
     fn open_how(&self, rel: &str, cached: bool) -> io::Result<File> {
+        let orig = rel;
+        let (dir, canon, rel) = self.at(rel);
         let rel = if rel.is_empty() { "." } else { rel };
         let c = c_path(rel)?;
         let flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
         if self.policy == SymlinkPolicy::Any && !cached {
-            return self.openat(&c, flags as i32);
+            return openat(dir, &c, flags as i32);
         }
         if !NO_OPENAT2.load(Ordering::Relaxed) {
             let mut resolve = match self.policy {
@@ -126,14 +184,14 @@ impl Root {
             if cached {
                 resolve |= RESOLVE_CACHED;
             }
-            let err = match self.openat2(&c, flags, resolve) {
+            let err = match openat2(dir, &c, flags, resolve) {
                 Ok(f) => return Ok(f),
                 Err(e) => e,
             };
             if cached && err.raw_os_error() == Some(libc::EINVAL) {
                 // A kernel from before RESOLVE_CACHED: never ask again.
                 NO_RESOLVE_CACHED.store(true, Ordering::Relaxed);
-                return self.open_how(rel, false);
+                return self.open_how(orig, false);
             }
             if err.raw_os_error() != Some(libc::ENOSYS) {
                 return Err(err);
@@ -141,20 +199,18 @@ impl Root {
             NO_OPENAT2.store(true, Ordering::Relaxed);
         }
         if self.policy == SymlinkPolicy::Any {
-            return self.openat(&c, flags as i32);
+            return openat(dir, &c, flags as i32);
         }
         // Fallback: resolve in user space, then refuse anything outside the root.
-        let full = self
-            .canon
-            .join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
+        let full = canon.join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
         let real = std::fs::canonicalize(&full)?;
-        if !real.starts_with(&self.canon) {
+        if !real.starts_with(canon) {
             return Err(io::Error::from_raw_os_error(libc::EXDEV));
         }
         if self.policy == SymlinkPolicy::Never && real != full {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
-        self.openat(&c, flags as i32)
+        openat(dir, &c, flags as i32)
     }
 
     /// The identity and version of `rel` as it is now, without opening it:
@@ -163,12 +219,13 @@ impl Root {
     /// opened by [`Root::open`]: it enforces no policy itself, and a match means
     /// the very inode that `open` had allowed, unchanged.
     pub fn stamp(&self, rel: &str) -> io::Result<Stamp> {
+        let (dir, _, rel) = self.at(rel);
         let c = c_path(rel)?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: valid dirfd, NUL-terminated path and a stat buffer to fill.
         let r = unsafe {
             libc::fstatat(
-                self.dir.as_raw_fd(),
+                dir.as_raw_fd(),
                 c.as_ptr(),
                 st.as_mut_ptr(),
                 libc::AT_SYMLINK_NOFOLLOW,
@@ -196,45 +253,46 @@ impl Root {
         if NO_OPENAT2.load(Ordering::Relaxed) || NO_RESOLVE_CACHED.load(Ordering::Relaxed) {
             return self.stamp(rel);
         }
+        let (dir, _, rel) = self.at(rel);
         let c = c_path(rel)?;
         let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-        let f = self.openat2(&c, flags, RESOLVE_CACHED)?;
+        let f = openat2(dir, &c, flags, RESOLVE_CACHED)?;
         Ok(Stamp::of(&f.metadata()?))
     }
+}
 
-    /// One `openat2(2)` relative to the root.
-    fn openat2(&self, c: &CString, flags: u64, resolve: u64) -> io::Result<File> {
-        let how = OpenHow {
-            flags,
-            mode: 0,
-            resolve,
-        };
-        // SAFETY: arguments match openat2(2): dirfd, path, *const open_how, size.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.dir.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel returned a fresh fd that we now own.
-        Ok(unsafe { File::from_raw_fd(fd as i32) })
+/// One `openat2(2)` relative to `dir` (the root or an alias's directory).
+fn openat2(dir: &File, c: &CString, flags: u64, resolve: u64) -> io::Result<File> {
+    let how = OpenHow {
+        flags,
+        mode: 0,
+        resolve,
+    };
+    // SAFETY: arguments match openat2(2): dirfd, path, *const open_how, size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: the kernel returned a fresh fd that we now own.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
 
-    fn openat(&self, c: &CString, flags: i32) -> io::Result<File> {
-        // SAFETY: valid dirfd and NUL-terminated relative path.
-        let fd = unsafe { libc::openat(self.dir.as_raw_fd(), c.as_ptr(), flags) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh fd owned by the File.
-        Ok(unsafe { File::from_raw_fd(fd) })
+fn openat(dir: &File, c: &CString, flags: i32) -> io::Result<File> {
+    // SAFETY: valid dirfd and NUL-terminated relative path.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: fresh fd owned by the File.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// `rel`'s precompressed sibling in `coding` (`page.html.gz`), written into `name`.

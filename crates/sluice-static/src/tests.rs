@@ -73,3 +73,36 @@ fn one_listing_page_for_every_spelling_of_its_directory() {
         assert_eq!(page(p), first, "{p}");
     }
 }
+
+#[test]
+fn aliases_take_whole_segments_and_the_longest_prefix() {
+    let main = tempfile::tempdir().unwrap();
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(main.path().join("pub/ubuntu-cd")).unwrap();
+    std::fs::write(main.path().join("pub/ubuntu-cd/f"), b"main").unwrap();
+    std::fs::write(a.path().join("f"), b"a").unwrap();
+    std::fs::create_dir(a.path().join("ports")).unwrap();
+    std::fs::write(b.path().join("f"), b"b").unwrap();
+    let mut root = Root::new(main.path(), sluice_config::SymlinkPolicy::InsideRoot).unwrap();
+    // Mounted shorter first: the longer prefix must still win.
+    root.mount("pub/ubuntu", a.path()).unwrap();
+    root.mount("pub/ubuntu/ports", b.path()).unwrap();
+    let read = |rel: &str| std::io::read_to_string(root.open(rel).unwrap()).unwrap();
+    assert_eq!(read("pub/ubuntu/f"), "a");
+    assert_eq!(read("pub/ubuntu/ports/f"), "b");
+    assert_eq!(read("pub/ubuntu-cd/f"), "main");
+    // The prefix itself is the alias's directory, opened and stamped as such.
+    let d = root.open("pub/ubuntu").unwrap();
+    assert!(d.metadata().unwrap().is_dir());
+    assert_eq!(
+        root.stamp("pub/ubuntu").unwrap(),
+        open::Stamp::of(&std::fs::metadata(a.path()).unwrap())
+    );
+    assert_eq!(
+        root.stamp("pub/ubuntu/f").unwrap(),
+        open::Stamp::of(&std::fs::metadata(a.path().join("f")).unwrap())
+    );
+    // `..` cannot climb out of an alias's directory into the main root.
+    assert!(root.open("pub/ubuntu/../ubuntu-cd/f").is_err());
+}
