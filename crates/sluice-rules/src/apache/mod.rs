@@ -55,6 +55,12 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
             "redirect" | "redirectpermanent" | "redirecttemp" | "redirectmatch" => {
                 alias::directive(&at, ctx)?
             }
+            // A directory at a URL prefix is the config's, not a rule's: say where.
+            "alias" => ctx.unsupported(
+                file,
+                lineno,
+                format!("directive {d} (in sluice it is the config's [[server.alias]] or [[site.alias]]: prefix, root)"),
+            )?,
             _ => ctx.unsupported(file, lineno, format!("directive {d}"))?,
         }
     }
