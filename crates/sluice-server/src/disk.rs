@@ -29,6 +29,10 @@
 //! listing queue is answered 503 with `Retry-After` by the worker
 //! ([`DiskPool::submit_lookup`] says so), never built on the worker.
 //!
+//! The pool's queue has a lane per device ([`lanes`]): once the pool has met a
+//! second device, no device's reads may take every thread, so a slow or failing
+//! disk delays its own files only.
+//!
 //! Owns: the pool threads and the listing threads, their two bounded job queues,
 //! one completion list per worker.
 //! Must not: touch connections (it sees keys only) or send anything.
@@ -55,11 +59,14 @@
 //! Kernels without `RWF_NOWAIT` for buffered reads (before 4.14) report everything
 //! resident: the pool then never runs, and turns behave as they did before it.
 
+mod lanes;
+
 use sluice_static::cold::ColdLookup;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
 pub use sluice_static::cold::{resident, COLD_CHECK_MIN};
@@ -157,7 +164,8 @@ pub fn ahead_for(sent: u64, took_ms: u64, after: u64) -> u64 {
 /// The pool: `threads` readers sharing one bounded queue. Dropping it ends them
 /// once the queue is empty.
 pub struct DiskPool {
-    tx: SyncSender<Job>,
+    /// Cold ranges and lookups, a lane per device ([`lanes`]).
+    jobs: Arc<lanes::Queue<Job>>,
     /// Jobs queued or being read (not the reads ahead): while any is, the disk
     /// is in use, and a worker tries no lookup that might read it (`busy`).
     /// Listings are not counted: they have their own threads.
@@ -179,17 +187,16 @@ pub enum Refused {
 impl DiskPool {
     /// `threads` disk threads and `listing_threads` listing threads (at least one).
     pub fn start(threads: usize, listing_threads: usize) -> std::io::Result<DiskPool> {
-        let (tx, rx) = sync_channel::<Job>(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
+        let jobs = Arc::new(lanes::Queue::new(threads, QUEUE));
         let in_hand = Arc::new(AtomicUsize::new(0));
         let sink = Arc::new(std::fs::OpenOptions::new().write(true).open("/dev/null")?);
         for i in 0..threads {
-            let rx = Arc::clone(&rx);
+            let jobs = Arc::clone(&jobs);
             let sink = Arc::clone(&sink);
             let in_hand = Arc::clone(&in_hand);
             std::thread::Builder::new()
                 .name(format!("sluice-disk{i}"))
-                .spawn(move || read_loop(&rx, &sink, &in_hand))?;
+                .spawn(move || read_loop(&jobs, &sink, &in_hand))?;
         }
         // Test hook: a shorter listing queue, for the test of a full one.
         let list_queue = std::env::var("SLUICE_TEST_LIST_QUEUE")
@@ -204,7 +211,18 @@ impl DiskPool {
                 .name(format!("sluice-list{i}"))
                 .spawn(move || list_loop(&rx))?;
         }
-        Ok(DiskPool { tx, in_hand, lists })
+        Ok(DiskPool {
+            jobs,
+            in_hand,
+            lists,
+        })
+    }
+
+    /// The devices the sites' files are on (`Snapshot::devices`), at start and
+    /// after each reload: with two or more, no device may take every thread
+    /// ([`lanes`]) from the first job on.
+    pub fn know(&self, devices: &[u64]) {
+        self.jobs.know(devices);
     }
 
     /// Whether the threads have work in hand (the disk is in use).
@@ -225,6 +243,8 @@ impl DiskPool {
         who: (u32, u32),
         to: &Arc<Completions>,
     ) -> bool {
+        // Its device's lane: one `fstat`, beside the `dup` and the disk read.
+        let dev = file.metadata().map_or(0, |m| m.dev());
         let Ok(file) = file.try_clone() else {
             return false;
         };
@@ -235,7 +255,7 @@ impl DiskPool {
             // The pool's own bound, whatever the caller asks (the test holds it to it).
             ahead: ahead.min(AHEAD),
         };
-        self.queue(what, who, to)
+        self.queue(what, dev, who, to)
     }
 
     /// Make `cold`'s lookup and read off the worker (a listing on a listing
@@ -254,22 +274,23 @@ impl DiskPool {
             };
             return self.lists.try_send(job).map_err(|_| Refused::ListingsFull);
         }
-        match self.queue(Work::Lookup(cold), who, to) {
+        let dev = cold.device();
+        match self.queue(Work::Lookup(cold), dev, who, to) {
             true => Ok(()),
             false => Err(Refused::Full),
         }
     }
 
-    fn queue(&self, what: Work, who: (u32, u32), to: &Arc<Completions>) -> bool {
+    fn queue(&self, what: Work, dev: u64, who: (u32, u32), to: &Arc<Completions>) -> bool {
         let job = Job {
             what,
             who,
             to: Arc::clone(to),
         };
         self.in_hand.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send(job) {
+        match self.jobs.push(dev, job) {
             Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            Err(_) => {
                 self.in_hand.fetch_sub(1, Ordering::Relaxed);
                 false
             }
@@ -277,32 +298,40 @@ impl DiskPool {
     }
 }
 
+impl Drop for DiskPool {
+    /// The threads end once the jobs waiting are read (the listing threads when
+    /// their queue's sender, `lists`, goes).
+    fn drop(&mut self) {
+        self.jobs.close();
+    }
+}
+
 /// Each job: have the kernel read the range through its own readahead and wait
 /// for it, by `sendfile` to `/dev/null`: the page cache's pages are spliced to a
 /// sink that drops them, so nothing is copied. Errors and EOF (a file truncated
 /// meanwhile) end the job; the worker meets them when it sends, as it always did.
-/// Then, if the job asks for it and no other job waits, the range after it
-/// ([`AHEAD`]) is read the same way with nobody to tell.
-fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
-    let mut ahead: Option<(File, u64, u64)> = None;
+/// Then, if the job asks for it and no other job may be taken, the range after it
+/// ([`AHEAD`]) is read the same way with nobody to tell (counted in its device's
+/// reads: [`lanes::Queue::start_unasked`]).
+fn read_loop(jobs: &lanes::Queue<Job>, sink: &File, in_hand: &AtomicUsize) {
+    let mut ahead: Option<(u64, File, u64, u64)> = None;
     loop {
-        let job = {
-            let r = rx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((dev, job)) = jobs.take(ahead.is_none()) else {
+            // Nothing to take: the read ahead, if there is one (a response that
+            // waits would have come first, and dropped it).
             match ahead.take() {
-                None => r.recv().ok(),
-                Some(a) => match r.try_recv() {
-                    // A response waits: it goes first, the read ahead is dropped.
-                    Ok(j) => Some(j),
-                    Err(std::sync::mpsc::TryRecvError::Empty) => {
-                        drop(r);
-                        fill(sink, &a.0, a.1, a.2);
-                        continue;
+                Some((dev, f, off, len)) => {
+                    if jobs.start_unasked(dev) {
+                        fill(sink, &f, off, len);
+                        jobs.done(dev);
                     }
-                    Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
-                },
+                    continue;
+                }
+                None => return,
             }
         };
-        let Some(job) = job else { return };
+        // A response waits: it goes first, and a pending read ahead is dropped
+        // (`ahead` is set anew below).
         let next = match job.what {
             Work::Range {
                 file,
@@ -312,7 +341,7 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
             } => {
                 let len = len.clamp(1, PREFETCH);
                 fill(sink, &file, off, len);
-                (after > 0).then_some((file, off + len, after))
+                (after > 0).then_some((dev, file, off + len, after))
             }
             Work::Lookup(cold) => {
                 contained(cold.path(), || {
@@ -322,6 +351,7 @@ fn read_loop(rx: &Mutex<Receiver<Job>>, sink: &File, in_hand: &AtomicUsize) {
             }
         };
         in_hand.fetch_sub(1, Ordering::Relaxed);
+        jobs.done(dev);
         job.to.finish(job.who);
         ahead = next;
     }

@@ -102,6 +102,9 @@ impl Shared {
                 )
                 .ok(),
         };
+        if let Some(pool) = &disk {
+            pool.know(&snap.devices);
+        }
         Arc::new(Shared {
             open: &region.procs[process].open,
             procs: region.procs,

@@ -25,6 +25,9 @@ pub struct Snapshot {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// One line about it for logs and `sluice check`.
     pub tls_summary: Option<String>,
+    /// The devices of the sites' roots and aliases (`st_dev`), for the disk
+    /// threads' lanes (`disk::DiskPool::know`).
+    pub devices: Vec<u64>,
 }
 
 /// One site, compiled: its settings and its own rules (never another site's).
@@ -77,6 +80,7 @@ impl Snapshot {
     ) -> Result<Snapshot, String> {
         let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
+        let mut devices = Vec::new();
         for (i, conf) in confs.into_iter().enumerate() {
             let root = &conf.root;
             let what = if conf.names.is_empty() && sites.is_empty() {
@@ -89,10 +93,11 @@ impl Snapshot {
             if !meta.is_dir() {
                 return Err(format!("{what}root {}: not a directory", root.display()));
             }
+            devices.push(std::os::unix::fs::MetadataExt::dev(&meta));
             for (prefix, dir) in &conf.aliases {
                 let alias = format!("{what}alias /{prefix}: root {}", dir.display());
                 match std::fs::metadata(dir) {
-                    Ok(m) if m.is_dir() => {}
+                    Ok(m) if m.is_dir() => devices.push(std::os::unix::fs::MetadataExt::dev(&m)),
                     Ok(_) => return Err(format!("{alias}: not a directory")),
                     Err(e) => return Err(format!("{alias}: {e}")),
                 }
@@ -153,6 +158,11 @@ impl Snapshot {
             proxy_trusted,
             tls,
             tls_summary,
+            devices: {
+                devices.sort_unstable();
+                devices.dedup();
+                devices
+            },
         })
     }
 

@@ -520,6 +520,9 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) -> R
             shared
                 .caps
                 .set_limits(crate::shared::cap_limits(c, shared.server_connections));
+            if let Some(pool) = &shared.disk {
+                pool.know(&snap.devices);
+            }
             shared.replace(snap);
             tracing::info!("reloaded configuration");
             Ok(())

@@ -478,6 +478,13 @@ impl ColdLookup {
         &self.rel
     }
 
+    /// The device its path is under, as far as the server knows without a lookup:
+    /// the root's, or its alias's ([`Root::device`]). The disk threads keep each
+    /// device's reads from taking every thread (`sluice-server`'s `disk.rs`).
+    pub fn device(&self) -> u64 {
+        self.root.device(&self.rel)
+    }
+
     /// Whether it reads a directory and builds its listing page (the server has
     /// threads of their own for those).
     pub fn is_listing(&self) -> bool {

@@ -65,6 +65,8 @@ impl Stamp {
 pub struct Root {
     dir: File,
     canon: PathBuf,
+    /// The device the root directory is on (`st_dev`).
+    dev: u64,
     policy: SymlinkPolicy,
     /// Aliases, longest prefix first: none on most sites, and then a lookup pays
     /// one test of an empty list.
@@ -79,10 +81,11 @@ struct Mount {
     prefix: String,
     dir: File,
     canon: PathBuf,
+    dev: u64,
 }
 
-/// `path` canonical, and held open as a directory (`O_PATH`).
-fn open_dir(path: &Path) -> io::Result<(File, PathBuf)> {
+/// `path` canonical, held open as a directory (`O_PATH`), and its device.
+fn open_dir(path: &Path) -> io::Result<(File, PathBuf, u64)> {
     let canon = std::fs::canonicalize(path)?;
     let c = CString::new(canon.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -97,15 +100,18 @@ fn open_dir(path: &Path) -> io::Result<(File, PathBuf)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fd was just returned by open and is owned by nobody else.
-    Ok((unsafe { File::from_raw_fd(fd) }, canon))
+    let dir = unsafe { File::from_raw_fd(fd) };
+    let dev = std::os::unix::fs::MetadataExt::dev(&dir.metadata()?);
+    Ok((dir, canon, dev))
 }
 
 impl Root {
     pub fn new(path: &Path, policy: SymlinkPolicy) -> io::Result<Root> {
-        let (dir, canon) = open_dir(path)?;
+        let (dir, canon, dev) = open_dir(path)?;
         Ok(Root {
             dir,
             canon,
+            dev,
             policy,
             mounts: Vec::new(),
         })
@@ -114,20 +120,38 @@ impl Root {
     /// Serve the paths under `prefix` (normalized segments without the slashes
     /// around them, as `sluice_config::sites::aliases` gives them) from `path`.
     pub fn mount(&mut self, prefix: &str, path: &Path) -> io::Result<()> {
-        let (dir, canon) = open_dir(path)?;
+        let (dir, canon, dev) = open_dir(path)?;
         self.mounts.push(Mount {
             prefix: prefix.to_string(),
             dir,
             canon,
+            dev,
         });
         self.mounts
             .sort_by_key(|m| std::cmp::Reverse(m.prefix.len()));
         Ok(())
     }
 
+    /// The device of the directory `rel` resolves under (the root's or its
+    /// alias's; a mount point below either is not seen without a lookup).
+    pub fn device(&self, rel: &str) -> u64 {
+        match self.mount_of(rel) {
+            Some((m, _)) => m.dev,
+            None => self.dev,
+        }
+    }
+
     /// The directory `rel` resolves under (the root's or an alias's), its canonical
     /// path, and `rel` relative to it (`"."` for an alias's own directory).
     fn at<'a>(&'a self, rel: &'a str) -> (&'a File, &'a Path, &'a str) {
+        match self.mount_of(rel) {
+            Some((m, inner)) => (&m.dir, &m.canon, inner),
+            None => (&self.dir, &self.canon, rel),
+        }
+    }
+
+    /// The alias `rel` is under, and `rel` relative to its directory.
+    fn mount_of<'a>(&'a self, rel: &'a str) -> Option<(&'a Mount, &'a str)> {
         for m in &self.mounts {
             let Some(rest) = rel.strip_prefix(m.prefix.as_str()) else {
                 continue;
@@ -138,9 +162,9 @@ impl Root {
                 None if rest.is_empty() => rest,
                 None => continue,
             };
-            return (&m.dir, &m.canon, if inner.is_empty() { "." } else { inner });
+            return Some((m, if inner.is_empty() { "." } else { inner }));
         }
-        (&self.dir, &self.canon, rel)
+        None
     }
 
     pub fn path(&self) -> &Path {
