@@ -18,9 +18,16 @@ It prints, per server and round, the small files' latencies (p50, p99, max) and
 how many of them came back at all within `--budget` seconds. Needs root (loop
 device, mount, cgroup); everything it makes is removed at the end.
 
-    sudo python3 bench/two_disks.py --bin new=target/release/sluice [--bin old=BIN] [--rounds 3]
+    sudo python3 bench/two_disks.py --bin new=target/release/sluice [--bin old=BIN] [--rounds 3] [--nginx]
+
+`--nginx` adds nginx beside them, one worker as sluice, with the alias as a `location`
+(`alias`): as it is everywhere else (its worker reads the slow disk itself), and with
+`aio threads` (its default pool: 32 threads, one queue).
 """
 import argparse, http.client, os, statistics, subprocess, sys, time, glob
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
 
 BASE = "/tmp/sluice-bench/two-disks"
 BLKIO = "/sys/fs/cgroup/blkio/sluice-two-disks"
@@ -91,19 +98,36 @@ def get(path, timeout):
     return r.status, len(body)
 
 
-def one(bin_path, a):
+def server_cmd(name, bin_path):
+    """The command that serves `name`: a sluice binary, or nginx (`nginx`, `nginx-aio`)."""
+    if name.startswith("nginx"):
+        d = f"{BASE}/{name}"
+        os.makedirs(d, exist_ok=True)
+        aio = "  aio threads;\n" if name == "nginx-aio" else ""
+        conf = compare.nginx_conf(d, aio + f"  server {{ listen 127.0.0.1:{PORT}; root {BASE}/fast;"
+                                      f" location /slow/ {{ alias {BASE}/slow/; }} }}")
+        conf = conf.replace("worker_processes 2;", "worker_processes 1;").replace(f"{d}/nginx/", f"{d}/")
+        with open(f"{d}/nginx.conf", "w") as f:
+            f.write(conf)
+        return ["nginx", "-c", f"{d}/nginx.conf", "-p", d, "-g", "daemon off;"]
     conf = f"{BASE}/sluice.toml"
     with open(conf, "w") as f:
         f.write(f'[server]\nlisten = "127.0.0.1:{PORT}"\nroot = "{BASE}/fast"\nworkers = 1\n'
                 f'[[server.alias]]\nprefix = "/slow"\nroot = "{BASE}/slow"\n')
-    srv = subprocess.Popen([bin_path, "serve", "--allow-root", "--config", conf, "--access-log", "off"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return [bin_path, "serve", "--allow-root", "--config", conf, "--access-log", "off"]
+
+
+def one(name, bin_path, a):
+    srv = subprocess.Popen(server_cmd(name, bin_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True, preexec_fn=compare.raise_nofile)
     downloads = []
     try:
         time.sleep(0.5)
-        for tid in os.listdir(f"/proc/{srv.pid}/task"):
-            with open(f"{BLKIO}/tasks", "w") as f:
-                f.write(tid)
+        # Every thread of every process of the server (nginx's worker is a child).
+        for pid in compare.tree(srv.pid):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"{BLKIO}/tasks", "w") as f:
+                    f.write(tid)
         big = sorted(glob.glob(f"{BASE}/slow/big-*.bin"))
         small = [f"{BASE}/fast/small/f{i}.bin" for i in range(a.small)]
         evict(big + small)
@@ -147,8 +171,9 @@ def main():
     ap.add_argument("--downloads", type=int, default=16)
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--budget", type=float, default=20.0, help="seconds for all the small files")
+    ap.add_argument("--nginx", action="store_true", help="nginx and nginx with aio threads beside")
     a = ap.parse_args()
-    bins = [b.split("=", 1) for b in a.bin]
+    bins = [b.split("=", 1) for b in a.bin] + ([["nginx", ""], ["nginx-aio", ""]] if a.nginx else [])
     loop = setup(16)
     try:
         throttle(loop, a.slow_bps)
@@ -158,7 +183,7 @@ def main():
         for r in range(a.rounds):
             order = bins[r % len(bins):] + bins[:r % len(bins)]
             for name, path in order:
-                lat, failed = one(path, a)
+                lat, failed = one(name, path, a)
                 if lat:
                     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
                     print(f"{r:5d}  {name:10s} {statistics.median(lat):12.2f} {q[98]:7.2f} {max(lat):9.2f}"
