@@ -29,9 +29,12 @@
 //! listing queue is answered 503 with `Retry-After` by the worker
 //! ([`DiskPool::submit_lookup`] says so), never built on the worker.
 //!
-//! The pool's queue has a lane per device ([`lanes`]): once the pool has met a
+//! The pool's queue has a lane per device ([`lanes`]): once the pool knows a
 //! second device, no device's reads may take every thread, so a slow or failing
-//! disk delays its own files only.
+//! disk delays its own files only. A lookup whose device has its whole share of
+//! the queue waiting is answered 503 "disk busy" by the worker
+//! ([`Refused::DiskBusy`]; a warning says which disk, once a minute), not made
+//! on the worker, which would wait on that disk with every client it has.
 //!
 //! Owns: the pool threads and the listing threads, their two bounded job queues,
 //! one completion list per worker.
@@ -172,7 +175,13 @@ pub struct DiskPool {
     in_hand: Arc<AtomicUsize>,
     /// The listing threads' queue.
     lists: SyncSender<Job>,
+    /// When (seconds since `started`) a slow disk was last reported (`warn_slow`).
+    slow_said: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
 }
+
+/// `DiskPool::slow_said` before any report.
+const NEVER_SAID: u64 = u64::MAX;
 
 /// Why [`DiskPool::submit_lookup`] did not take a lookup.
 #[derive(Debug, PartialEq, Eq)]
@@ -182,6 +191,10 @@ pub enum Refused {
     /// The listing threads' queue is full: the worker answers 503, and does not
     /// build the page itself (a big directory's would stall it for 0.2 s).
     ListingsFull,
+    /// The lookup's device has its whole share of the queue waiting (with two
+    /// devices or more, [`lanes`]): that disk is slow or failing. The worker
+    /// answers 503 rather than wait on that disk itself.
+    DiskBusy,
 }
 
 impl DiskPool {
@@ -215,6 +228,8 @@ impl DiskPool {
             jobs,
             in_hand,
             lists,
+            slow_said: std::sync::atomic::AtomicU64::new(NEVER_SAID),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -255,7 +270,7 @@ impl DiskPool {
             // The pool's own bound, whatever the caller asks (the test holds it to it).
             ahead: ahead.min(AHEAD),
         };
-        self.queue(what, dev, who, to)
+        self.queue(what, dev, who, to).is_ok()
     }
 
     /// Make `cold`'s lookup and read off the worker (a listing on a listing
@@ -275,13 +290,16 @@ impl DiskPool {
             return self.lists.try_send(job).map_err(|_| Refused::ListingsFull);
         }
         let dev = cold.device();
-        match self.queue(Work::Lookup(cold), dev, who, to) {
-            true => Ok(()),
-            false => Err(Refused::Full),
-        }
+        self.queue(Work::Lookup(cold), dev, who, to)
     }
 
-    fn queue(&self, what: Work, dev: u64, who: (u32, u32), to: &Arc<Completions>) -> bool {
+    fn queue(
+        &self,
+        what: Work,
+        dev: u64,
+        who: (u32, u32),
+        to: &Arc<Completions>,
+    ) -> Result<(), Refused> {
         let job = Job {
             what,
             who,
@@ -289,11 +307,33 @@ impl DiskPool {
         };
         self.in_hand.fetch_add(1, Ordering::Relaxed);
         match self.jobs.push(dev, job) {
-            Ok(()) => true,
-            Err(_) => {
+            Ok(()) => Ok(()),
+            Err((_, share)) => {
                 self.in_hand.fetch_sub(1, Ordering::Relaxed);
-                false
+                if !share {
+                    return Err(Refused::Full);
+                }
+                self.warn_slow(dev);
+                Err(Refused::DiskBusy)
             }
+        }
+    }
+
+    /// Say, at most once a minute, that `dev`'s reads fill its share of the queue.
+    fn warn_slow(&self, dev: u64) {
+        let now = self.started.elapsed().as_secs();
+        let last = self.slow_said.load(Ordering::Relaxed);
+        if (last == NEVER_SAID || now >= last + 60)
+            && self
+                .slow_said
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let (major, minor) = (libc::major(dev), libc::minor(dev));
+            tracing::warn!(
+                device = %format!("{major}:{minor}"),
+                "a disk's reads fill its share of the disk threads' queue: it is slow or failing; its cold files are answered 503 or read by the workers until it catches up"
+            );
         }
     }
 }

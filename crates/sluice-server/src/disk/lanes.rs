@@ -108,9 +108,10 @@ impl<T> Queue<T> {
         }
     }
 
-    /// Queue `job` in `dev`'s lane; `Err(job)` when there is no room (over all
-    /// lanes, or in this device's share of them).
-    pub fn push(&self, dev: u64, job: T) -> Result<(), T> {
+    /// Queue `job` in `dev`'s lane; `Err` when there is no room, with the job
+    /// and whether it was this device's share that was full (the queue as a
+    /// whole had room: the disk is slow, not the server busy).
+    pub fn push(&self, dev: u64, job: T) -> Result<(), (T, bool)> {
         let mut st = self.lock();
         let known = st.lanes.iter().any(|l| l.dev == dev);
         // Limits as they will be with this device's lane.
@@ -125,8 +126,11 @@ impl<T> Queue<T> {
             .iter()
             .find(|l| l.dev == dev)
             .map_or(0, |l| l.jobs.len());
-        if st.closed || st.waiting >= self.room || lane_len >= share {
-            return Err(job);
+        if st.closed || st.waiting >= self.room {
+            return Err((job, false));
+        }
+        if lane_len >= share {
+            return Err((job, true));
         }
         st.lane(dev).jobs.push_back(job);
         st.waiting += 1;
@@ -267,7 +271,7 @@ mod tests {
         }
         // Half the room (5) is device 1's share, and it has 4 waiting: one more.
         assert!(q.push(1, 4).is_ok());
-        assert_eq!(q.push(1, 5), Err(5));
+        assert_eq!(q.push(1, 5), Err((5, true)));
         // Device 2 still has room.
         assert!(q.push(2, 1).is_ok());
     }
@@ -277,7 +281,7 @@ mod tests {
         let q = std::sync::Arc::new(Queue::new(2, 10));
         q.push(1, 7).unwrap();
         q.close();
-        assert_eq!(q.push(1, 8), Err(8));
+        assert_eq!(q.push(1, 8), Err((8, false)));
         let q2 = std::sync::Arc::clone(&q);
         let t = std::thread::spawn(move || (q2.take(true), q2.take(true)));
         assert_eq!(t.join().unwrap(), (Some((1, 7)), None));

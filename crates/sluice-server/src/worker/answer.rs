@@ -254,6 +254,14 @@ impl Worker {
                     resp.headers.add("Retry-After", "5");
                     ctx.site.add_always(&mut resp.headers);
                 }
+                Some(Err(Refused::DiskBusy)) => {
+                    // Its disk has its whole share of the disk threads' queue
+                    // waiting (slow or failing): not read on the worker, which
+                    // would wait on that disk with every other client.
+                    resp = Response::text(503, Some("disk busy"));
+                    resp.headers.add("Retry-After", "5");
+                    ctx.site.add_always(&mut resp.headers);
+                }
                 Some(Err(Refused::Full)) | None => {
                     ctx.files.set_disk(DiskWait::May);
                     ctx.again = true;
