@@ -29,7 +29,7 @@
 //! listing queue is answered 503 with `Retry-After` by the worker
 //! ([`DiskPool::submit_lookup`] says so), never built on the worker.
 //!
-//! The pool's queue has a lane per device ([`lanes`]): once the pool knows a
+//! The pool's queue has a lane per device (`disk/lanes.rs`): once the pool knows a
 //! second device, no device's reads may take every thread, so a slow or failing
 //! disk delays its own files only. A lookup whose device has its whole share of
 //! the queue waiting is answered 503 "disk busy" by the worker
@@ -167,7 +167,7 @@ pub fn ahead_for(sent: u64, took_ms: u64, after: u64) -> u64 {
 /// The pool: `threads` readers sharing one bounded queue. Dropping it ends them
 /// once the queue is empty.
 pub struct DiskPool {
-    /// Cold ranges and lookups, a lane per device ([`lanes`]).
+    /// Cold ranges and lookups, a lane per device (`disk/lanes.rs`).
     jobs: Arc<lanes::Queue<Job>>,
     /// Jobs queued or being read (not the reads ahead): while any is, the disk
     /// is in use, and a worker tries no lookup that might read it (`busy`).
@@ -192,7 +192,7 @@ pub enum Refused {
     /// build the page itself (a big directory's would stall it for 0.2 s).
     ListingsFull,
     /// The lookup's device has its whole share of the queue waiting (with two
-    /// devices or more, [`lanes`]): that disk is slow or failing. The worker
+    /// devices or more, `disk/lanes.rs`): that disk is slow or failing. The worker
     /// answers 503 rather than wait on that disk itself.
     DiskBusy,
 }
@@ -235,7 +235,7 @@ impl DiskPool {
 
     /// The devices the sites' files are on (`Snapshot::devices`), at start and
     /// after each reload: with two or more, no device may take every thread
-    /// ([`lanes`]) from the first job on.
+    /// (`disk/lanes.rs`) from the first job on.
     pub fn know(&self, devices: &[u64]) {
         self.jobs.know(devices);
     }
@@ -352,7 +352,7 @@ impl Drop for DiskPool {
 /// meanwhile) end the job; the worker meets them when it sends, as it always did.
 /// Then, if the job asks for it and no other job may be taken, the range after it
 /// ([`AHEAD`]) is read the same way with nobody to tell (counted in its device's
-/// reads: [`lanes::Queue::start_unasked`]).
+/// reads: `lanes::Queue::start_unasked`).
 fn read_loop(jobs: &lanes::Queue<Job>, sink: &File, in_hand: &AtomicUsize) {
     let mut ahead: Option<(u64, File, u64, u64)> = None;
     loop {
