@@ -103,10 +103,12 @@ def slow_disk(spec, procs):
     print(f"reads of {dev} throttled to {spec} for every server", flush=True)
 
 
-def unslow_disk():
-    if not os.path.isdir(BLKIO):
+def unslow_disk(group=BLKIO):
+    """Move the processes of a blkio cgroup (`group`, this script's by default) back
+    to the root group and remove it (also `two_disks.py`'s)."""
+    if not os.path.isdir(group):
         return
-    with open(f"{BLKIO}/cgroup.procs") as f:
+    with open(f"{group}/cgroup.procs") as f:
         pids = f.read().split()
     for pid in pids:
         try:
@@ -114,7 +116,7 @@ def unslow_disk():
                 f.write(pid)
         except OSError:
             pass
-    os.rmdir(BLKIO)
+    os.rmdir(group)
 
 
 def stop(procs, slowed):

@@ -27,6 +27,7 @@ device, mount, cgroup); everything it makes is removed at the end.
 import argparse, http.client, os, statistics, subprocess, sys, time, glob
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cold_compare  # noqa: E402
 import compare  # noqa: E402
 
 BASE = "/tmp/sluice-bench/two-disks"
@@ -70,14 +71,7 @@ def throttle(loop, bps):
 
 
 def teardown(loop):
-    if os.path.isdir(BLKIO):
-        for pid in open(f"{BLKIO}/cgroup.procs").read().split():
-            try:
-                with open("/sys/fs/cgroup/blkio/cgroup.procs", "w") as f:
-                    f.write(pid)
-            except OSError:
-                pass
-        os.rmdir(BLKIO)
+    cold_compare.unslow_disk(BLKIO)
     subprocess.run(["umount", f"{BASE}/slow"])
     subprocess.run(["losetup", "-d", loop])
 
