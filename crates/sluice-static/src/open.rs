@@ -63,55 +63,51 @@ impl Stamp {
 /// the directories served at path prefixes of it (aliases, [`Root::mount`]).
 #[derive(Debug)]
 pub struct Root {
-    dir: File,
-    canon: PathBuf,
-    /// The device the root directory is on (`st_dev`).
-    dev: u64,
+    dir: Dir,
     policy: SymlinkPolicy,
-    /// Aliases, longest prefix first: none on most sites, and then a lookup pays
-    /// one test of an empty list.
-    mounts: Vec<Mount>,
+    /// Aliases, longest prefix first: (the prefix's segments without slashes
+    /// around them, `"pub/ubuntu"`, its directory). The paths under a prefix
+    /// resolve under its directory with the same policy, as if it were the root:
+    /// "inside the root" is inside that directory for them. None on most sites,
+    /// and then a lookup pays one test of an empty list.
+    mounts: Vec<(String, Dir)>,
 }
 
-/// One alias: the paths under `prefix` (segments without slashes around them,
-/// `"pub/ubuntu"`) resolve under `dir`, with the same policy, as if it were the
-/// root: "inside the root" is inside `dir` for them.
+/// A directory lookups resolve under: held open (`O_PATH`), with its canonical
+/// path (for the fallback without `openat2`) and its device (`st_dev`).
 #[derive(Debug)]
-struct Mount {
-    prefix: String,
-    dir: File,
+struct Dir {
+    file: File,
     canon: PathBuf,
     dev: u64,
 }
 
-/// `path` canonical, held open as a directory (`O_PATH`), and its device.
-fn open_dir(path: &Path) -> io::Result<(File, PathBuf, u64)> {
-    let canon = std::fs::canonicalize(path)?;
-    let c = CString::new(canon.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: c is a valid NUL-terminated path; the fd is owned by the File below.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+impl Dir {
+    fn open(path: &Path) -> io::Result<Dir> {
+        let canon = std::fs::canonicalize(path)?;
+        let c = CString::new(canon.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: c is a valid NUL-terminated path; the fd is owned by the File below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by open and is owned by nobody else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let dev = std::os::unix::fs::MetadataExt::dev(&file.metadata()?);
+        Ok(Dir { file, canon, dev })
     }
-    // SAFETY: fd was just returned by open and is owned by nobody else.
-    let dir = unsafe { File::from_raw_fd(fd) };
-    let dev = std::os::unix::fs::MetadataExt::dev(&dir.metadata()?);
-    Ok((dir, canon, dev))
 }
 
 impl Root {
     pub fn new(path: &Path, policy: SymlinkPolicy) -> io::Result<Root> {
-        let (dir, canon, dev) = open_dir(path)?;
         Ok(Root {
-            dir,
-            canon,
-            dev,
+            dir: Dir::open(path)?,
             policy,
             mounts: Vec::new(),
         })
@@ -120,40 +116,22 @@ impl Root {
     /// Serve the paths under `prefix` (normalized segments without the slashes
     /// around them, as `sluice_config::sites::aliases` gives them) from `path`.
     pub fn mount(&mut self, prefix: &str, path: &Path) -> io::Result<()> {
-        let (dir, canon, dev) = open_dir(path)?;
-        self.mounts.push(Mount {
-            prefix: prefix.to_string(),
-            dir,
-            canon,
-            dev,
-        });
-        self.mounts
-            .sort_by_key(|m| std::cmp::Reverse(m.prefix.len()));
+        self.mounts.push((prefix.to_string(), Dir::open(path)?));
+        self.mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         Ok(())
     }
 
     /// The device of the directory `rel` resolves under (the root's or its
     /// alias's; a mount point below either is not seen without a lookup).
     pub fn device(&self, rel: &str) -> u64 {
-        match self.mount_of(rel) {
-            Some((m, _)) => m.dev,
-            None => self.dev,
-        }
+        self.at(rel).0.dev
     }
 
-    /// The directory `rel` resolves under (the root's or an alias's), its canonical
-    /// path, and `rel` relative to it (`"."` for an alias's own directory).
-    fn at<'a>(&'a self, rel: &'a str) -> (&'a File, &'a Path, &'a str) {
-        match self.mount_of(rel) {
-            Some((m, inner)) => (&m.dir, &m.canon, inner),
-            None => (&self.dir, &self.canon, rel),
-        }
-    }
-
-    /// The alias `rel` is under, and `rel` relative to its directory.
-    fn mount_of<'a>(&'a self, rel: &'a str) -> Option<(&'a Mount, &'a str)> {
-        for m in &self.mounts {
-            let Some(rest) = rel.strip_prefix(m.prefix.as_str()) else {
+    /// The directory `rel` resolves under (the root's, or an alias's), and `rel`
+    /// relative to it (`"."` for an alias's own directory).
+    fn at<'a>(&'a self, rel: &'a str) -> (&'a Dir, &'a str) {
+        for (prefix, dir) in &self.mounts {
+            let Some(rest) = rel.strip_prefix(prefix.as_str()) else {
                 continue;
             };
             // Whole segments only: "ubuntu" does not take "ubuntu-cd".
@@ -162,13 +140,13 @@ impl Root {
                 None if rest.is_empty() => rest,
                 None => continue,
             };
-            return Some((m, if inner.is_empty() { "." } else { inner }));
+            return (dir, if inner.is_empty() { "." } else { inner });
         }
-        None
+        (&self.dir, rel)
     }
 
     pub fn path(&self) -> &Path {
-        &self.canon
+        &self.dir.canon
     }
 
     /// Whether the kernel enforcement is in use (false after an ENOSYS fallback).
@@ -192,12 +170,12 @@ impl Root {
 
     fn open_how(&self, rel: &str, cached: bool) -> io::Result<File> {
         let orig = rel;
-        let (dir, canon, rel) = self.at(rel);
+        let (dir, rel) = self.at(rel);
         let rel = if rel.is_empty() { "." } else { rel };
         let c = c_path(rel)?;
         let flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
         if self.policy == SymlinkPolicy::Any && !cached {
-            return openat(dir, &c, flags as i32);
+            return openat(&dir.file, &c, flags as i32);
         }
         if !NO_OPENAT2.load(Ordering::Relaxed) {
             let mut resolve = match self.policy {
@@ -208,7 +186,7 @@ impl Root {
             if cached {
                 resolve |= RESOLVE_CACHED;
             }
-            let err = match openat2(dir, &c, flags, resolve) {
+            let err = match openat2(&dir.file, &c, flags, resolve) {
                 Ok(f) => return Ok(f),
                 Err(e) => e,
             };
@@ -223,18 +201,20 @@ impl Root {
             NO_OPENAT2.store(true, Ordering::Relaxed);
         }
         if self.policy == SymlinkPolicy::Any {
-            return openat(dir, &c, flags as i32);
+            return openat(&dir.file, &c, flags as i32);
         }
         // Fallback: resolve in user space, then refuse anything outside the root.
-        let full = canon.join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
+        let full = dir
+            .canon
+            .join(std::ffi::OsStr::from_bytes(&crate::path::fs_bytes(rel)));
         let real = std::fs::canonicalize(&full)?;
-        if !real.starts_with(canon) {
+        if !real.starts_with(&dir.canon) {
             return Err(io::Error::from_raw_os_error(libc::EXDEV));
         }
         if self.policy == SymlinkPolicy::Never && real != full {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
-        openat(dir, &c, flags as i32)
+        openat(&dir.file, &c, flags as i32)
     }
 
     /// The identity and version of `rel` as it is now, without opening it:
@@ -243,13 +223,13 @@ impl Root {
     /// opened by [`Root::open`]: it enforces no policy itself, and a match means
     /// the very inode that `open` had allowed, unchanged.
     pub fn stamp(&self, rel: &str) -> io::Result<Stamp> {
-        let (dir, _, rel) = self.at(rel);
+        let (dir, rel) = self.at(rel);
         let c = c_path(rel)?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: valid dirfd, NUL-terminated path and a stat buffer to fill.
         let r = unsafe {
             libc::fstatat(
-                dir.as_raw_fd(),
+                dir.file.as_raw_fd(),
                 c.as_ptr(),
                 st.as_mut_ptr(),
                 libc::AT_SYMLINK_NOFOLLOW,
@@ -277,10 +257,10 @@ impl Root {
         if NO_OPENAT2.load(Ordering::Relaxed) || NO_RESOLVE_CACHED.load(Ordering::Relaxed) {
             return self.stamp(rel);
         }
-        let (dir, _, rel) = self.at(rel);
+        let (dir, rel) = self.at(rel);
         let c = c_path(rel)?;
         let flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-        let f = openat2(dir, &c, flags, RESOLVE_CACHED)?;
+        let f = openat2(&dir.file, &c, flags, RESOLVE_CACHED)?;
         Ok(Stamp::of(&f.metadata()?))
     }
 }

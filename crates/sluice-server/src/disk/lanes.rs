@@ -113,23 +113,14 @@ impl<T> Queue<T> {
     /// whole had room: the disk is slow, not the server busy).
     pub fn push(&self, dev: u64, job: T) -> Result<(), (T, bool)> {
         let mut st = self.lock();
-        let known = st.lanes.iter().any(|l| l.dev == dev);
-        // Limits as they will be with this device's lane.
-        let devices = st.lanes.len() + usize::from(!known);
-        let share = if devices > 1 {
-            self.room / 2
-        } else {
-            self.room
-        };
-        let lane_len = st
-            .lanes
-            .iter()
-            .find(|l| l.dev == dev)
-            .map_or(0, |l| l.jobs.len());
         if st.closed || st.waiting >= self.room {
             return Err((job, false));
         }
-        if lane_len >= share {
+        // The limits as they are with this device's lane (made now if new: a
+        // lane is kept once made, as `know` makes them).
+        st.lane(dev);
+        let (_, share) = st.limits(self.cap, self.room);
+        if st.lane(dev).jobs.len() >= share {
             return Err((job, true));
         }
         st.lane(dev).jobs.push_back(job);

@@ -247,18 +247,17 @@ impl Worker {
                     }
                     return None;
                 }
-                Some(Err(Refused::ListingsFull)) => {
+                Some(Err(why @ (Refused::ListingsFull | Refused::DiskBusy))) => {
                     // More listings waiting than the listing threads will build
-                    // soon: not built on the worker (a big page would stall it).
-                    resp = Response::text(503, Some("too many listings being built"));
-                    resp.headers.add("Retry-After", "5");
-                    ctx.site.add_always(&mut resp.headers);
-                }
-                Some(Err(Refused::DiskBusy)) => {
-                    // Its disk has its whole share of the disk threads' queue
-                    // waiting (slow or failing): not read on the worker, which
-                    // would wait on that disk with every other client.
-                    resp = Response::text(503, Some("disk busy"));
+                    // soon (a big page would stall the worker), or a disk with its
+                    // whole share of the disk threads' queue waiting (slow or
+                    // failing: the worker would wait on it with every other
+                    // client). Not made on the worker: a 503 to come back later.
+                    let text = match why {
+                        Refused::ListingsFull => "too many listings being built",
+                        _ => "disk busy",
+                    };
+                    resp = Response::text(503, Some(text));
                     resp.headers.add("Retry-After", "5");
                     ctx.site.add_always(&mut resp.headers);
                 }
