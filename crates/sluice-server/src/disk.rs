@@ -31,10 +31,15 @@
 //!
 //! The pool's queue has a lane per device (`disk/lanes.rs`): once the pool knows a
 //! second device, no device's reads may take every thread, so a slow or failing
-//! disk delays its own files only. A lookup whose device has its whole share of
-//! the queue waiting is answered 503 "disk busy" by the worker
-//! ([`Refused::DiskBusy`]; a warning says which disk, once a minute), not made
-//! on the worker, which would wait on that disk with every client it has.
+//! disk delays its own files only.
+//!
+//! When the queue is full, or a device has its whole share of it waiting (a
+//! warning says which disk, once a minute), nothing of that disk's is read on a
+//! worker, which would wait on it with every client it has: a lookup is answered
+//! 503 "disk busy" with `Retry-After`, and a download's response waits and asks
+//! again every [`RETRY_MS`] until its `send_timeout` ([`Refused`]). Earlier
+//! versions sent the turn from the worker: on a disk that had stopped answering,
+//! that stopped the worker and all its clients until the download's own timeout.
 //!
 //! Owns: the pool threads and the listing threads, their two bounded job queues,
 //! one completion list per worker.
@@ -56,9 +61,8 @@
 //! the worker (it does not wait for it: 2.4% of a worker's samples in a cold
 //! phase, `perf record -t`), and the pool's reads mark pages further on
 //! (docs/BENCHMARKS.md, "The cold phase on a core of the server's own").
-//! A full queue (more cold ranges and lookups than `QUEUE` waiting) sends the turn
-//! from the worker as before, and has the worker make the lookup itself: slower for
-//! everyone on it, never lost. A lookup costs one queue hand-off and one wake-up.
+//! A lookup costs one queue hand-off and one wake-up. A range refused (above)
+//! costs, per ask, its probe, an `fstat` and a look at the queue.
 //! Kernels without `RWF_NOWAIT` for buffered reads (before 4.14) report everything
 //! resident: the pool then never runs, and turns behave as they did before it.
 
@@ -183,24 +187,52 @@ pub struct DiskPool {
 /// `DiskPool::slow_said` before any report.
 const NEVER_SAID: u64 = u64::MAX;
 
-/// Why [`DiskPool::submit_lookup`] did not take a lookup.
+/// Why [`DiskPool::submit`] or [`DiskPool::submit_lookup`] did not take a job.
+/// In no case does the worker read the disk instead (except for
+/// [`Refused::NoDescriptor`]): it would wait on a disk that is already behind,
+/// with every client it has.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// The queue of cold ranges and lookups is full: the worker makes it itself.
+    /// The queue of cold ranges and lookups is full ([`QUEUE`] waiting: the
+    /// disks are far behind). A lookup is answered 503 "disk busy"; a range's
+    /// response waits and asks again ([`RETRY_MS`]).
     Full,
     /// The listing threads' queue is full: the worker answers 503, and does not
     /// build the page itself (a big directory's would stall it for 0.2 s).
     ListingsFull,
-    /// The lookup's device has its whole share of the queue waiting (with two
-    /// devices or more, `disk/lanes.rs`): that disk is slow or failing. The worker
-    /// answers 503 rather than wait on that disk itself.
+    /// The job's device has its whole share of the queue waiting (with two
+    /// devices or more, `disk/lanes.rs`): that disk is slow or failing. As for
+    /// [`Refused::Full`].
     DiskBusy,
+    /// The range's file could not be duplicated for a thread (no descriptor
+    /// left, for a moment: conditioning makes room at the limit). The worker
+    /// sends that turn itself, as without a pool: waiting would hold the
+    /// download for a reason that has nothing to do with the disk.
+    NoDescriptor,
 }
+
+/// How long a response whose cold range was refused (the queue or its disk's
+/// share full) waits before it asks again. Its `send_timeout` runs from its last
+/// progress meanwhile, so a disk that never catches up ends it (`SendTimeout`).
+/// Each ask costs a one-byte probe, an `fstat` and a look at the queue.
+pub const RETRY_MS: u64 = 50;
 
 impl DiskPool {
     /// `threads` disk threads and `listing_threads` listing threads (at least one).
     pub fn start(threads: usize, listing_threads: usize) -> std::io::Result<DiskPool> {
-        let jobs = Arc::new(lanes::Queue::new(threads, QUEUE));
+        // Test hooks: shorter queues, and a disk that takes `hold` ms more per
+        // job, for the tests of full queues (`tests/disk_behind.rs`).
+        let hook = |name: &str, or: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(or)
+        };
+        let hold = std::time::Duration::from_millis(hook("SLUICE_TEST_DISK_HOLD_MS", 0) as u64);
+        let jobs = Arc::new(lanes::Queue::new(
+            threads,
+            hook("SLUICE_TEST_DISK_QUEUE", QUEUE),
+        ));
         let in_hand = Arc::new(AtomicUsize::new(0));
         let sink = Arc::new(std::fs::OpenOptions::new().write(true).open("/dev/null")?);
         for i in 0..threads {
@@ -209,13 +241,9 @@ impl DiskPool {
             let in_hand = Arc::clone(&in_hand);
             std::thread::Builder::new()
                 .name(format!("sluice-disk{i}"))
-                .spawn(move || read_loop(&jobs, &sink, &in_hand))?;
+                .spawn(move || read_loop(&jobs, &sink, &in_hand, hold))?;
         }
-        // Test hook: a shorter listing queue, for the test of a full one.
-        let list_queue = std::env::var("SLUICE_TEST_LIST_QUEUE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(LIST_QUEUE);
+        let list_queue = hook("SLUICE_TEST_LIST_QUEUE", LIST_QUEUE);
         let (lists, list_rx) = sync_channel::<Job>(list_queue);
         let list_rx = Arc::new(Mutex::new(list_rx));
         for i in 0..listing_threads.max(1) {
@@ -248,7 +276,8 @@ impl DiskPool {
     /// Read `[off, off + len)` of `file` off the worker, then report `who` to `to`;
     /// then, unless another job waits, the `ahead` bytes after it, at most [`AHEAD`]
     /// ([`ahead_for`] says how many for a response).
-    /// `false` when the range could not be queued (the caller sends it itself).
+    /// `Err` when the range could not be queued ([`Refused`] says what the caller
+    /// does then).
     pub fn submit(
         &self,
         file: &File,
@@ -257,11 +286,15 @@ impl DiskPool {
         ahead: u64,
         who: (u32, u32),
         to: &Arc<Completions>,
-    ) -> bool {
+    ) -> Result<(), Refused> {
         // Its device's lane: one `fstat`, beside the `dup` and the disk read.
+        // No `dup` for a job that would be refused (it is asked again and again).
         let dev = file.metadata().map_or(0, |m| m.dev());
+        self.jobs
+            .room(dev)
+            .map_err(|share| self.refused(dev, share))?;
         let Ok(file) = file.try_clone() else {
-            return false;
+            return Err(Refused::NoDescriptor);
         };
         let what = Work::Range {
             file,
@@ -270,7 +303,7 @@ impl DiskPool {
             // The pool's own bound, whatever the caller asks (the test holds it to it).
             ahead: ahead.min(AHEAD),
         };
-        self.queue(what, dev, who, to).is_ok()
+        self.queue(what, dev, who, to)
     }
 
     /// Make `cold`'s lookup and read off the worker (a listing on a listing
@@ -310,12 +343,19 @@ impl DiskPool {
             Ok(()) => Ok(()),
             Err((_, share)) => {
                 self.in_hand.fetch_sub(1, Ordering::Relaxed);
-                if !share {
-                    return Err(Refused::Full);
-                }
-                self.warn_slow(dev);
-                Err(Refused::DiskBusy)
+                Err(self.refused(dev, share))
             }
+        }
+    }
+
+    /// Why a job of `dev`'s was refused: its device's `share` of the queue was
+    /// full (said in the log), or the whole queue.
+    fn refused(&self, dev: u64, share: bool) -> Refused {
+        if share {
+            self.warn_slow(dev);
+            Refused::DiskBusy
+        } else {
+            Refused::Full
         }
     }
 
@@ -332,7 +372,7 @@ impl DiskPool {
             let (major, minor) = (libc::major(dev), libc::minor(dev));
             tracing::warn!(
                 device = %format!("{major}:{minor}"),
-                "a disk's reads fill its share of the disk threads' queue: it is slow or failing; its cold files are answered 503 or read by the workers until it catches up"
+                "a disk's reads fill its share of the disk threads' queue: it is slow or failing; until it catches up its cold lookups are answered 503 and its cold downloads wait"
             );
         }
     }
@@ -353,7 +393,12 @@ impl Drop for DiskPool {
 /// Then, if the job asks for it and no other job may be taken, the range after it
 /// ([`AHEAD`]) is read the same way with nobody to tell (counted in its device's
 /// reads: `lanes::Queue::start_unasked`).
-fn read_loop(jobs: &lanes::Queue<Job>, sink: &File, in_hand: &AtomicUsize) {
+fn read_loop(
+    jobs: &lanes::Queue<Job>,
+    sink: &File,
+    in_hand: &AtomicUsize,
+    hold: std::time::Duration,
+) {
     let mut ahead: Option<(u64, File, u64, u64)> = None;
     loop {
         let Some((dev, job)) = jobs.take(ahead.is_none()) else {
@@ -372,6 +417,9 @@ fn read_loop(jobs: &lanes::Queue<Job>, sink: &File, in_hand: &AtomicUsize) {
         };
         // A response waits: it goes first, and a pending read ahead is dropped
         // (`ahead` is set anew below).
+        if !hold.is_zero() {
+            std::thread::sleep(hold);
+        }
         let next = match job.what {
             Work::Range {
                 file,

@@ -84,6 +84,11 @@ pub struct Counters {
     /// Requests whose answer's lookup (a path, or a small file's bytes, not in
     /// the kernel's caches) the disk threads made while the request waited.
     pub disk_lookups: AtomicU64,
+    /// Times a response's cold range found the disk threads' queue (or its
+    /// disk's share of it) full, and waited to ask again.
+    pub disk_retries: AtomicU64,
+    /// Lookups answered 503 "disk busy": the queue, or their disk's share, full.
+    pub disk_busy: AtomicU64,
     /// Listing pages built by the listing threads (a request that waited for
     /// another's build of the same page counts in `disk_lookups`, not here).
     pub listing_builds: AtomicU64,
@@ -136,6 +141,8 @@ impl Default for Counters {
             restarts: AtomicU64::new(0),
             disk_waits: AtomicU64::new(0),
             disk_lookups: AtomicU64::new(0),
+            disk_retries: AtomicU64::new(0),
+            disk_busy: AtomicU64::new(0),
             listing_builds: AtomicU64::new(0),
             answers_reused: AtomicU64::new(0),
             front_attached: AtomicU64::new(0),
@@ -213,6 +220,8 @@ pub struct Totals {
     pub restarts: u64,
     pub disk_waits: u64,
     pub disk_lookups: u64,
+    pub disk_retries: u64,
+    pub disk_busy: u64,
     pub listing_builds: u64,
     pub answers_reused: u64,
     /// Workers connected to a `sluice condition` front now.
@@ -256,6 +265,8 @@ impl Totals {
             t.restarts += ld(&w.restarts);
             t.disk_waits += ld(&w.disk_waits);
             t.disk_lookups += ld(&w.disk_lookups);
+            t.disk_retries += ld(&w.disk_retries);
+            t.disk_busy += ld(&w.disk_busy);
             t.listing_builds += ld(&w.listing_builds);
             t.answers_reused += ld(&w.answers_reused);
             t.front_attached += ld(&w.front_attached);

@@ -5,52 +5,11 @@
 //! `disk_lookups_total`. With `disk_threads = 0` the worker reads for itself.
 
 use sluice_testkit::*;
-use std::os::fd::AsRawFd;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32 * 13 % 251) as u8 ^ seed)
         .collect()
-}
-
-/// Write `data` to `path` through to the disk, then have the kernel drop its
-/// pages, and wait until `mincore` says none is left (a file the server has not
-/// opened: nothing else holds them).
-fn write_evicted(path: &std::path::Path, data: &[u8]) {
-    std::fs::write(path, data).unwrap();
-    let f = std::fs::File::open(path).unwrap();
-    f.sync_all().unwrap();
-    evict(&f, data.len());
-}
-
-fn evict(f: &std::fs::File, len: usize) {
-    // SAFETY: a shared read-only mapping of an open file of this length, unmapped
-    // below; `pages` has one byte per page of it.
-    unsafe {
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(map, libc::MAP_FAILED);
-        let mut pages = vec![0u8; len.div_ceil(4096)];
-        for _ in 0..500 {
-            assert_eq!(
-                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED),
-                0
-            );
-            assert_eq!(libc::mincore(map, len, pages.as_mut_ptr()), 0);
-            if pages.iter().all(|p| p & 1 == 0) {
-                libc::munmap(map, len);
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("the file's pages stay in the page cache");
-    }
 }
 
 fn lookups(srv: &Server) -> u64 {

@@ -113,20 +113,33 @@ impl<T> Queue<T> {
     /// whole had room: the disk is slow, not the server busy).
     pub fn push(&self, dev: u64, job: T) -> Result<(), (T, bool)> {
         let mut st = self.lock();
+        if let Err(share) = self.room_in(&mut st, dev) {
+            return Err((job, share));
+        }
+        st.lane(dev).jobs.push_back(job);
+        st.waiting += 1;
+        drop(st);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Whether [`Queue::push`] would take a job of `dev`'s now (`Err` as push's):
+    /// asked before a job is made, so a refused one costs no `dup` of its file.
+    pub fn room(&self, dev: u64) -> Result<(), bool> {
+        self.room_in(&mut self.lock(), dev)
+    }
+
+    fn room_in(&self, st: &mut State<T>, dev: u64) -> Result<(), bool> {
         if st.closed || st.waiting >= self.room {
-            return Err((job, false));
+            return Err(false);
         }
         // The limits as they are with this device's lane (made now if new: a
         // lane is kept once made, as `know` makes them).
         st.lane(dev);
         let (_, share) = st.limits(self.cap, self.room);
         if st.lane(dev).jobs.len() >= share {
-            return Err((job, true));
+            return Err(true);
         }
-        st.lane(dev).jobs.push_back(job);
-        st.waiting += 1;
-        drop(st);
-        self.ready.notify_one();
         Ok(())
     }
 
@@ -261,10 +274,16 @@ mod tests {
             q.push(1, j).unwrap();
         }
         // Half the room (5) is device 1's share, and it has 4 waiting: one more.
+        assert_eq!(q.room(1), Ok(()));
         assert!(q.push(1, 4).is_ok());
+        assert_eq!(q.room(1), Err(true), "room says what push would");
         assert_eq!(q.push(1, 5), Err((5, true)));
-        // Device 2 still has room.
+        // Device 2 still has room, until the queue as a whole is full.
         assert!(q.push(2, 1).is_ok());
+        for j in 2..5 {
+            q.push(2, j).unwrap();
+        }
+        assert_eq!((q.room(2), q.room(3)), (Err(false), Err(false)));
     }
 
     #[test]

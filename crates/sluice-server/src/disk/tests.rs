@@ -54,7 +54,7 @@ fn a_fresh_file_is_resident_and_an_evicted_one_is_not() {
     evict(&f, 0, 1 << 20);
     // The pool brings them back and reports the key.
     let (_poll, done, pool) = one_thread_pool();
-    assert!(pool.submit(&f, 0, 1 << 20, 0, (5, 9), &done));
+    assert_eq!(pool.submit(&f, 0, 1 << 20, 0, (5, 9), &done), Ok(()));
     let mut got = Vec::new();
     for _ in 0..500 {
         done.take(&mut got);
@@ -159,7 +159,10 @@ fn a_job_that_asks_reads_the_next_range_after_reporting() {
     unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) };
     let (_poll, done, pool) = one_thread_pool();
     // Its own MiB, then one more; the third is not asked for.
-    assert!(pool.submit(&f, 0, PREFETCH, 2 * PREFETCH, (1, 1), &done));
+    assert_eq!(
+        pool.submit(&f, 0, PREFETCH, 2 * PREFETCH, (1, 1), &done),
+        Ok(())
+    );
     // All but a few pages: this VM now and then drops a few pages of a file by
     // itself (3 of the first MiB here, twice in ~250 runs beside the other
     // tests; 4 pages of another test's file). A job that skips a range, or reads

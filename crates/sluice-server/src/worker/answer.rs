@@ -223,8 +223,8 @@ impl Worker {
         } else {
             phases::respond(&mut ctx, head)
         };
-        // A lookup that needs the disk goes to a pool thread; when the pool
-        // cannot take it, the worker makes it, waiting.
+        // A lookup that needs the disk goes to a pool thread; when the pool has
+        // none, the worker makes it, waiting.
         if let Some(cold) = ctx.files.take_cold() {
             let who = (key as u32, c.gen);
             let stats = &self.shared.stats[self.id];
@@ -247,21 +247,23 @@ impl Worker {
                     }
                     return None;
                 }
-                Some(Err(why @ (Refused::ListingsFull | Refused::DiskBusy))) => {
+                Some(Err(why)) => {
                     // More listings waiting than the listing threads will build
-                    // soon (a big page would stall the worker), or a disk with its
-                    // whole share of the disk threads' queue waiting (slow or
+                    // soon (a big page would stall the worker), or the disk
+                    // threads' queue full, or this disk's share of it (slow or
                     // failing: the worker would wait on it with every other
                     // client). Not made on the worker: a 503 to come back later.
-                    let text = match why {
-                        Refused::ListingsFull => "too many listings being built",
-                        _ => "disk busy",
+                    let text = if why == Refused::ListingsFull {
+                        "too many listings being built"
+                    } else {
+                        Counters::add(&stats.disk_busy, 1);
+                        "disk busy"
                     };
                     resp = Response::text(503, Some(text));
                     resp.headers.add("Retry-After", "5");
                     ctx.site.add_always(&mut resp.headers);
                 }
-                Some(Err(Refused::Full)) | None => {
+                None => {
                     ctx.files.set_disk(DiskWait::May);
                     ctx.again = true;
                     resp = phases::respond(&mut ctx, head);

@@ -12,6 +12,7 @@
 use super::answer::release;
 use super::conn::*;
 use super::*;
+use crate::disk::Refused;
 use crate::io::{drain_input, read_into, recycle, unread_bytes_waiting, ReadOutcome};
 use crate::send::{Flush, PaceStep, PaceTurn, Plain};
 use crate::tls;
@@ -232,17 +233,26 @@ impl Worker {
                 let who = (key as u32, c.gen);
                 let took_ms = self.now_ms.saturating_sub(out.ready_at);
                 let ahead = crate::disk::ahead_for(out.sent, took_ms, rest - len);
-                let parked = match (&self.shared.disk, out.front_file()) {
+                let asked = match (&self.shared.disk, out.front_file()) {
                     (Some(pool), Some(f)) => pool.submit(f, off, len, ahead, who, &self.disk_done),
-                    _ => false,
+                    _ => Err(Refused::NoDescriptor),
                 };
-                if !parked {
-                    out.assume_warm(off + len);
-                    return Go::Again;
+                match asked {
+                    Ok(()) => {
+                        Counters::add(&self.shared.stats[self.id].disk_waits, 1);
+                        // Not a send turn's wait: `disk_ready` queues it when read.
+                        self.pause_send(key, Class::Active);
+                    }
+                    // The disks are behind (the queue, or this disk's share of
+                    // it, is full): the response waits and asks again; the
+                    // worker does not read that disk itself.
+                    Err(Refused::Full | Refused::DiskBusy) => self.retry_disk(key),
+                    // No pool, or no descriptor to hand it: sent from here.
+                    Err(_) => {
+                        out.assume_warm(off + len);
+                        return Go::Again;
+                    }
                 }
-                Counters::add(&self.shared.stats[self.id].disk_waits, 1);
-                // Not a send turn's wait: `disk_ready` queues it when read.
-                self.pause_send(key, Class::Active);
                 Go::Stop
             }
             Ok(Flush::Yield) => {

@@ -201,6 +201,10 @@ pub struct Worker {
     /// lookups as made (`disk.rs`).
     disk_done: Arc<crate::disk::Completions>,
     disk_keys: Vec<(u32, u32)>,
+    /// Responses whose cold range the pool refused (its queue, or its disk's
+    /// share of it, full): each asks again at `disk_retry_at` (`retry_disk`).
+    disk_retry: Vec<(u32, u32)>,
+    disk_retry_at: Ms,
     /// Listing builds running for this worker's requests, and the requests that
     /// wait for each (`herd.rs`).
     herds: herd::Herds,
@@ -290,6 +294,8 @@ impl Worker {
             quitting: false,
             disk_done,
             disk_keys: Vec::new(),
+            disk_retry: Vec::new(),
+            disk_retry_at: 0,
             herds: herd::Herds::default(),
             panic_path: std::env::var("SLUICE_TEST_PANIC_PATH").ok(),
             talkers: Default::default(),
@@ -415,6 +421,9 @@ impl Worker {
             self.wheel.advance(self.now_ms, &mut due);
             for (key, gen) in due.drain(..) {
                 self.on_timer(key as usize, gen);
+            }
+            if !self.disk_retry.is_empty() && self.now_ms >= self.disk_retry_at {
+                self.disk_retry_due();
             }
             if let Some(until) = self.accept_paused_until {
                 if self.now >= until {

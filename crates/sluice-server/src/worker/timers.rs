@@ -192,6 +192,38 @@ impl Worker {
         self.disk_keys = keys;
     }
 
+    /// A response's cold range was refused by the pool (`disk::Refused`): it
+    /// waits, out of the send queue, and asks again at the next retry
+    /// (`disk_retry_due`). Its phase stays `Send { last }`, so its
+    /// `send_timeout` runs from its last progress, not from this wait.
+    pub(super) fn retry_disk(&mut self, key: usize) {
+        let now = self.now_ms;
+        let c = &mut self.conns[key];
+        c.flags.set(Flags::QUEUED, true);
+        if !matches!(c.phase, Phase::Send { .. }) {
+            c.phase = Phase::Send { last: now };
+        }
+        let (peer, gen) = (c.peer, c.gen);
+        self.cond.park(key as u32, peer, Class::Active);
+        if self.disk_retry.is_empty() {
+            self.disk_retry_at = now + crate::disk::RETRY_MS;
+        }
+        self.disk_retry.push((key as u32, gen));
+        Counters::add(&self.shared.stats[self.id].disk_retries, 1);
+        match self.check_rate(key) {
+            Some(d) => self.set_deadline(key, d),
+            None => self.close(key, CloseReason::SlowRead),
+        }
+    }
+
+    /// The refused responses' wait is over: each takes a send turn again (and
+    /// asks the pool again if its range is still cold).
+    pub(super) fn disk_retry_due(&mut self) {
+        for who in std::mem::take(&mut self.disk_retry) {
+            self.resume_from_disk(who);
+        }
+    }
+
     /// Ask a request parked in `Phase::Disk` again (if its connection is still
     /// the one that parked it).
     fn resume_from_disk(&mut self, (key, gen): (u32, u32)) {
@@ -360,6 +392,9 @@ impl Worker {
             .min(IDLE_SLEEP_MS);
         if let Some(at) = self.wheel.next_due() {
             ms = ms.min(at.saturating_sub(self.now_ms));
+        }
+        if !self.disk_retry.is_empty() {
+            ms = ms.min(self.disk_retry_at.saturating_sub(self.now_ms));
         }
         if let Some(at) = self.log.next_flush() {
             ms = ms.min(at.saturating_duration_since(self.now).as_millis() as Ms);

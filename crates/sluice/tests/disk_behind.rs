@@ -1,0 +1,100 @@
+//! When the disks are behind — the disk threads' queue full, or a slow disk's
+//! share of it — nothing of theirs is read on a worker (which would wait there
+//! with every client it has): a cold lookup is answered 503 "disk busy" with
+//! `Retry-After`, and a download's cold range waits and asks again
+//! (`disk_busy_total` and `disk_retries_total` on the status page). Once the disk
+//! catches up, every download ends whole.
+//!
+//! The server's test hooks make the queue one job long and each disk thread's job
+//! 700 ms slower, so one thread and two downloads fill it.
+
+use sluice_testkit::*;
+use std::time::Duration;
+
+fn counter(srv: &Server, name: &str) -> u64 {
+    srv.status_json()[name].as_u64().expect(name)
+}
+
+fn download(srv: &Server, path: &str) -> Resp {
+    let mut c = srv.client();
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes());
+    c.response(false).expect("an answer")
+}
+
+#[test]
+fn with_the_disk_queue_full_lookups_get_503_and_downloads_wait_whole() {
+    let files: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|i| (format!("/big{i}.bin"), noise(2 << 20, i)))
+        .collect();
+    let small = noise(12_000, 9);
+    // The worker's probe of a cold page starts the kernel's readahead, and on a
+    // fast disk that can finish before the probe looks again: then a download
+    // never needs the pool. So the scenario is tried until both first downloads
+    // waited for it (the server's own count says so), at most five times.
+    for attempt in 0..5 {
+        let dir = docroot();
+        let root = dir.path().to_path_buf();
+        for (path, data) in &files {
+            write_evicted(&root.join(&path[1..]), data);
+        }
+        write_evicted(&root.join("small.bin"), &small);
+        let cfg = root.join(".test-config.toml");
+        std::fs::write(&cfg, "[files]\ndisk_threads = 1\n").unwrap();
+        let cfg = cfg.to_str().unwrap().to_string();
+        let srv = Server::start_in_env(
+            dir,
+            &[
+                ("SLUICE_TEST_DISK_QUEUE", "1"),
+                ("SLUICE_TEST_DISK_HOLD_MS", "700"),
+            ],
+            &["--workers", "1", "--config", &cfg],
+        );
+        let srv = &srv;
+        let done = std::thread::scope(|s| {
+            // The first download's range goes to the one thread, which holds it;
+            // the second's waits in the queue of one.
+            let first = s.spawn(|| download(srv, &files[0].0));
+            std::thread::sleep(Duration::from_millis(150));
+            let second = s.spawn(|| download(srv, &files[1].0));
+            std::thread::sleep(Duration::from_millis(150));
+            if counter(srv, "disk_waits_total") != 2 {
+                let _ = (first.join(), second.join());
+                return None;
+            }
+            // The queue is full: a cold lookup is refused, not made here...
+            let r = download(srv, "/small.bin");
+            assert_eq!(
+                (r.status, r.header("retry-after"), r.text().trim()),
+                (503, Some("5"), "503 Service Unavailable: disk busy"),
+                "a cold lookup while the disk threads' queue is full"
+            );
+            // ...and a third download's cold range waits to ask again.
+            let third = s.spawn(|| download(srv, &files[2].0));
+            Some([first, second, third].map(|h| h.join().unwrap()))
+        });
+        let Some(got) = done else {
+            eprintln!("attempt {attempt}: a download found its pages read already");
+            continue;
+        };
+        for ((path, data), r) in files.iter().zip(&got) {
+            assert_eq!(r.status, 200, "{path}");
+            assert!(r.body == *data, "{path}: the body differs");
+        }
+        assert_eq!(counter(srv, "disk_busy_total"), 1);
+        if counter(srv, "disk_retries_total") == 0 {
+            // Its pages were read already when it came (1 run in 40 here): the
+            // same race as above. A server that never retries fails every attempt.
+            eprintln!("attempt {attempt}: the third download never asked the pool");
+            continue;
+        }
+        // The disk has caught up: the same lookup is made now.
+        let r = download(srv, "/small.bin");
+        assert_eq!(r.status, 200);
+        assert!(r.body == small);
+        return;
+    }
+    panic!(
+        "in five attempts, the queue was never full with the first two downloads \
+         while the third was refused and retried"
+    );
+}
