@@ -20,6 +20,13 @@ device, mount, cgroup); everything it makes is removed at the end.
 
     sudo python3 bench/two_disks.py --bin new=target/release/sluice [--bin old=BIN] [--rounds 3] [--nginx]
 
+`--queue N` shortens the disk threads' queue to N jobs (the server's test hook
+`SLUICE_TEST_DISK_QUEUE`; 4,096 by default, half of it one disk's share) so that a
+few downloads fill the slow disk's share, as 2,048 waiting reads would: then the
+question is what happens to a cold range the queue refuses. Builds before the
+38th session's sent it from the worker, which then waited on the slow disk with
+every client it had; now it waits and asks again.
+
 `--nginx` adds nginx beside them, one worker as sluice, with the alias as a `location`
 (`alias`): as it is everywhere else (its worker reads the slow disk itself), and with
 `aio threads` (its default pool: 32 threads, one queue).
@@ -112,8 +119,11 @@ def server_cmd(name, bin_path):
 
 
 def one(name, bin_path, a):
+    env = dict(os.environ)
+    if a.queue:
+        env["SLUICE_TEST_DISK_QUEUE"] = str(a.queue)
     srv = subprocess.Popen(server_cmd(name, bin_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True, preexec_fn=compare.raise_nofile)
+                           start_new_session=True, preexec_fn=compare.raise_nofile, env=env)
     downloads = []
     try:
         time.sleep(0.5)
@@ -129,6 +139,7 @@ def one(name, bin_path, a):
                                        f"http://127.0.0.1:{PORT}/slow/{os.path.basename(p)}"])
                      for p in big[:a.downloads]]
         time.sleep(1.0)
+        cpu0 = compare.cpu_seconds(srv.pid)
         lat, failed, t0 = [], 0, time.time()
         for i in range(a.small):
             left = a.budget - (time.time() - t0)
@@ -145,7 +156,13 @@ def one(name, bin_path, a):
                 failed += 1
                 continue
             lat.append((time.time() - s) * 1000)
-        return lat, failed
+        # The server's CPU a second while the small files were asked for (a
+        # worker that waits on the slow disk uses little; one that asks the
+        # disk threads again and again, more).
+        # (Over 5 s at least: the small files take milliseconds when all is well.)
+        time.sleep(max(0.0, 5.0 - (time.time() - t0)))
+        cpu = (compare.cpu_seconds(srv.pid) - cpu0) / (time.time() - t0)
+        return lat, failed, cpu
     finally:
         for d in downloads:
             d.kill()
@@ -165,6 +182,7 @@ def main():
     ap.add_argument("--downloads", type=int, default=16)
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--budget", type=float, default=20.0, help="seconds for all the small files")
+    ap.add_argument("--queue", type=int, default=0, help="the disk threads' queue, in jobs (a test hook)")
     ap.add_argument("--nginx", action="store_true", help="nginx and nginx with aio threads beside")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin] + ([["nginx", ""], ["nginx-aio", ""]] if a.nginx else [])
@@ -172,18 +190,20 @@ def main():
     try:
         throttle(loop, a.slow_bps)
         print(f"slow disk {loop}: reads throttled to {a.slow_bps} B/s; {a.downloads} downloads from it; "
-              f"{a.small} cold 4 KiB files from the root's disk, one at a time", flush=True)
-        print("round  server      small p50 ms  p99 ms    max ms  answered", flush=True)
+              f"{a.small} cold 4 KiB files from the root's disk, one at a time"
+              + (f"; disk queue {a.queue} jobs" if a.queue else ""), flush=True)
+        print("round  server      small p50 ms  p99 ms    max ms  answered  server CPU %", flush=True)
         for r in range(a.rounds):
             order = bins[r % len(bins):] + bins[:r % len(bins)]
             for name, path in order:
-                lat, failed = one(name, path, a)
+                lat, failed, cpu = one(name, path, a)
                 if lat:
                     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
                     print(f"{r:5d}  {name:10s} {statistics.median(lat):12.2f} {q[98]:7.2f} {max(lat):9.2f}"
-                          f"  {len(lat)}/{a.small}", flush=True)
+                          f"  {len(lat):>4d}/{a.small}  {cpu * 100:11.1f}", flush=True)
                 else:
-                    print(f"{r:5d}  {name:10s} {'-':>12s} {'-':>7s} {'-':>9s}  0/{a.small}", flush=True)
+                    print(f"{r:5d}  {name:10s} {'-':>12s} {'-':>7s} {'-':>9s}     0/{a.small}  {cpu * 100:11.1f}",
+                          flush=True)
     finally:
         teardown(loop)
 
