@@ -31,7 +31,7 @@ pub mod strategy;
 pub mod template;
 
 pub use loader::{Format, LoadError};
-use model::{Miss, Pattern, Rule};
+use model::{Flags, Miss, Pattern, Rule};
 pub use outcome::Outcome;
 pub use request::{FileTests, MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
@@ -271,8 +271,10 @@ impl RuleSet {
 
     /// Whether the loop goes on past rule `i`'s outcome `o` ([`RuleSet::decide`]).
     fn goes_on(&self, i: u32, o: &Outcome) -> bool {
-        matches!(o, Outcome::Pass | Outcome::Rewrite { .. }) && self.rules[i as usize].flags.goes_on
+        let flags = &self.rules[i as usize].flags;
+        matches!(o, Outcome::Pass | Outcome::Rewrite { .. }) && flags.goes_on
             || matches!(o, Outcome::Pass) && i < self.first_alias
+            || matches!(o, Outcome::Rewrite { .. }) && flags.passthrough
     }
 
     /// Apache's rule loop (mod_rewrite's `apply_rewrite_list`, then mod_alias), from
@@ -296,7 +298,9 @@ impl RuleSet {
     ///
     /// A `-` with `L` ends mod_rewrite's loop: the rewrite so far stands, or, if
     /// nothing was rewritten, mod_alias's rules are asked (Apache declines the
-    /// translation then). A redirect ends the loop even without `L` (Apache would
+    /// translation then). A rewrite with `PT` ends it too, and mod_alias's rules
+    /// are asked with the rewritten path (Apache's mod_rewrite declines with the
+    /// new URI); if none matches, the rewrite stands. A redirect ends the loop even without `L` (Apache would
     /// hand `http://host/…` to the later rules, which then match only patterns not
     /// anchored at `/`; docs/RULES.md). Each step starts past the last match, so
     /// the loop asks at most as many steps as there are rules.
@@ -309,12 +313,23 @@ impl RuleSet {
         let (mut i, mut o) = first?;
         // What a rule without `L` rewrote: the path and query the later rules see.
         let mut now: Option<(String, Option<String>)> = None;
+        // A rewrite with `PT` has ended mod_rewrite's loop: mod_alias's turn.
+        let mut passed = false;
         loop {
-            let goes_on = self.rules[i as usize].flags.goes_on;
+            let Flags {
+                goes_on,
+                passthrough,
+                ..
+            } = self.rules[i as usize].flags;
             let from = match o {
                 Outcome::Rewrite { path, query } if goes_on => {
                     now = Some((path, query));
                     self.after(i)
+                }
+                Outcome::Rewrite { path, query } if passthrough => {
+                    now = Some((path, query));
+                    passed = true;
+                    self.first_alias.max(i + 1)
                 }
                 Outcome::Pass if goes_on => self.after(i),
                 Outcome::Pass if now.is_none() => self.first_alias.max(i + 1),
@@ -330,7 +345,7 @@ impl RuleSet {
                 },
                 None => *req,
             };
-            match step(&cur, from, now.is_some()) {
+            match step(&cur, from, now.is_some() && !passed) {
                 Some((j, next)) => (i, o) = (j, next),
                 None => break,
             }
@@ -478,6 +493,9 @@ impl RuleSet {
                         let on = match o {
                             Outcome::Rewrite { .. } | Outcome::Pass if r.flags.goes_on => {
                                 ", no [L]: the rules after it are asked"
+                            }
+                            Outcome::Rewrite { .. } if r.flags.passthrough => {
+                                ", [PT]: mod_alias's rules are asked with the rewritten path"
                             }
                             _ => "",
                         };

@@ -86,6 +86,12 @@ pub struct Flags {
     /// path on to the rules after it, as Apache's rule loop does
     /// ([`crate::RuleSet::lookup_kept`]). Native rules are always terminal.
     pub goes_on: bool,
+    /// `PT` (and so `L`): a rewrite it makes goes back through Apache's URL
+    /// mapping, so mod_alias's rules (`Redirect*`) are asked with the rewritten
+    /// path ([`crate::RuleSet::lookup_kept`]). The other half of PT, that the
+    /// rewritten path is served through `Alias`es, is what sluice does with every
+    /// rewrite (aliases are the config's, applied where files are opened).
+    pub passthrough: bool,
     /// `S=n` on a rule that goes on: when it matches, the next `n` rules are not
     /// asked.
     pub skip: u16,

@@ -78,12 +78,13 @@ fn apache_rule(kind: usize, a: &[usize], status: usize, opt: usize) -> String {
         5 => format!("{cond}RewriteRule ^/A /ci [NC,R=302]"),
         // Without L: the rewrite is handed to the later rules, into paths of the
         // same alphabet, so chains of several steps come up.
-        // (`C` chains the next rule to it; `S=n` passes over the next n.)
+        // (`C` chains the next rule to it; `S=n` passes over the next n; `PT`
+        // ends the loop and asks mod_alias's rules with the rewritten path.)
         7 => format!(
             "{cond}RewriteRule ^{}(/.*)?$ /{}$1{}",
             regex_escape(&p),
             SEGS[status % SEGS.len()].replace(' ', "%20"),
-            ["", " [C]", " [S=1]"][opt % 3]
+            ["", " [C]", " [S=1]", " [PT]"][opt % 4]
         ),
         8 => format!(
             "{cond}RewriteRule ^{} - [S={}]",

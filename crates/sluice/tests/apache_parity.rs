@@ -80,6 +80,11 @@ struct Apache {
 impl Apache {
     /// Apache with `rules` included and `files` (name, text) in its document root.
     fn start(rules: &std::path::Path, files: &[(&str, &str)]) -> Apache {
+        Apache::start_with(rules, files, "")
+    }
+
+    /// [`Apache::start`], with `more` (directives such as `Alias`) after the rules.
+    fn start_with(rules: &std::path::Path, files: &[(&str, &str)], more: &str) -> Apache {
         assert!(
             std::path::Path::new(APACHE).exists(),
             "apache2 is needed (scripts/test.sh installs Debian's apache2)"
@@ -106,7 +111,7 @@ impl Apache {
                  LoadModule alias_module {MODULES}/mod_alias.so\n\
                  User nobody\nGroup nogroup\n\
                  ErrorLog {d}/error.log\nDocumentRoot {d}/www\n\
-                 Include {rules}\n",
+                 Include {rules}\n{more}\n",
                 d = d.display(),
                 rules = rules.display()
             ),
@@ -379,6 +384,7 @@ fn rules_without_l_chain_as_in_apache() {
     for path in [
         "/c1", "/c2", "/c3", "/u1", "/u2", "/m1", "/m2", "/q1", "/f1", "/ra1", "/al1", "/al2",
         "/fn1", "/nl1", "/x", "/r1", "/s1", "/k1", "/k2", "/k3", "/kc1", "/kc1?no", "/sk1", "/sk2",
+        "/pt1", "/pt2", "/pt3", "/pt5",
     ] {
         let a = ask(&apache_addr, path);
         let s = ask(&srv.addr, path);
@@ -496,4 +502,58 @@ fn conditions_on_headers_and_method_answer_as_apache() {
         answered.len() >= 14,
         "the cases must tell the conditions apart: {answered:?}"
     );
+}
+
+/// `[PT]` into an alias: Apache's `Alias /ubuntu DIR` and sluice's
+/// `[[server.alias]]` serve the same file for a rewrite with `PT` (sluice serves
+/// every rewrite through the aliases; PT is what has Apache do it), and PT ends
+/// the rule loop as `L` does.
+#[test]
+fn a_rewrite_with_pt_is_served_through_the_alias_as_in_apache() {
+    use std::os::unix::fs::PermissionsExt;
+    let other = tempfile::tempdir().unwrap();
+    // Apache's children run as nobody: the alias's directory must be theirs to read.
+    std::fs::set_permissions(other.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(other.path().join("pool")).unwrap();
+    std::fs::write(other.path().join("pool/x.deb"), "from the alias\n").unwrap();
+    std::fs::write(other.path().join("y"), "alias y\n").unwrap();
+    let rules_text = "RewriteEngine On\n\
+        RewriteRule ^/old/(.*)$ /ubuntu/$1 [PT]\n\
+        RewriteRule ^/ubuntu/y$ /never [L]\n";
+    let dir = docroot();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(&rules, rules_text).unwrap();
+    let other_dir = other.path().display();
+    let apache = Apache::start_with(&rules, &[], &format!("Alias /ubuntu {other_dir}"));
+    let srv = Server::start_with_config(
+        dir,
+        &format!("[[server.alias]]\nprefix = \"/ubuntu\"\nroot = \"{other_dir}\"\n"),
+        &["--rules", rules.to_str().unwrap()],
+    );
+    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let ask = |addr: &str, path: &str| {
+        let r = send(addr, "GET", path, "Host: a\r\n");
+        let body = if r.status == 200 {
+            r.text()
+        } else {
+            String::new()
+        };
+        (r.status, body)
+    };
+    let mut differ = Vec::new();
+    // `/old/y` is served from the alias, not `/never`: PT ends the loop before
+    // the second rule, which `/ubuntu/y` itself meets (404 in both).
+    for path in ["/old/pool/x.deb", "/old/y", "/ubuntu/y", "/old/missing"] {
+        let a = ask(&apache_addr, path);
+        let s = ask(&srv.addr, path);
+        if a != s {
+            differ.push(format!("{path}: Apache {a:?}, sluice {s:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
+    assert_eq!(
+        ask(&srv.addr, "/old/pool/x.deb"),
+        (200, "from the alias\n".to_string())
+    );
+    assert_eq!(ask(&srv.addr, "/old/y"), (200, "alias y\n".to_string()));
 }

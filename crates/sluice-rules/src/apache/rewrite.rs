@@ -4,7 +4,8 @@
 //! waiting for their rule, and whether one of them was skipped (lenient mode), in
 //! which case the rule is skipped with it, or it would apply unconditionally. Every
 //! rule it pushes is `Class::Rewrite`; one without `L` or `END` hands its rewrite on
-//! (`Flags::goes_on`, run by `RuleSet::decide`). A flag or test
+//! (`Flags::goes_on`, run by `RuleSet::decide`), and one with `PT` hands it to
+//! mod_alias's rules (`Flags::passthrough`). A flag or test
 //! sluice cannot honour is refused (strict) or skips its rule with a warning
 //! (lenient); it is never silently ignored. Cost: load time only.
 
@@ -221,6 +222,11 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
         };
         match name.as_str() {
             "l" | "last" | "end" => rf.flags.goes_on = false,
+            // PT implies L, as in Apache.
+            "pt" | "passthrough" => {
+                rf.flags.goes_on = false;
+                rf.flags.passthrough = true;
+            }
             "c" | "chain" => rf.chain = true,
             "s" | "skip" => {
                 rf.flags.skip = val.and_then(|v| v.parse().ok()).ok_or_else(|| {
