@@ -193,7 +193,7 @@ const NEVER_SAID: u64 = u64::MAX;
 /// with every client it has.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// The queue of cold ranges and lookups is full ([`QUEUE`] waiting: the
+    /// The queue of cold ranges and lookups is full (`QUEUE`, 4,096, waiting: the
     /// disks are far behind). A lookup is answered 503 "disk busy"; a range's
     /// response waits and asks again ([`RETRY_MS`]).
     Full,
