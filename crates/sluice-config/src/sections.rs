@@ -345,6 +345,33 @@ pub struct LogSection {
     pub access: String,
     /// tracing filter for stderr, e.g. `"info"` or `"sluice_server=debug"`.
     pub level: String,
+    /// Fields appended to every access-log line (the main log and the sites'),
+    /// after the combined ones, as `name=value`, in this order.
+    pub fields: Vec<LogField>,
+}
+
+/// A field an access-log line may end with (`[log] fields`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogField {
+    /// `request_time=0.012`: seconds, to the millisecond, from the request head's
+    /// first byte to the response's last byte handed to the kernel (nginx's
+    /// `$request_time`); `-` for a connection closed without an answer.
+    RequestTime,
+    /// `host="mirror.example"`: the request's `Host` as sent, without its port,
+    /// escaped as the other quoted fields; `"-"` without one (and on a line for a
+    /// request that could not be read).
+    Host,
+}
+
+impl LogField {
+    /// The name in the config, and before the `=` in a log line.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogField::RequestTime => "request_time",
+            LogField::Host => "host",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -709,6 +736,7 @@ impl Default for LogSection {
         LogSection {
             access: "off".into(),
             level: "info".into(),
+            fields: Vec::new(),
         }
     }
 }

@@ -111,6 +111,13 @@ impl Config {
         if self.log.access != "off" && self.log.access.is_empty() {
             return Err(src.error("log.access", "empty path (use \"off\")"));
         }
+        let fields = &self.log.fields;
+        if let Some(f) = (1..fields.len()).find(|&i| fields[..i].contains(&fields[i])) {
+            return Err(src.error(
+                "log.fields",
+                format!("{:?} is named twice", fields[f].name()),
+            ));
+        }
         Ok(())
     }
 

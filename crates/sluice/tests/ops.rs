@@ -553,6 +553,61 @@ fn access_log_is_combined_format() {
     let _ = std::fs::remove_file(log);
 }
 
+/// `[log] fields` end each line with `request_time=` (seconds, from the head's
+/// first byte to the last byte sent: a paced download's shows its length) and
+/// `host=` (the `Host` as sent, without its port).
+#[test]
+fn access_log_lines_end_with_the_fields_asked_for() {
+    let dir = docroot();
+    std::fs::write(dir.path().join("two.bin"), vec![7u8; 2_000_000]).unwrap();
+    let log = dir
+        .path()
+        .parent()
+        .unwrap()
+        .join(format!("access-fields-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let srv = Server::start_with_config(
+        dir,
+        &format!(
+            "[log]\naccess = \"{}\"\nfields = [\"request_time\", \"host\"]\n\
+             [http]\nlimit_rate = 1000000\nlimit_rate_after = 100000\n",
+            log.display()
+        ),
+        &[],
+    );
+    let small = srv.get("GET /hello.txt HTTP/1.1\r\nHost: Mirror.example:8080\r\n\r\n");
+    assert_eq!(small.status, 200);
+    let t = std::time::Instant::now();
+    let big = srv.get("GET /two.bin HTTP/1.0\r\n\r\n");
+    let took = t.elapsed().as_secs_f64();
+    assert_eq!((big.status, big.body.len()), (200, 2_000_000));
+    assert_eq!(srv.stop(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let field = |path: &str, name: &str| -> String {
+        let line = text.lines().find(|l| l.contains(path)).expect(path);
+        let at = line.find(&format!(" {name}=")).expect(name) + name.len() + 2;
+        line[at..].split(' ').next().unwrap().to_string()
+    };
+    let secs = |path: &str| -> f64 { field(path, "request_time").parse().expect("seconds") };
+    assert!(text
+        .lines()
+        .all(|l| l.contains("\" request_time=") && l.ends_with('"')));
+    assert!(secs("/hello.txt") < 0.5, "{text}");
+    assert_eq!(field("/hello.txt", "host"), "\"Mirror.example\"");
+    assert_eq!(
+        field("/two.bin", "host"),
+        "\"-\"",
+        "HTTP/1.0 without a Host"
+    );
+    // Paced at 1 MB/s after its first 100 kB: about two seconds, as the client saw.
+    let logged = secs("/two.bin");
+    assert!(
+        logged > 1.0 && (logged - took).abs() < 0.5,
+        "request_time {logged} s, the client took {took:.3} s"
+    );
+}
+
 #[test]
 fn access_log_is_flushed_within_a_second_or_two() {
     let dir = docroot();

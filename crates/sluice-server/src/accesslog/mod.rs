@@ -1,4 +1,5 @@
-//! The access log, Apache combined format, written by its own thread.
+//! The access log, Apache combined format, written by its own thread, with the
+//! fields `[log] fields` names after it (`request_time=`, `host=`).
 //!
 //! Each worker appends lines to its own buffer and hands the buffer to the writer
 //! thread when it passes 32 KiB or at least once a second. The hand-off is a
@@ -13,6 +14,7 @@
 //! `LOG=FILE bash bench/user_instr.sh` counts it (docs/BENCHMARKS.md: ~480
 //! user-space instructions for a reused answer's line with a User-Agent).
 
+use sluice_config::LogField;
 use std::io::Write;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -30,13 +32,14 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// (the line records the bytes actually sent).
 #[derive(Clone, Debug)]
 pub struct Pending {
-    /// The request line, the `Referer` and the `User-Agent`, one after another
-    /// in one block: one allocation per request, and a kept answer's record is
-    /// shared by its answers, not copied (`worker::answer`).
+    /// The request line, the `Referer`, the `User-Agent` and the `Host`, one
+    /// after another in one block: one allocation per request, and a kept
+    /// answer's record is shared by its answers, not copied (`worker::answer`).
     text: Rc<[u8]>,
-    /// Where the `Referer` starts in `text`, and the `User-Agent`.
+    /// Where the `Referer` starts in `text`, the `User-Agent`, and the `Host`.
     referer_at: u32,
     ua_at: u32,
+    host_at: u32,
     status: u16,
     /// Which of the worker's log outputs the line goes to (`None`: the site logs
     /// nothing).
@@ -60,30 +63,41 @@ impl Pending {
         ];
         Pending::of(
             &line,
-            head.referer.unwrap_or(b""),
-            head.user_agent.unwrap_or(b""),
+            [
+                head.referer.unwrap_or(b""),
+                head.user_agent.unwrap_or(b""),
+                head.host.unwrap_or("").as_bytes(),
+            ],
             status,
             out,
         )
     }
 
-    /// The request line's `parts`, the referer and the user agent, in one block
-    /// allocated once (put together in a buffer the thread keeps, then copied
-    /// into the block; the fields are bounded by the head's size limit).
-    fn of(parts: &[&[u8]], referer: &[u8], ua: &[u8], status: u16, out: Option<u8>) -> Pending {
+    /// The request line's `parts`, then the referer, the user agent and the host,
+    /// in one block allocated once (put together in a buffer the thread keeps,
+    /// then copied into the block; the fields are bounded by the head's size
+    /// limit).
+    fn of(
+        parts: &[&[u8]],
+        [referer, ua, host]: [&[u8]; 3],
+        status: u16,
+        out: Option<u8>,
+    ) -> Pending {
         thread_local!(static JOIN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
         let line_len: usize = parts.iter().map(|p| p.len()).sum();
         let text: Rc<[u8]> = JOIN.with_borrow_mut(|v| {
             v.clear();
-            for p in parts.iter().chain([&referer, &ua]) {
+            for p in parts.iter().chain([&referer, &ua, &host]) {
                 v.extend_from_slice(p);
             }
             Rc::from(&v[..])
         });
+        let ua_at = line_len + referer.len();
         Pending {
             text,
             referer_at: line_len as u32,
-            ua_at: (line_len + referer.len()) as u32,
+            ua_at: ua_at as u32,
+            host_at: (ua_at + ua.len()) as u32,
             status,
             out,
             note: None,
@@ -93,8 +107,17 @@ impl Pending {
 
     /// The request line, the referer and the user agent.
     fn fields(&self) -> (&[u8], &[u8], &[u8]) {
-        let (r, u) = (self.referer_at as usize, self.ua_at as usize);
-        (&self.text[..r], &self.text[r..u], &self.text[u..])
+        let (r, u, h) = (
+            self.referer_at as usize,
+            self.ua_at as usize,
+            self.host_at as usize,
+        );
+        (&self.text[..r], &self.text[r..u], &self.text[u..h])
+    }
+
+    /// The `Host` as sent (empty without one).
+    fn host(&self) -> &[u8] {
+        &self.text[self.host_at as usize..]
     }
 
     /// A request the parser refused (or that timed out half-sent): its first line as
@@ -113,7 +136,7 @@ impl Pending {
             (false, true) => b"-",
             (false, false) => b"",
         };
-        Pending::of(&[cut, more], b"", b"", status, out)
+        Pending::of(&[cut, more], [b"", b"", b""], status, out)
     }
 
     pub fn status(&self) -> u16 {
@@ -131,7 +154,8 @@ impl Pending {
         self
     }
 
-    /// The line from the request line's opening quote through the newline.
+    /// The line from the request line's opening quote through the errant note,
+    /// if any (not the `[log] fields`, which differ per request, nor the newline).
     fn write_tail(&self, b: &mut Vec<u8>, bytes: u64) {
         if let Some((n, tail)) = &self.rendered {
             if *n == bytes {
@@ -168,7 +192,39 @@ impl Pending {
             b.extend_from_slice(b" errant=");
             b.extend_from_slice(n.as_bytes());
         }
-        b.push(b'\n');
+    }
+
+    /// ` name=value` for each of `fields`; `took_ms` is the request's time.
+    fn write_fields(&self, b: &mut Vec<u8>, fields: &[LogField], took_ms: Option<u64>) {
+        for &f in fields {
+            b.push(b' ');
+            b.extend_from_slice(f.name().as_bytes());
+            b.push(b'=');
+            match f {
+                LogField::RequestTime => match took_ms {
+                    Some(ms) => {
+                        let mut n = itoa::Buffer::new();
+                        b.extend_from_slice(n.format(ms / 1000).as_bytes());
+                        b.push(b'.');
+                        let frac = ms % 1000;
+                        b.extend_from_slice(&[
+                            b'0' + (frac / 100) as u8,
+                            b'0' + (frac / 10 % 10) as u8,
+                            b'0' + (frac % 10) as u8,
+                        ]);
+                    }
+                    None => b.push(b'-'),
+                },
+                LogField::Host => {
+                    b.push(b'"');
+                    match self.host() {
+                        [] => b.push(b'-'),
+                        h => escape_into(b, h),
+                    }
+                    b.push(b'"');
+                }
+            }
+        }
     }
 
     /// Record the errant-client answer taken (logged as ` errant=NOTE` after the
@@ -195,6 +251,8 @@ pub struct WorkerLog {
     outs: Vec<Output>,
     stamp_secs: u64,
     stamp: String,
+    /// `[log] fields`, from the worker's snapshot (`WorkerLog::set_fields`).
+    fields: Vec<LogField>,
 }
 
 struct Output {
@@ -221,6 +279,15 @@ impl WorkerLog {
                 .collect(),
             stamp_secs: u64::MAX,
             stamp: String::new(),
+            fields: Vec::new(),
+        }
+    }
+
+    /// The fields lines end with from now on (`[log] fields`: at the worker's
+    /// start and each reload).
+    pub fn set_fields(&mut self, fields: &[LogField]) {
+        if self.fields != fields {
+            self.fields = fields.to_vec();
         }
     }
 
@@ -237,8 +304,9 @@ impl WorkerLog {
     }
 
     /// Append one combined-format line, stamped with the wall clock's second `secs`
-    /// (the worker's `DateCache::secs`), to the output `p` was made for.
-    pub fn line(&mut self, secs: u64, peer: IpAddr, p: &Pending, bytes: u64) {
+    /// (the worker's `DateCache::secs`), to the output `p` was made for; the
+    /// request took `took_ms` (`None`: no answer was made), for `request_time`.
+    pub fn line(&mut self, secs: u64, peer: IpAddr, p: &Pending, bytes: u64, took_ms: Option<u64>) {
         let Some(out) = p.out else { return };
         if usize::from(out) >= self.outs.len() {
             return;
@@ -254,6 +322,8 @@ impl WorkerLog {
         b.extend_from_slice(self.stamp.as_bytes());
         b.extend_from_slice(b"] ");
         p.write_tail(b, bytes);
+        p.write_fields(b, &self.fields, took_ms);
+        b.push(b'\n');
         if o.buf.len() >= FLUSH_BYTES {
             o.flush();
         }
@@ -423,7 +493,7 @@ mod tests {
         let mut log = WorkerLog::new(vec![("a.log".into(), h.clone())]);
         let p = Pending::rejected(b"GET / HTTP/1.1", 400, Some(0));
         for _ in 0..3 {
-            log.line(0, "192.0.2.10".parse().unwrap(), &p, 0);
+            log.line(0, "192.0.2.10".parse().unwrap(), &p, 0, None);
         }
         log.flush();
         assert_eq!(h.dropped.load(Ordering::Relaxed), 1);
@@ -441,26 +511,28 @@ mod tests {
         };
         let p = Pending::new(&head, 200, Some(0));
         let t = 784111777;
-        log.line(t, "192.0.2.10".parse().unwrap(), &p, 1234);
+        log.line(t, "192.0.2.10".parse().unwrap(), &p, 1234, None);
         log.line(
             t,
             "2001:db8::1".parse().unwrap(),
             &p.clone().with_note("tarpit"),
             0,
+            None,
         );
         log.line(
             t,
             "::ffff:10.0.0.1".parse().unwrap(),
             &Pending::rejected(b"", 408, Some(0)),
             0,
+            None,
         );
         // Written once for 1234 bytes: the same lines for 1234, and the full way
         // for another count or once the record changes.
         let kept = p.clone().rendered_for(1234);
-        log.line(t, "192.0.2.10".parse().unwrap(), &kept, 1234);
-        log.line(t, "2001:db8::1".parse().unwrap(), &kept, 0);
+        log.line(t, "192.0.2.10".parse().unwrap(), &kept, 1234, None);
+        log.line(t, "2001:db8::1".parse().unwrap(), &kept, 0, None);
         let noted = kept.clone().with_note("tarpit");
-        log.line(t, "2001:db8::1".parse().unwrap(), &noted, 1234);
+        log.line(t, "2001:db8::1".parse().unwrap(), &noted, 1234, None);
         log.flush();
         let text = String::from_utf8(rx.recv().unwrap()).unwrap();
         let want = [
@@ -472,6 +544,45 @@ mod tests {
             r#"2001:db8::1 - - [06/Nov/1994:08:49:37 +0000] "GET /caf%C3%A9?q=1 HTTP/1.1" 200 1234 "http://r/" "W\\get \"caf\xc3\xa9\"" errant=tarpit"#,
         ];
         assert_eq!(text.lines().collect::<Vec<_>>(), want);
+    }
+
+    /// `[log] fields` come after the combined fields (and an errant note), in
+    /// the order named, for a kept answer's record as for any other.
+    #[test]
+    fn the_configured_fields_end_the_line() {
+        let (tx, rx) = sync_channel(4);
+        let mut log = WorkerLog::new(vec![("a.log".into(), handle(tx))]);
+        log.set_fields(&[LogField::RequestTime, LogField::Host]);
+        let raw = b"GET /x HTTP/1.1\r\nHost: Mirror.example:8080\r\n\r\n";
+        let limits = sluice_http::Limits::default();
+        let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {
+            panic!("not parsed")
+        };
+        let p = Pending::new(&head, 200, Some(0));
+        let ip = "192.0.2.10".parse().unwrap();
+        log.line(0, ip, &p, 10, Some(12));
+        log.line(0, ip, &p.clone().rendered_for(10), 10, Some(61_234));
+        log.line(0, ip, &p.clone().with_note("tarpit"), 10, Some(5));
+        log.line(0, ip, &Pending::rejected(b"", 408, Some(0)), 0, None);
+        log.set_fields(&[LogField::Host]);
+        log.line(0, ip, &p, 10, Some(7));
+        log.flush();
+        let text = String::from_utf8(rx.recv().unwrap()).unwrap();
+        let ends: Vec<_> = text
+            .lines()
+            .map(|l| l.split_once("\"-\" \"-\"").map_or(l, |(_, end)| end))
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                r#" request_time=0.012 host="Mirror.example""#,
+                r#" request_time=61.234 host="Mirror.example""#,
+                r#" errant=tarpit request_time=0.005 host="Mirror.example""#,
+                r#" request_time=- host="-""#,
+                r#" host="Mirror.example""#,
+            ],
+            "{text}"
+        );
     }
 
     #[test]

@@ -432,7 +432,8 @@ impl Worker {
         ready_at: Ms,
     ) {
         if let Some(p) = log {
-            self.log.line(self.date.secs(), peer, &p, sent);
+            let took = self.now_ms.saturating_sub(head_started);
+            self.log.line(self.date.secs(), peer, &p, sent, Some(took));
         }
         let st = &self.shared.stats[self.id];
         Counters::add(&st.bytes, sent);

@@ -210,6 +210,8 @@ pub(super) struct Drip {
     pub(super) budget: u64,
     pub(super) sent: u64,
     pub(super) log: Option<Pending>,
+    /// When the request's head began (its log line's `request_time`).
+    pub(super) started: Ms,
 }
 
 /// What a kept answer's request still counts and does each time

@@ -58,6 +58,7 @@ impl Worker {
                             c.peer,
                             &p.with_status(444).with_note("drop"),
                             0,
+                            None,
                         );
                     }
                     c.why = CloseReason::Errant;
@@ -67,6 +68,7 @@ impl Worker {
         let now = self.now_ms;
         let c = &mut self.conns[key];
         let (peer, cap) = (c.peer, c.cap);
+        let started = c.phase.head_started_or(now);
         c.cap = Cap::Exempt;
         c.rbuf = Vec::new();
         c.phase = Phase::Drip {
@@ -85,6 +87,7 @@ impl Worker {
                 budget,
                 sent: sent as u64,
                 log,
+                started,
             },
         );
         self.set_deadline(key, (now + every).min(now + for_ms));

@@ -219,7 +219,7 @@ impl Worker {
         listeners: Vec<TcpListener>,
         auto_defer: Option<u64>,
         shared: Arc<Shared>,
-        log: WorkerLog,
+        mut log: WorkerLog,
         max_conns: usize,
     ) -> io::Result<Worker> {
         let poll = Poll::new()?;
@@ -252,6 +252,7 @@ impl Worker {
         let files = snap.static_handlers()?;
         let answers = AnswerCache::new(snap.config.files.answer_cache);
         let site_log = site_logs(&snap, &log);
+        log.set_fields(&snap.config.log.fields);
         let snap_max_incomplete = snap.config.condition.max_incomplete;
         // `max_active` is the whole server's (every process's workers share it);
         // the connection limit is this process's.
@@ -482,6 +483,7 @@ impl Worker {
                 // Sites, files and settings may all differ: nothing kept is reused.
                 self.answers = AnswerCache::new(snap.config.files.answer_cache);
                 self.site_log = site_logs(&snap, &self.log);
+                self.log.set_fields(&snap.config.log.fields);
                 // Rule indices belong to the old rules.
                 self.talkers.reset_rules();
                 self.limits = snap.limits();

@@ -93,7 +93,8 @@ impl Worker {
                 always.recycle();
                 if self.log.enabled() {
                     let p = Pending::rejected(&c.rbuf, 408, self.site_log[default]);
-                    self.log.line(self.date.secs(), c.peer, &p, 0);
+                    let took = now.saturating_sub(c.phase.head_started_or(now));
+                    self.log.line(self.date.secs(), c.peer, &p, 0, Some(took));
                 }
             }
             self.close(key, reason);
@@ -299,7 +300,9 @@ impl Worker {
             self.shared.open.fetch_add(1, Ordering::Relaxed);
             self.shared.drips.fetch_sub(1, Ordering::Relaxed);
             if let (Some(p), Some(c)) = (d.log, self.conns.get(key)) {
-                self.log.line(self.date.secs(), c.peer, &p, d.sent);
+                let took = self.now_ms.saturating_sub(d.started);
+                self.log
+                    .line(self.date.secs(), c.peer, &p, d.sent, Some(took));
             }
             Counters::add(&self.shared.stats[self.id].bytes, d.sent);
         }
@@ -341,7 +344,9 @@ impl Worker {
                 // over) is logged too, with the bytes that did go out: on a mirror
                 // these aborted downloads are the lines an operator looks for.
                 if let Some(p) = out.log.take() {
-                    self.log.line(self.date.secs(), c.peer, &p, out.sent);
+                    let took = self.now_ms.saturating_sub(out.head_started);
+                    self.log
+                        .line(self.date.secs(), c.peer, &p, out.sent, Some(took));
                 }
                 Counters::add(&self.shared.stats[self.id].bytes, out.sent);
                 release(out, &mut self.pool, &mut self.out_pool);
