@@ -261,6 +261,33 @@ pub struct FilesSection {
     /// for. A page that is missing leaves sluice's own short text.
     #[serde(deserialize_with = "crate::de::error_pages")]
     pub error_pages: std::collections::BTreeMap<u16, String>,
+    /// Bandwidth limits by path (nginx's `limit_rate` in a `location`, Apache's
+    /// mod_ratelimit in a `<Location>`): the first rule whose `prefix` and
+    /// `suffix` (each optional) both match a file's path from the site's root
+    /// gives its 200 and 206 answers' `rate` and `after`, in place of the site's
+    /// `limit_rate` and `limit_rate_after` (`rate = 0`: not limited). No rule
+    /// matches: the site's. An answer so limited differently from `[http]` is not
+    /// kept, as a limited site's are not.
+    pub rate_limits: Vec<RateLimitRule>,
+}
+
+/// One `[[files.rate_limits]]` rule (see [`FilesSection::rate_limits`]).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitRule {
+    /// The path starts with this (from the root, with its leading `/`).
+    #[serde(default, deserialize_with = "crate::de::path_prefix")]
+    pub prefix: String,
+    /// The path ends with this (`".iso"`).
+    #[serde(default)]
+    pub suffix: String,
+    /// Bytes per second each such answer is sent at most (0: not limited); at
+    /// least twice `condition.min_send_rate`, as `limit_rate`.
+    #[serde(deserialize_with = "crate::de::limit_rate")]
+    pub rate: u64,
+    /// Body bytes sent at full speed before `rate` applies (default 0).
+    #[serde(default, deserialize_with = "crate::de::limit_rate_after")]
+    pub after: u64,
 }
 
 /// One `[[server.alias]]` or `[[site.alias]]`: the paths under `prefix` are
@@ -725,6 +752,7 @@ impl Default for FilesSection {
             types: Default::default(),
             types_file: None,
             cache_control: Vec::new(),
+            rate_limits: Vec::new(),
             headers: Vec::new(),
             error_pages: Default::default(),
         }
@@ -760,7 +788,7 @@ pub struct SiteSection {
     /// rest, such as caches, I/O and disk threads, are the whole server's). Each one
     /// absent keeps `[files]`'s: `listing`, `hidden`, `index`, `listing_header`,
     /// `listing_readme`, `symlinks`, `precompressed`, `compress_listings`,
-    /// `cache_control` and `headers` replace it; `types`
+    /// `cache_control`, `headers` and `rate_limits` replace it; `types`
     /// and `error_pages` are merged over it, key by key (`sites::resolve`).
     pub listing: Option<bool>,
     pub hidden: Option<bool>,
@@ -780,6 +808,8 @@ pub struct SiteSection {
     pub types: std::collections::BTreeMap<String, String>,
     #[serde(deserialize_with = "crate::de::error_pages")]
     pub error_pages: std::collections::BTreeMap<u16, String>,
+    /// This site's own `[[files.rate_limits]]` (replacing `[files]`'s).
+    pub rate_limits: Option<Vec<RateLimitRule>>,
     /// This site's own access log (default: the main `[log] access`).
     pub access_log: Option<String>,
     /// This site's own `[http] limit_rate` and `limit_rate_after` (each absent

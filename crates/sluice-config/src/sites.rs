@@ -157,6 +157,12 @@ pub fn resolve(cfg: &Config) -> Result<(Vec<Site>, HostIndex), ConfigError> {
             return Err(cfg.site_error(n, ".limit_rate", m));
         }
         let files = site_files(&cfg.files, s);
+        // (`[files]`'s own rules are checked with `[files]`: `validate.rs`.)
+        for (i, r) in s.rate_limits.iter().flatten().enumerate() {
+            if let Some(m) = crate::bounds::limit_rate_problem(r.rate, min) {
+                return Err(cfg.site_error(n, &format!(".rate_limits[{}].rate", i + 1), m));
+            }
+        }
         let aliases = aliases(&s.alias)
             .map_err(|(i, k, m)| cfg.site_error(n, &format!(".alias[{i}].{k}"), m))?;
         let access_log = match s.access_log.as_deref() {
@@ -278,7 +284,8 @@ fn site_files(main: &FilesSection, s: &SiteSection) -> FilesSection {
         precompressed,
         compress_listings,
         cache_control,
-        headers
+        headers,
+        rate_limits
     );
     f.types
         .extend(s.types.iter().map(|(k, v)| (k.clone(), v.clone())));

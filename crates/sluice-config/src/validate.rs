@@ -95,6 +95,11 @@ impl Config {
         if let Some(m) = crate::bounds::limit_rate_problem(self.http.limit_rate, c.min_send_rate) {
             return Err(src.error("http.limit_rate", m));
         }
+        for (i, r) in self.files.rate_limits.iter().enumerate() {
+            if let Some(m) = crate::bounds::limit_rate_problem(r.rate, c.min_send_rate) {
+                return Err(src.error(&format!("files.rate_limits[{}].rate", i + 1), m));
+            }
+        }
         sites::resolve(self)?;
         self.check_always_headers()?;
         let p = &self.status.path;

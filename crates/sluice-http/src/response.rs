@@ -327,6 +327,9 @@ pub struct Response {
     /// thing that says which statuses may be kept: the worker keeps such an
     /// answer for reuse (`sluice_static::answers`) without a list of its own.
     pub reuse_until: Option<std::time::Instant>,
+    /// The bandwidth limit a path rule gives this answer, `(bytes/s, after)` (0:
+    /// none), in place of its site's (`[[files.rate_limits]]`); `None`: the site's.
+    pub limit: Option<(u64, u64)>,
 }
 
 impl Response {

@@ -4,9 +4,13 @@
 //! (`Access-Control-Allow-Origin`, `X-Robots-Tag`: nginx's `add_header`, Apache's
 //! `Header set`).
 //!
-//! Owns: both rule lists, in their order, and which rules match a path: the first
+//! Also `[files] rate_limits`: the bandwidth limit a file's answers get by path
+//! (carried on the answer, `Response::limit`, for the server to apply).
+//!
+//! Owns: the rule lists, in their order, and which rules match a path: the first
 //! `cache_control` rule; every `headers` rule, the first for each name (an
-//! `always` rule for a name before it takes the name from every path rule).
+//! `always` rule for a name before it takes the name from every path rule); the
+//! first `rate_limits` rule.
 //! Must not: add them to anything but a file's own answers (200, 206, 304:
 //! RFC 9110 §15.4.5 has a 304 carry what its 200 would); listings, errors and
 //! redirects keep theirs.
@@ -14,7 +18,7 @@
 //! per rule tried, on the full path only (a kept answer carries the headers in its
 //! bytes). A `headers` rule's line is written once, when the handler is built.
 
-use sluice_config::{CacheControlRule, HeaderRule};
+use sluice_config::{CacheControlRule, HeaderRule, RateLimitRule};
 
 #[derive(Debug, Default)]
 pub struct PathHeaders {
@@ -23,10 +27,16 @@ pub struct PathHeaders {
     /// (prefix, suffix, the whole line `Name: value\r\n`, the index of the first
     /// rule with the same name: a later rule for a name matched already is skipped)
     headers: Vec<(String, String, Vec<u8>, usize)>,
+    /// (prefix without its leading `/`, suffix, (rate, after))
+    rates: Vec<(String, String, (u64, u64))>,
 }
 
 impl PathHeaders {
-    pub fn new(cache_control: &[CacheControlRule], headers: &[HeaderRule]) -> PathHeaders {
+    pub fn new(
+        cache_control: &[CacheControlRule],
+        headers: &[HeaderRule],
+        rates: &[RateLimitRule],
+    ) -> PathHeaders {
         let bare = |p: &str| p.strip_prefix('/').unwrap_or(p).to_string();
         PathHeaders {
             cache_control: cache_control
@@ -44,7 +54,19 @@ impl PathHeaders {
                         .then(|| (bare(&r.prefix), r.suffix.clone(), r.line(), first))
                 })
                 .collect(),
+            rates: rates
+                .iter()
+                .map(|r| (bare(&r.prefix), r.suffix.clone(), (r.rate, r.after)))
+                .collect(),
         }
+    }
+
+    /// The bandwidth limit `(rate, after)` for the file at `rel`, if a rule matches.
+    pub fn rate(&self, rel: &str) -> Option<(u64, u64)> {
+        self.rates
+            .iter()
+            .find(|(p, s, _)| rel.starts_with(p.as_str()) && rel.ends_with(s.as_str()))
+            .map(|(_, _, l)| *l)
     }
 
     /// The `Cache-Control` value for the file at `rel` (its path from the root,
@@ -73,7 +95,7 @@ impl PathHeaders {
 
     /// Whether there are any rules at all (the handler skips the lookups if not).
     pub fn is_empty(&self) -> bool {
-        self.cache_control.is_empty() && self.headers.is_empty()
+        self.cache_control.is_empty() && self.headers.is_empty() && self.rates.is_empty()
     }
 }
 
@@ -94,6 +116,7 @@ mod tests {
                 rule("/debian/", "", "max-age=86400"),
                 rule("", ".html", "no-cache"),
             ],
+            &[],
             &[],
         );
         assert_eq!(
@@ -127,6 +150,7 @@ mod tests {
                 rule("/debian/", "", "x-robots-tag", "none"),
                 rule("", ".iso", "Content-Disposition", "attachment"),
             ],
+            &[],
         );
         let lines = |rel| -> Vec<String> {
             h.headers(rel)
@@ -175,8 +199,33 @@ mod tests {
                 rule("", "referrer-policy", "no-referrer", true),
                 rule("/embed/", "x-frame-options", "SAMEORIGIN", false),
             ],
+            &[],
         );
         let lines: Vec<_> = h.headers("embed/a.html").collect();
         assert_eq!(lines, [b"Referrer-Policy: origin\r\n".as_slice()]);
+    }
+
+    #[test]
+    fn the_first_rate_rule_that_matches_decides() {
+        let rule = |prefix: &str, suffix: &str, rate: u64, after: u64| RateLimitRule {
+            prefix: prefix.into(),
+            suffix: suffix.into(),
+            rate,
+            after,
+        };
+        let h = PathHeaders::new(
+            &[],
+            &[],
+            &[
+                rule("/debian/dists/", "", 0, 0),
+                rule("/debian/", ".iso", 1_000_000, 10_000_000),
+                rule("", ".iso", 500_000, 0),
+            ],
+        );
+        assert!(!h.is_empty());
+        assert_eq!(h.rate("debian/dists/x.iso"), Some((0, 0)));
+        assert_eq!(h.rate("debian/cd/x.iso"), Some((1_000_000, 10_000_000)));
+        assert_eq!(h.rate("fedora/x.iso"), Some((500_000, 0)));
+        assert_eq!(h.rate("debian/pool/x.deb"), None);
     }
 }

@@ -81,7 +81,7 @@ impl StaticHandler {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        let caching = caching::PathHeaders::new(&cfg.cache_control, &cfg.headers);
+        let caching = caching::PathHeaders::new(&cfg.cache_control, &cfg.headers, &cfg.rate_limits);
         let error_pages = cfg
             .error_pages
             .iter()

@@ -20,7 +20,7 @@ use std::rc::Rc;
 impl StaticHandler {
     /// The operator's `Cache-Control` and other headers for the file at `rel`
     /// ([`crate::caching`]) on `r`, its answer, when that is the file's own (200,
-    /// 206, 304).
+    /// 206, 304), and its bandwidth limit by path (not on a 304: no body).
     pub(crate) fn add_path_headers(&self, rel: &str, r: &mut Response) {
         if self.caching.is_empty() || !matches!(r.status, 200 | 206 | 304) {
             return;
@@ -37,6 +37,9 @@ impl StaticHandler {
         let rel: &str = &name;
         if let Some(v) = self.caching.cache_control(rel) {
             r.headers.add("Cache-Control", v);
+        }
+        if r.status != 304 {
+            r.limit = self.caching.rate(rel);
         }
         for line in self.caching.headers(rel) {
             r.headers.add_lines(line);

@@ -431,6 +431,50 @@ fn limit_rate_after_and_a_sites_own_limit() {
     );
 }
 
+/// `[[files.rate_limits]]`: a path's rule paces its files' answers in place of
+/// the site's limit, and `rate = 0` exempts them. With `[http]` at 2 MB/s, a
+/// 3 MiB file under `/iso/` (a rule at 1 MB/s) takes at least 2 s (3.1 s at the
+/// rate, less the kernel's unpaced first window), another at least 1 s (1.6 s);
+/// one whose name ends `.free` (a rule at 0) arrives more than twice as fast as
+/// the paced one. Lower bounds on time, and a comparison within the run.
+#[test]
+fn rate_limits_by_path_replace_the_sites() {
+    let dir = docroot();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::create_dir(dir.path().join("iso")).unwrap();
+    for name in ["iso/three.bin", "three.bin", "three.free"] {
+        std::fs::write(dir.path().join(name), &data).unwrap();
+    }
+    let toml = "[http]\nlimit_rate = 2000000\n\
+                [[files.rate_limits]]\nprefix = \"/iso/\"\nrate = 1000000\n\
+                [[files.rate_limits]]\nsuffix = \".free\"\nrate = 0\n";
+    let srv = Server::start_with_config(dir, toml, &[]);
+    let took = |path: &str| {
+        let mut s = srv.connect();
+        let (_, all, len) = timed_get(&mut s, "a", path, 1);
+        assert_eq!(len, data.len(), "{path}");
+        all
+    };
+    let (iso, site, free) = (
+        took("/iso/three.bin"),
+        took("/three.bin"),
+        took("/three.free"),
+    );
+    eprintln!("rate_limits: /iso/ {iso:?}, the site's {site:?}, exempt {free:?}");
+    assert!(
+        iso >= Duration::from_millis(2000),
+        "/iso/ at 1 MB/s in {iso:?}"
+    );
+    assert!(
+        site >= Duration::from_millis(1000),
+        "the site's 2 MB/s in {site:?}"
+    );
+    assert!(
+        free * 2 < site,
+        "exempt in {free:?}, the site's in {site:?}"
+    );
+}
+
 #[test]
 fn cache_control_by_path_on_every_answer_of_a_file_and_nothing_else() {
     let toml = "[[files.cache_control]]\nprefix = \"/sub/\"\nvalue = \"no-cache\"\n\

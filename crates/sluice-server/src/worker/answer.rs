@@ -316,11 +316,15 @@ impl Worker {
             });
         // HTTP/1.0 keep-alive must be announced; 1.1 is persistent by default.
         let keep = head.keep_alive && self.stopping.is_none();
-        // Bandwidth limits: the site's, for this body's length.
+        // Bandwidth limits: the file's path rule's (`rate_limits`), else the
+        // site's, for this body's length.
         let conf = &self.snap.sites[site].conf;
+        let (rate, after) = resp
+            .limit
+            .unwrap_or((conf.limit_rate, conf.limit_rate_after));
         let pace = pace::plan(
-            conf.limit_rate,
-            conf.limit_rate_after,
+            rate,
+            after,
             body_len,
             super::pace::base(&self.snap.config.http),
         );
