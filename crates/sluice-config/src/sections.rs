@@ -389,6 +389,10 @@ pub enum LogField {
     /// escaped as the other quoted fields; `"-"` without one (and on a line for a
     /// request that could not be read).
     Host,
+    /// `length=4700372992`: the body bytes the answer had to send (its
+    /// `Content-Length`; 0 for a HEAD). A line whose bytes sent (`%b`) are fewer
+    /// is a download cut short: the client went, or was cut as a slow reader.
+    Length,
 }
 
 impl LogField {
@@ -397,6 +401,7 @@ impl LogField {
         match self {
             LogField::RequestTime => "request_time",
             LogField::Host => "host",
+            LogField::Length => "length",
         }
     }
 }

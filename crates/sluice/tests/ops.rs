@@ -598,8 +598,9 @@ fn access_log_is_combined_format() {
 }
 
 /// `[log] fields` end each line with `request_time=` (seconds, from the head's
-/// first byte to the last byte sent: a paced download's shows its length) and
-/// `host=` (the `Host` as sent, without its port).
+/// first byte to the last byte sent: a paced download's shows its length),
+/// `host=` (the `Host` as sent, without its port) and `length=` (the body it had
+/// to send: a download cut short logs fewer bytes than that).
 #[test]
 fn access_log_lines_end_with_the_fields_asked_for() {
     let dir = docroot();
@@ -613,7 +614,7 @@ fn access_log_lines_end_with_the_fields_asked_for() {
     let srv = Server::start_with_config(
         dir,
         &format!(
-            "[log]\naccess = \"{}\"\nfields = [\"request_time\", \"host\"]\n\
+            "[log]\naccess = \"{}\"\nfields = [\"request_time\", \"host\", \"length\"]\n\
              [http]\nlimit_rate = 1000000\nlimit_rate_after = 100000\n",
             log.display()
         ),
@@ -625,6 +626,20 @@ fn access_log_lines_end_with_the_fields_asked_for() {
     let big = srv.get("GET /two.bin HTTP/1.0\r\n\r\n");
     let took = t.elapsed().as_secs_f64();
     assert_eq!((big.status, big.body.len()), (200, 2_000_000));
+    // A download the client leaves after its first bytes.
+    {
+        use std::io::{Read, Write};
+        let mut s = srv.connect();
+        s.write_all(b"GET /two.bin?cut HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        assert!(s.read(&mut buf).unwrap() > 0);
+    }
+    wait_within(
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("/two.bin?cut")),
+        || "the cut download's line".into(),
+    );
     assert_eq!(srv.stop(), Some(0));
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
@@ -636,16 +651,33 @@ fn access_log_lines_end_with_the_fields_asked_for() {
     let secs = |path: &str| -> f64 { field(path, "request_time").parse().expect("seconds") };
     assert!(text
         .lines()
-        .all(|l| l.contains("\" request_time=") && l.ends_with('"')));
+        .all(|l| l.contains("\" request_time=") && l.contains("\" length=")));
+    assert_eq!(field("/hello.txt", "length"), "12");
+    assert_eq!(field("/two.bin ", "length"), "2000000");
+    // The cut download: its bytes sent (combined's `%b`) fall short of its length.
+    let cut = text.lines().find(|l| l.contains("/two.bin?cut")).unwrap();
+    let sent: u64 = cut
+        .split("\" 200 ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        sent < 2_000_000 && field("/two.bin?cut", "length") == "2000000",
+        "{cut}"
+    );
     assert!(secs("/hello.txt") < 0.5, "{text}");
     assert_eq!(field("/hello.txt", "host"), "\"Mirror.example\"");
     assert_eq!(
-        field("/two.bin", "host"),
+        field("/two.bin ", "host"),
         "\"-\"",
         "HTTP/1.0 without a Host"
     );
     // Paced at 1 MB/s after its first 100 kB: about two seconds, as the client saw.
-    let logged = secs("/two.bin");
+    let logged = secs("/two.bin ");
     assert!(
         logged > 1.0 && (logged - took).abs() < 0.5,
         "request_time {logged} s, the client took {took:.3} s"

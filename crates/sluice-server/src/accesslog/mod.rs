@@ -1,5 +1,5 @@
 //! The access log, Apache combined format, written by its own thread, with the
-//! fields `[log] fields` names after it (`request_time=`, `host=`).
+//! fields `[log] fields` names after it (`request_time=`, `host=`, `length=`).
 //!
 //! Each worker appends lines to its own buffer and hands the buffer to the writer
 //! thread when it passes 32 KiB or at least once a second. The hand-off is a
@@ -46,6 +46,8 @@ pub struct Pending {
     out: Option<u8>,
     /// Appended as ` errant=NOTE` (the errant-client answer taken), if set.
     note: Option<&'static str>,
+    /// The body bytes the answer had to send (the `length` field).
+    length: u64,
     /// The line after its time stamp, written once for a response of this many
     /// body bytes (a kept answer's record: `Pending::rendered_for`).
     rendered: Option<(u64, Rc<[u8]>)>,
@@ -101,6 +103,7 @@ impl Pending {
             status,
             out,
             note: None,
+            length: 0,
             rendered: None,
         }
     }
@@ -215,6 +218,10 @@ impl Pending {
                     }
                     None => b.push(b'-'),
                 },
+                LogField::Length => {
+                    let mut n = itoa::Buffer::new();
+                    b.extend_from_slice(n.format(self.length).as_bytes());
+                }
                 LogField::Host => {
                     b.push(b'"');
                     match self.host() {
@@ -232,6 +239,12 @@ impl Pending {
     pub fn with_note(mut self, note: &'static str) -> Pending {
         self.note = Some(note);
         self.rendered = None;
+        self
+    }
+
+    /// Record the body bytes the answer has to send (the `length` field).
+    pub fn with_length(mut self, length: u64) -> Pending {
+        self.length = length;
         self
     }
 
@@ -553,6 +566,19 @@ mod tests {
         let (tx, rx) = sync_channel(4);
         let mut log = WorkerLog::new(vec![("a.log".into(), handle(tx))]);
         log.set_fields(&[LogField::RequestTime, LogField::Host]);
+        let length = |l: u64| {
+            let mut log = WorkerLog::new(Vec::new());
+            log.set_fields(&[LogField::Length]);
+            let mut b = Vec::new();
+            Pending::rejected(b"", 400, None)
+                .with_length(l)
+                .write_fields(&mut b, &log.fields, None);
+            String::from_utf8(b).unwrap()
+        };
+        assert_eq!(
+            (length(0), length(4_700_372_992)),
+            (" length=0".into(), " length=4700372992".into())
+        );
         let raw = b"GET /x HTTP/1.1\r\nHost: Mirror.example:8080\r\n\r\n";
         let limits = sluice_http::Limits::default();
         let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {

@@ -308,7 +308,7 @@ impl Worker {
         let log = self
             .log
             .enabled()
-            .then(|| Pending::new(head, resp.status, self.site_log[site]))
+            .then(|| Pending::new(head, resp.status, self.site_log[site]).with_length(body_len))
             .map(|p| match rule {
                 // Errant-client answers say which in the log line.
                 Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),
