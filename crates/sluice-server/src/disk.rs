@@ -37,7 +37,7 @@
 //! warning says which disk, once a minute), nothing of that disk's is read on a
 //! worker, which would wait on it with every client it has: a lookup is answered
 //! 503 "disk busy" with `Retry-After`, and a download's response waits and asks
-//! again every [`RETRY_MS`] until its `send_timeout` ([`Refused`]). Earlier
+//! again every [`RETRY_MS`], within its deadlines ([`Refused`]). Earlier
 //! versions sent the turn from the worker: on a disk that had stopped answering,
 //! that stopped the worker and all its clients until the download's own timeout.
 //!
@@ -212,9 +212,11 @@ pub enum Refused {
 }
 
 /// How long a response whose cold range was refused (the queue or its disk's
-/// share full) waits before it asks again. Its `send_timeout` runs from its last
-/// progress meanwhile, so a disk that never catches up ends it (`SendTimeout`).
-/// Each ask costs a one-byte probe, an `fstat` and a look at the queue.
+/// share full) waits before it asks again. Its deadlines run meanwhile as for any
+/// response waiting for the disk: the minimum send rate over its window (30 s by
+/// default: `slow_read`) and `send_timeout` from its last progress, so a disk
+/// that never catches up ends it. Each ask costs a one-byte probe, an `fstat`
+/// and a look at the queue.
 pub const RETRY_MS: u64 = 50;
 
 impl DiskPool {

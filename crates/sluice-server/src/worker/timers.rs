@@ -201,7 +201,9 @@ impl Worker {
     /// A response's cold range was refused by the pool (`disk::Refused`): it
     /// waits, out of the send queue, and asks again at the next retry
     /// (`disk_retry_due`). Its phase stays `Send { last }`, so its
-    /// `send_timeout` runs from its last progress, not from this wait.
+    /// `send_timeout` runs from its last progress, not from this wait, and its
+    /// rate window goes on (a disk stuck past it ends the download as a slow
+    /// reader, as a wait for a disk thread always has).
     pub(super) fn retry_disk(&mut self, key: usize) {
         let now = self.now_ms;
         let c = &mut self.conns[key];
