@@ -605,12 +605,7 @@ fn access_log_is_combined_format() {
 fn access_log_lines_end_with_the_fields_asked_for() {
     let dir = docroot();
     std::fs::write(dir.path().join("two.bin"), vec![7u8; 2_000_000]).unwrap();
-    let log = dir
-        .path()
-        .parent()
-        .unwrap()
-        .join(format!("access-fields-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+    let log = log_path("access-fields");
     let srv = Server::start_with_config(
         dir,
         &format!(
