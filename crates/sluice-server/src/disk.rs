@@ -39,7 +39,7 @@
 //! 503 "disk busy" with `Retry-After`, and a download's response waits and asks
 //! again every [`RETRY_MS`], within its deadlines ([`Refused`]). Earlier
 //! versions sent the turn from the worker: on a disk that had stopped answering,
-//! that stopped the worker and all its clients until the download's own timeout.
+//! that stopped the worker and all its clients for as long as the disk took.
 //!
 //! Owns: the pool threads and the listing threads, their two bounded job queues,
 //! one completion list per worker.
