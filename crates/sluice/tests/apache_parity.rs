@@ -98,50 +98,82 @@ impl Apache {
         for (name, text) in files {
             std::fs::write(d.join("www").join(name), text).unwrap();
         }
-        let port = free_port();
-        let conf = d.join("httpd.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "ServerRoot {d}\nDefaultRuntimeDir {d}\nPidFile {d}/httpd.pid\n\
-                 Listen 127.0.0.1:{port}\nServerName a\n\
-                 LoadModule mpm_event_module {MODULES}/mod_mpm_event.so\n\
-                 LoadModule authz_core_module {MODULES}/mod_authz_core.so\n\
-                 LoadModule rewrite_module {MODULES}/mod_rewrite.so\n\
-                 LoadModule alias_module {MODULES}/mod_alias.so\n\
-                 User nobody\nGroup nogroup\n\
-                 ErrorLog {d}/error.log\nDocumentRoot {d}/www\n\
-                 Include {rules}\n{more}\n",
-                d = d.display(),
-                rules = rules.display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(APACHE)
-            .args(["-f", conf.to_str().unwrap(), "-D", "FOREGROUND"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
+        // A port from `free_port` can be taken by another test's server before
+        // Apache binds it (tests run in parallel): Apache then exits, or the
+        // port answers for someone else. So the port must answer as Apache, and
+        // a start that fails that way is tried again on another port.
+        for attempt in 0..3 {
+            let port = free_port();
+            let conf = d.join("httpd.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "ServerRoot {d}\nDefaultRuntimeDir {d}\nPidFile {d}/httpd.pid\n\
+                     Listen 127.0.0.1:{port}\nServerName a\n\
+                     LoadModule mpm_event_module {MODULES}/mod_mpm_event.so\n\
+                     LoadModule authz_core_module {MODULES}/mod_authz_core.so\n\
+                     LoadModule rewrite_module {MODULES}/mod_rewrite.so\n\
+                     LoadModule alias_module {MODULES}/mod_alias.so\n\
+                     User nobody\nGroup nogroup\n\
+                     ErrorLog {d}/error.log\nDocumentRoot {d}/www\n\
+                     Include {rules}\n{more}\n",
+                    d = d.display(),
+                    rules = rules.display()
+                ),
+            )
             .unwrap();
+            let child = Command::new(APACHE)
+                .args(["-f", conf.to_str().unwrap(), "-D", "FOREGROUND"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            let mut apache = Apache {
+                child,
+                port,
+                _dir: tempfile::tempdir().unwrap(),
+            };
+            match apache.ready(d) {
+                Ok(()) => {
+                    apache._dir = dir;
+                    return apache;
+                }
+                Err(why) if attempt < 2 => eprintln!("apache2 on port {port}: {why}; again"),
+                Err(why) => panic!("apache2 on port {port}: {why}"),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Wait (at most 15 s) until the port answers as Apache; `Err` if Apache
+    /// exited (its error log, in `d`, says why) or another server answers.
+    fn ready(&mut self, d: &std::path::Path) -> Result<(), String> {
         let t = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
                 let mut err = String::new();
-                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
                 let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
-                panic!("apache2 exited ({st}): {err}{log}");
+                return Err(format!("exited ({st}): {err}{log}"));
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                let r = send(
+                    &format!("127.0.0.1:{}", self.port),
+                    "HEAD",
+                    "/",
+                    "Host: a\r\n",
+                );
+                return match r.header("server") {
+                    Some(s) if s.starts_with("Apache") => Ok(()),
+                    other => Err(format!("the port answers as {other:?}, not as Apache")),
+                };
             }
             assert!(
                 t.elapsed() < Duration::from_secs(15),
                 "apache2 never listened"
             );
             std::thread::sleep(Duration::from_millis(50));
-        }
-        Apache {
-            child,
-            port,
-            _dir: dir,
         }
     }
 }
