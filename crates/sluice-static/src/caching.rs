@@ -63,19 +63,13 @@ impl PathHeaders {
 
     /// The bandwidth limit `(rate, after)` for the file at `rel`, if a rule matches.
     pub fn rate(&self, rel: &str) -> Option<(u64, u64)> {
-        self.rates
-            .iter()
-            .find(|(p, s, _)| rel.starts_with(p.as_str()) && rel.ends_with(s.as_str()))
-            .map(|(_, _, l)| *l)
+        first(&self.rates, rel).copied()
     }
 
     /// The `Cache-Control` value for the file at `rel` (its path from the root,
     /// without the leading `/`), if a rule matches.
     pub fn cache_control(&self, rel: &str) -> Option<&str> {
-        self.cache_control
-            .iter()
-            .find(|(p, s, _)| rel.starts_with(p.as_str()) && rel.ends_with(s.as_str()))
-            .map(|(_, _, v)| v.as_str())
+        first(&self.cache_control, rel).map(String::as_str)
     }
 
     /// The other headers' lines for the file at `rel`, in rule order, each name
@@ -97,6 +91,15 @@ impl PathHeaders {
     pub fn is_empty(&self) -> bool {
         self.cache_control.is_empty() && self.headers.is_empty() && self.rates.is_empty()
     }
+}
+
+/// What the first of `rules` (prefix, suffix, what) whose prefix and suffix both
+/// match `rel` gives.
+fn first<'a, T>(rules: &'a [(String, String, T)], rel: &str) -> Option<&'a T> {
+    rules
+        .iter()
+        .find(|(p, s, _)| rel.starts_with(p.as_str()) && rel.ends_with(s.as_str()))
+        .map(|(_, _, v)| v)
 }
 
 #[cfg(test)]

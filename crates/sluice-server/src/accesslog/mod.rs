@@ -54,7 +54,14 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub fn new(head: &sluice_http::RequestHead, status: u16, out: Option<u8>) -> Pending {
+    /// The record of `head`'s request; with `host`, its `Host` kept too (for the
+    /// `host` field: [`WorkerLog::wants_host`]).
+    pub fn new(
+        head: &sluice_http::RequestHead,
+        status: u16,
+        out: Option<u8>,
+        host: bool,
+    ) -> Pending {
         let version = [b'0' + head.minor];
         let line: [&[u8]; 5] = [
             head.method_str.as_bytes(),
@@ -68,7 +75,7 @@ impl Pending {
             [
                 head.referer.unwrap_or(b""),
                 head.user_agent.unwrap_or(b""),
-                head.host.unwrap_or("").as_bytes(),
+                head.host.filter(|_| host).unwrap_or("").as_bytes(),
             ],
             status,
             out,
@@ -294,6 +301,12 @@ impl WorkerLog {
             stamp: String::new(),
             fields: Vec::new(),
         }
+    }
+
+    /// Whether lines carry the `host` field: records need the `Host` then
+    /// ([`Pending::new`]), and copy none otherwise.
+    pub fn wants_host(&self) -> bool {
+        self.fields.contains(&LogField::Host)
     }
 
     /// The fields lines end with from now on (`[log] fields`: at the worker's

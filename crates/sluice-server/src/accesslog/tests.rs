@@ -50,7 +50,7 @@ fn a_whole_line() {
     let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {
         panic!("not parsed")
     };
-    let p = Pending::new(&head, 200, Some(0));
+    let p = Pending::new(&head, 200, Some(0), true);
     let t = 784111777;
     log.line(t, "192.0.2.10".parse().unwrap(), &p, 1234, None);
     log.line(
@@ -112,7 +112,7 @@ fn the_configured_fields_end_the_line() {
     let Ok(sluice_http::Parsed::Complete(head)) = sluice_http::parse_head(raw, &limits) else {
         panic!("not parsed")
     };
-    let p = Pending::new(&head, 200, Some(0));
+    let p = Pending::new(&head, 200, Some(0), true);
     let ip = "192.0.2.10".parse().unwrap();
     log.line(0, ip, &p, 10, Some(12));
     log.line(0, ip, &p.clone().rendered_for(10), 10, Some(61_234));

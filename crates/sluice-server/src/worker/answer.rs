@@ -305,10 +305,13 @@ impl Worker {
         if u64::from(c.requests) >= self.snap.config.http.keepalive_requests {
             resp.close = true;
         }
+        let host = self.log.wants_host();
         let log = self
             .log
             .enabled()
-            .then(|| Pending::new(head, resp.status, self.site_log[site]).with_length(body_len))
+            .then(|| {
+                Pending::new(head, resp.status, self.site_log[site], host).with_length(body_len)
+            })
             .map(|p| match rule {
                 // Errant-client answers say which in the log line.
                 Some((_, a)) if a >= 4 => p.with_note(sluice_status::counters::ACTIONS[a]),

@@ -59,13 +59,20 @@ impl Worker {
         }
     }
 
-    /// A response stops sending for now (`QUEUED`): waiting for its next send turn
-    /// (`Class::Waiting`) or parked on the disk pool (`Class::Active`); its
-    /// slow-read deadline is armed, or it is closed if it already read too slowly.
+    /// A response stops sending for now, its progress counted from now: waiting
+    /// for its next send turn (`Class::Waiting`) or parked on the disk pool
+    /// (`Class::Active`). See [`Worker::hold_send`].
     fn pause_send(&mut self, key: usize, class: Class) {
+        self.conns[key].phase = Phase::Send { last: self.now_ms };
+        self.hold_send(key, class);
+    }
+
+    /// A response in `Send` stops sending (`QUEUED`: no writable edge or send
+    /// turn takes it) and is parked as `class`; its slow-read deadline is armed,
+    /// or it is closed if it already read too slowly.
+    pub(super) fn hold_send(&mut self, key: usize, class: Class) {
         let c = &mut self.conns[key];
         c.flags.set(Flags::QUEUED, true);
-        c.phase = Phase::Send { last: self.now_ms };
         let peer = c.peer;
         self.cond.park(key as u32, peer, class);
         match self.check_rate(key) {

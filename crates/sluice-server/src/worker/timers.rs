@@ -205,23 +205,12 @@ impl Worker {
     /// rate window goes on (a disk stuck past it ends the download as a slow
     /// reader, as a wait for a disk thread always has).
     pub(super) fn retry_disk(&mut self, key: usize) {
-        let now = self.now_ms;
-        let c = &mut self.conns[key];
-        c.flags.set(Flags::QUEUED, true);
-        if !matches!(c.phase, Phase::Send { .. }) {
-            c.phase = Phase::Send { last: now };
-        }
-        let (peer, gen) = (c.peer, c.gen);
-        self.cond.park(key as u32, peer, Class::Active);
         if self.disk_retry.is_empty() {
-            self.disk_retry_at = now + crate::disk::RETRY_MS;
+            self.disk_retry_at = self.now_ms + crate::disk::RETRY_MS;
         }
-        self.disk_retry.push((key as u32, gen));
+        self.disk_retry.push((key as u32, self.conns[key].gen));
         Counters::add(&self.shared.stats[self.id].disk_retries, 1);
-        match self.check_rate(key) {
-            Some(d) => self.set_deadline(key, d),
-            None => self.close(key, CloseReason::SlowRead),
-        }
+        self.hold_send(key, Class::Active);
     }
 
     /// The refused responses' wait is over: the first [`RETRY_BATCH`] in the
