@@ -143,6 +143,14 @@ impl Conditioner {
         self.class[i] = class;
     }
 
+    /// Where connection `id` is parked now ([`Class::Active`] if never parked).
+    pub fn class_of(&self, id: u32) -> Class {
+        self.class
+            .get(id as usize)
+            .copied()
+            .unwrap_or(Class::Active)
+    }
+
     /// Connection `id` (from `peer`) is closed.
     pub fn forget(&mut self, id: u32, peer: IpAddr) {
         if let Some(&c) = self.class.get(id as usize) {

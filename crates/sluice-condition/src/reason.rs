@@ -35,10 +35,15 @@ pub enum CloseReason {
     /// Answered 503: its complete request waited for a turn (behind
     /// `condition.max_active`) longer than `http.header_timeout`.
     Busy,
+    /// A response waiting for the disk (a disk thread reading its range, or its
+    /// range refused by a full queue and waiting to ask again) ran out of
+    /// `send_timeout` or of its minimum rate: the disk, not the client, was too
+    /// slow. Counted apart so that a stuck disk does not pass for slow readers.
+    DiskStalled,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 14] = [
+    pub const ALL: [CloseReason; 15] = [
         CloseReason::Done,
         CloseReason::ClientGone,
         CloseReason::HeaderTimeout,
@@ -53,6 +58,7 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::Errant,
         CloseReason::Busy,
+        CloseReason::DiskStalled,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -76,6 +82,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Errant => "errant",
             CloseReason::Busy => "busy",
+            CloseReason::DiskStalled => "disk_stalled",
         }
     }
 }

@@ -214,9 +214,9 @@ pub enum Refused {
 /// How long a response whose cold range was refused (the queue or its disk's
 /// share full) waits before it asks again. Its deadlines run meanwhile as for any
 /// response waiting for the disk: the minimum send rate over its window (30 s by
-/// default: `slow_read`) and `send_timeout` from its last progress, so a disk
-/// that never catches up ends it. Each ask costs a one-byte probe, an `fstat`
-/// and a look at the queue.
+/// default) and `send_timeout` from its last progress, so a disk that never
+/// catches up ends it (counted as `disk_stalled`, not as a slow reader). Each
+/// ask costs a one-byte probe, an `fstat` and a look at the queue.
 pub const RETRY_MS: u64 = 50;
 
 impl DiskPool {

@@ -7,9 +7,13 @@
 //!
 //! The server's test hooks make the queue one job long and each disk thread's job
 //! 700 ms slower, so one thread and two downloads fill it.
+//!
+//! A disk that stops answering ends its downloads by their deadlines, as any
+//! download that makes no progress; the close is counted as the disk's
+//! (`disk_stalled`), so the status page does not blame slow readers.
 
 use sluice_testkit::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn counter(srv: &Server, name: &str) -> u64 {
     srv.status_json()[name].as_u64().expect(name)
@@ -97,4 +101,60 @@ fn with_the_disk_queue_full_lookups_get_503_and_downloads_wait_whole() {
         "in five attempts, the queue was never full with the first two downloads \
          while the third was refused and retried"
     );
+}
+
+#[test]
+fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader() {
+    let data = noise(2 << 20, 4);
+    // As above: on a fast disk the kernel's readahead may have read the pages
+    // before the download asks the pool; then it is sent whole, and tried again.
+    for attempt in 0..5 {
+        let dir = docroot();
+        let root = dir.path().to_path_buf();
+        write_evicted(&root.join("big.bin"), &data);
+        let cfg = root.join(".test-config.toml");
+        std::fs::write(
+            &cfg,
+            "[files]\ndisk_threads = 1\n[http]\nsend_timeout = \"1s\"\n",
+        )
+        .unwrap();
+        let cfg = cfg.to_str().unwrap().to_string();
+        // Each disk job takes 4 s: longer than the download's send_timeout.
+        let srv = Server::start_in_env(
+            dir,
+            &[("SLUICE_TEST_DISK_HOLD_MS", "4000")],
+            &["--workers", "1", "--config", &cfg],
+        );
+        let mut c = srv.client();
+        c.s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let t0 = Instant::now();
+        c.send(b"GET /big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let (got, _) = read_to_end(&mut c.s);
+        let took = t0.elapsed();
+        if counter(&srv, "disk_waits_total") == 0 {
+            eprintln!("attempt {attempt}: the download found its pages read already");
+            continue;
+        }
+        assert!(
+            got.len() < data.len(),
+            "the download ended whole ({} bytes) though its disk job took 4 s",
+            got.len()
+        );
+        assert!(
+            took < Duration::from_millis(3500),
+            "closed after {took:?}: by the disk's answer, not by send_timeout (1 s)"
+        );
+        let closes = &srv.status_json()["closes_by_reason"];
+        assert_eq!(
+            [
+                closes["disk_stalled"].as_u64(),
+                closes["slow_read"].as_u64(),
+                closes["send_timeout"].as_u64()
+            ],
+            [Some(1), Some(0), Some(0)],
+            "closes: {closes}"
+        );
+        return;
+    }
+    panic!("in five attempts, the download never waited for the disk pool");
 }

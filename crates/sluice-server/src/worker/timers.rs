@@ -39,10 +39,10 @@ impl Worker {
                     // Two limits share this deadline: no progress for send_timeout,
                     // and the minimum rate over a window (slow-read prevention).
                     if now >= self.deadline_of(Phase::Send { last }) {
-                        CloseReason::SendTimeout
+                        self.missed_by(key, CloseReason::SendTimeout)
                     } else {
                         match self.check_rate(key) {
-                            None => CloseReason::SlowRead,
+                            None => self.missed_by(key, CloseReason::SlowRead),
                             Some(d) => {
                                 // Still fine: re-arm below for the next check.
                                 self.conns[key].deadline = d;
@@ -202,8 +202,8 @@ impl Worker {
     /// waits, out of the send queue, and asks again at the next retry
     /// (`disk_retry_due`). Its phase stays `Send { last }`, so its
     /// `send_timeout` runs from its last progress, not from this wait, and its
-    /// rate window goes on (a disk stuck past it ends the download as a slow
-    /// reader, as a wait for a disk thread always has).
+    /// rate window goes on (a disk stuck past it ends the download, counted as
+    /// `disk_stalled` as a wait for a disk thread is: `Worker::missed_by`).
     pub(super) fn retry_disk(&mut self, key: usize) {
         if self.disk_retry.is_empty() {
             self.disk_retry_at = self.now_ms + crate::disk::RETRY_MS;
@@ -245,6 +245,19 @@ impl Worker {
             self.disk_rounds = rounds;
             self.answer_parked(key as usize, started);
             self.disk_rounds = 0;
+        }
+    }
+
+    /// Who missed a response's send deadline (`send_timeout`, or the minimum
+    /// rate over its window, named by `client`): the disk, if the response is
+    /// waiting for it now (parked `QUEUED` as [`Class::Active`]: a disk thread
+    /// has its range, or it waits to ask again), else the client.
+    fn missed_by(&self, key: usize, client: CloseReason) -> CloseReason {
+        let queued = self.conns[key].flags.has(Flags::QUEUED);
+        if queued && self.cond.class_of(key as u32) == Class::Active {
+            CloseReason::DiskStalled
+        } else {
+            client
         }
     }
 
@@ -299,7 +312,10 @@ impl Worker {
         }
         self.pace_leave(key, false);
         if let Some(mut c) = self.conns.try_remove(key) {
-            if matches!(why, CloseReason::SlowRead | CloseReason::SendTimeout) {
+            if matches!(
+                why,
+                CloseReason::SlowRead | CloseReason::SendTimeout | CloseReason::DiskStalled
+            ) {
                 // Abortive close (RST): a plain close would leave the kernel sending
                 // the megabytes still queued for a client that reads a few bytes a
                 // second, and the connection, seen from the client, would stay open.
