@@ -44,7 +44,8 @@ pub struct Pending {
     /// Which of the worker's log outputs the line goes to (`None`: the site logs
     /// nothing).
     out: Option<u8>,
-    /// Appended as ` errant=NOTE` (the errant-client answer taken), if set.
+    /// Appended as ` errant=NOTE` (the errant-client answer taken), if set: the
+    /// line's last field, after the `[log] fields`.
     note: Option<&'static str>,
     /// The body bytes the answer had to send (the `length` field).
     length: u64,
@@ -164,8 +165,9 @@ impl Pending {
         self
     }
 
-    /// The line from the request line's opening quote through the errant note,
-    /// if any (not the `[log] fields`, which differ per request, nor the newline).
+    /// The line from the request line's opening quote through the user agent's
+    /// closing one (not the `[log] fields`, which differ per request, the errant
+    /// note or the newline).
     fn write_tail(&self, b: &mut Vec<u8>, bytes: u64) {
         if let Some((n, tail)) = &self.rendered {
             if *n == bytes {
@@ -198,6 +200,12 @@ impl Pending {
             escape_into(b, user_agent)
         }
         b.push(b'"');
+    }
+
+    /// ` errant=NOTE`, if an errant-client answer was taken. It ends the line,
+    /// after the `[log] fields`: a parser that reads those by position (a
+    /// goaccess format) then reads every line alike, and stops before it.
+    fn write_note(&self, b: &mut Vec<u8>) {
         if let Some(n) = self.note {
             b.extend_from_slice(b" errant=");
             b.extend_from_slice(n.as_bytes());
@@ -241,11 +249,10 @@ impl Pending {
         }
     }
 
-    /// Record the errant-client answer taken (logged as ` errant=NOTE` after the
-    /// combined fields, where log analysers that read combined lines ignore it).
+    /// Record the errant-client answer taken (logged as ` errant=NOTE` at the
+    /// end of the line, where log analysers that read combined lines ignore it).
     pub fn with_note(mut self, note: &'static str) -> Pending {
         self.note = Some(note);
-        self.rendered = None;
         self
     }
 
@@ -349,6 +356,7 @@ impl WorkerLog {
         b.extend_from_slice(b"] ");
         p.write_tail(b, bytes);
         p.write_fields(b, &self.fields, took_ms);
+        p.write_note(b);
         b.push(b'\n');
         if o.buf.len() >= FLUSH_BYTES {
             o.flush();

@@ -87,8 +87,8 @@ fn a_whole_line() {
     assert_eq!(text.lines().collect::<Vec<_>>(), want);
 }
 
-/// `[log] fields` come after the combined fields (and an errant note), in
-/// the order named, for a kept answer's record as for any other.
+/// `[log] fields` come after the combined fields, in the order named, for a
+/// kept answer's record as for any other; an errant note ends the line.
 #[test]
 fn the_configured_fields_end_the_line() {
     let (tx, rx) = sync_channel(4);
@@ -131,7 +131,7 @@ fn the_configured_fields_end_the_line() {
         [
             r#" request_time=0.012 host="Mirror.example""#,
             r#" request_time=61.234 host="Mirror.example""#,
-            r#" errant=tarpit request_time=0.005 host="Mirror.example""#,
+            r#" request_time=0.005 host="Mirror.example" errant=tarpit"#,
             r#" request_time=- host="-""#,
             r#" host="Mirror.example""#,
         ],
