@@ -37,8 +37,10 @@ pub enum CloseReason {
     Busy,
     /// A response waiting for the disk (a disk thread reading its range, or its
     /// range refused by a full queue and waiting to ask again) ran out of
-    /// `send_timeout` or of its minimum rate: the disk, not the client, was too
-    /// slow. Counted apart so that a stuck disk does not pass for slow readers.
+    /// `send_timeout` or of its minimum rate, or a request's lookup waited for a
+    /// disk thread past `send_timeout` (answered 503 "disk busy"): the disk, not
+    /// the client, was too slow. Counted apart so that a stuck disk does not
+    /// pass for slow readers.
     DiskStalled,
 }
 

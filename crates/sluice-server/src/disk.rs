@@ -270,6 +270,21 @@ impl DiskPool {
         self.jobs.know(devices);
     }
 
+    /// Copy each device lane's waiting and reading jobs into `slots` (this
+    /// process's, in the shared region) for the status page; called about once a
+    /// second by each worker of the process. Lanes past the slots are left out.
+    pub fn publish(&self, slots: &[crate::shm::DiskSlot]) {
+        let mut n = 0;
+        self.jobs.lanes(|dev, waiting, reading| {
+            if let Some(s) = slots.get(n) {
+                s.dev.store(dev + 1, Ordering::Relaxed);
+                s.waiting.store(waiting as u32, Ordering::Relaxed);
+                s.reading.store(reading as u32, Ordering::Relaxed);
+            }
+            n += 1;
+        });
+    }
+
     /// Whether the threads have work in hand (the disk is in use).
     pub fn busy(&self) -> bool {
         self.in_hand.load(Ordering::Relaxed) > 0

@@ -31,6 +31,8 @@ pub struct Shared {
     /// Tarpits and oversize replies this process drips (its slot in the shared
     /// region; the cap is on the sum, [`Shared::drips_open`]).
     pub drips: &'static std::sync::atomic::AtomicUsize,
+    /// This process's disk lanes, for the status page (`DiskPool::publish`).
+    pub disk_slots: &'static [crate::shm::DiskSlot],
     pub max_open: usize,
     /// The whole server's connection limit (every process's): what the range
     /// caps are fractions of, on a reload too.
@@ -111,6 +113,7 @@ impl Shared {
             rates: region.rates,
             netstat: region.netstat,
             drips: &region.procs[process].drips,
+            disk_slots: &region.procs[process].disks,
             max_open: max_connections,
             local_workers,
             caps: sluice_condition::RangeCaps::over(

@@ -52,6 +52,25 @@ pub struct ProcSlot {
     /// not): the master tells systemd `READY=1` once every process has caught up.
     pub reload_asked: AtomicU64,
     pub reload_done: AtomicU64,
+    /// Its disk threads' queue, a slot per device lane, in the order the pool met
+    /// the devices (the first [`DISK_SLOTS`]); written about once a second by its
+    /// workers (`DiskPool::publish`), read by the status page.
+    pub disks: [DiskSlot; DISK_SLOTS],
+}
+
+/// Device lanes per process shown on the status page: the sites' roots and
+/// aliases on more disks than this are counted in the totals only.
+pub const DISK_SLOTS: usize = 8;
+
+/// One device's lane of a process's disk threads' queue.
+#[derive(Default)]
+pub struct DiskSlot {
+    /// `st_dev + 1` (0: no lane in this slot).
+    pub dev: AtomicU64,
+    /// Jobs waiting in the lane.
+    pub waiting: AtomicU32,
+    /// Jobs and reads ahead being read now.
+    pub reading: AtomicU32,
 }
 
 /// The shared mapping's contents.

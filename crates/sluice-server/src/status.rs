@@ -81,6 +81,7 @@ pub fn answer(
         .map(|p| p.regex_failures.load(Ordering::Relaxed))
         .max()
         .unwrap_or(0);
+    process.disks = disk_lanes(shared);
     let view = shared
         .board
         .view(totals, process, shared.generation.load(Ordering::Relaxed));
@@ -121,4 +122,34 @@ enum Form {
     Json,
     Auto,
     Metrics { openmetrics: bool },
+}
+
+/// Each device's disk lane, summed over the serving processes: this process's
+/// as of now, the others' as their workers last published them (a second ago at
+/// most). Devices in the order first met.
+fn disk_lanes(shared: &Shared) -> Vec<sluice_status::DiskLane> {
+    if let Some(pool) = &shared.disk {
+        pool.publish(shared.disk_slots);
+    }
+    let mut out: Vec<sluice_status::DiskLane> = Vec::new();
+    for slot in shared.procs.iter().flat_map(|p| &p.disks) {
+        let dev = match slot.dev.load(Ordering::Relaxed) {
+            0 => continue,
+            d => d - 1,
+        };
+        let device = format!("{}:{}", libc::major(dev), libc::minor(dev));
+        let i = match out.iter().position(|l| l.device == device) {
+            Some(i) => i,
+            None => {
+                out.push(sluice_status::DiskLane {
+                    device,
+                    ..Default::default()
+                });
+                out.len() - 1
+            }
+        };
+        out[i].waiting += u64::from(slot.waiting.load(Ordering::Relaxed));
+        out[i].reading += u64::from(slot.reading.load(Ordering::Relaxed));
+    }
+    out
 }

@@ -108,6 +108,19 @@ pub struct Process {
     /// Rule regexes that parsed at load but failed to compile on first use (over
     /// the size limit); each never matches. Filled in by the server.
     pub rule_regex_failures: u64,
+    /// The disk threads' queue, a lane per device. Filled in by the server.
+    pub disks: Vec<DiskLane>,
+}
+
+/// One device's lane of the disk threads' queue, summed over the processes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskLane {
+    /// `major:minor`, as `/proc/self/mountinfo` and `lsblk` name it.
+    pub device: String,
+    /// Cold ranges and lookups waiting for a disk thread.
+    pub waiting: u64,
+    /// Reads of the device in progress (jobs, and reads ahead).
+    pub reading: u64,
 }
 
 impl Process {
@@ -147,6 +160,7 @@ impl Process {
             max_connections,
             open_connections,
             rule_regex_failures: 0,
+            disks: Vec::new(),
         }
     }
 }

@@ -95,6 +95,7 @@ pub fn json(v: &View) -> String {
         "disk_lookups_total": t.disk_lookups,
         "disk_retries_total": t.disk_retries,
         "disk_busy_total": t.disk_busy,
+        "disk_lanes": v.process.disks.iter().map(|l| json!({"device": l.device, "waiting": l.waiting, "reading": l.reading})).collect::<Vec<_>>(),
         "listing_builds_total": t.listing_builds,
         "answers_reused_total": t.answers_reused,
         "front_attached_workers": t.front_attached,
@@ -191,7 +192,7 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
         ("sluice_disk_waits_total", "File ranges not in the page cache, read by the disk threads while their response waited.", t.disk_waits),
         ("sluice_disk_lookups_total", "Requests whose path or small file was not in the kernel's caches, looked up and read by the disk threads while the request waited.", t.disk_lookups),
         ("sluice_disk_retries_total", "Times a download's cold range found the disk threads' queue, or its disk's share of it, full and waited to ask again (the disk is behind).", t.disk_retries),
-        ("sluice_disk_busy_total", "Lookups answered 503 disk busy: the disk threads' queue, or their disk's share of it, was full.", t.disk_busy),
+        ("sluice_disk_busy_total", "Lookups answered 503 disk busy: the disk threads' queue, or their disk's share of it, was full, or the lookup waited past send_timeout.", t.disk_busy),
         ("sluice_listing_builds_total", "Directory listing pages built by the listing threads.", t.listing_builds),
         ("sluice_answers_reused_total", "Requests answered from a worker's kept answers (files.answer_cache).", t.answers_reused),
         ("sluice_defer_accept_offs_total", "Times a worker switched TCP_DEFER_ACCEPT off because the kernel reported SYN-queue overflows (defer_accept = \"auto\").", t.defer_offs),
@@ -243,6 +244,25 @@ pub fn prometheus(v: &View, openmetrics: bool) -> String {
     gauge(&mut o, "sluice_connections", "Open connections by state.");
     for (s, n) in STATES.iter().zip(t.states_total()) {
         let _ = writeln!(o, "sluice_connections{{state=\"{s}\"}} {n}");
+    }
+    // A device label per disk lane: the devices of the sites' roots and aliases,
+    // a handful.
+    for (name, help, of) in [
+        (
+            "sluice_disk_lane_waiting",
+            "Cold ranges and lookups waiting for a disk thread, by device (major:minor).",
+            (|l: &crate::DiskLane| l.waiting) as fn(&crate::DiskLane) -> u64,
+        ),
+        (
+            "sluice_disk_lane_reading",
+            "Reads in progress on the disk threads, by device (major:minor).",
+            |l: &crate::DiskLane| l.reading,
+        ),
+    ] {
+        gauge(&mut o, name, help);
+        for l in &v.process.disks {
+            let _ = writeln!(o, "{name}{{device=\"{}\"}} {}", l.device, of(l));
+        }
     }
     for (name, help, val) in [
         (

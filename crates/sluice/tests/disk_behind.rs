@@ -10,9 +10,11 @@
 //!
 //! A disk that stops answering ends its downloads by their deadlines, as any
 //! download that makes no progress; the close is counted as the disk's
-//! (`disk_stalled`), so the status page does not blame slow readers.
+//! (`disk_stalled`), so the status page does not blame slow readers; the
+//! page's `disk_lanes` shows the disk's read still in progress.
 
 use sluice_testkit::*;
+use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 fn counter(srv: &Server, name: &str) -> u64 {
@@ -144,7 +146,26 @@ fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader()
             took < Duration::from_millis(3500),
             "closed after {took:?}: by the disk's answer, not by send_timeout (1 s)"
         );
-        let closes = &srv.status_json()["closes_by_reason"];
+        let status = srv.status_json();
+        let closes = &status["closes_by_reason"];
+        // The disk thread is still in its 4 s job: the status page shows it in
+        // the docroot's device lane, and Prometheus the same.
+        let dev = std::fs::metadata(&root).unwrap().dev();
+        let device = format!("{}:{}", libc::major(dev), libc::minor(dev));
+        let lanes = status["disk_lanes"].as_array().expect("disk_lanes");
+        let lane = lanes
+            .iter()
+            .find(|l| l["device"] == device.as_str())
+            .unwrap_or_else(|| panic!("no lane for {device}: {lanes:?}"));
+        assert_eq!(lane["reading"].as_u64(), Some(1), "{lanes:?}");
+        let metrics = srv
+            .get("GET /server-status/metrics HTTP/1.0\r\n\r\n")
+            .text();
+        let line = format!("sluice_disk_lane_reading{{device=\"{device}\"}} 1");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
+        );
         assert_eq!(
             [
                 closes["disk_stalled"].as_u64(),
@@ -154,6 +175,17 @@ fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader()
             [Some(1), Some(0), Some(0)],
             "closes: {closes}"
         );
+        // A lookup that waits for the stuck disk (the thread is still in its
+        // job) is answered 503 "disk busy" once send_timeout has passed, also
+        // counted as the disk's.
+        let r = srv.get("GET /not-here HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(
+            (r.status, r.header("retry-after"), r.text().trim()),
+            (503, Some("5"), "503 Service Unavailable: disk busy"),
+        );
+        let status = srv.status_json();
+        assert_eq!(status["closes_by_reason"]["disk_stalled"].as_u64(), Some(2));
+        assert_eq!(status["disk_busy_total"].as_u64(), Some(1));
         return;
     }
     panic!("in five attempts, the download never waited for the disk pool");

@@ -16,7 +16,8 @@
 //! does, the other devices keep threads and room. A server whose files are all on
 //! one device never knows a second, and uses every thread as before.
 //!
-//! Owns: the waiting jobs, each device's count of jobs being read.
+//! Owns: the waiting jobs, each device's count of jobs being read (and shows
+//! both, per lane, to the status page: `Queue::lanes`).
 //! Must not: read anything itself, or make a caller wait (`push` refuses instead).
 //! Costs: one mutex and one condition variable, as the `sync_channel` it replaced;
 //! per take, a scan of the lanes (one per device ever met: a handful).
@@ -194,6 +195,15 @@ impl<T> Queue<T> {
         drop(st);
         // A job of this device may have waited for the read to end.
         self.ready.notify_one();
+    }
+
+    /// Each lane's device, waiting jobs and reads in progress, in the order the
+    /// lanes were made (for the status page: one lock, a handful of lanes).
+    pub fn lanes(&self, mut each: impl FnMut(u64, usize, usize)) {
+        let st = self.lock();
+        for l in &st.lanes {
+            each(l.dev, l.jobs.len(), l.reading);
+        }
     }
 
     /// No more jobs: threads end once the waiting ones are taken.

@@ -95,7 +95,7 @@ impl Worker {
             Ok(Parsed::Complete(ref h))
                 if must_wait
                     && c.cap != Cap::Over
-                    && c.why != CloseReason::Busy
+                    && !matches!(c.why, CloseReason::Busy | CloseReason::DiskStalled)
                     && !crate::status::is_status_path(&self.snap, h.path) =>
             {
                 // Parsed again when its turn comes (only requests that wait pay
@@ -213,9 +213,16 @@ impl Worker {
             c.why = CloseReason::RangeCap;
             ctx.site.add_always(&mut r.headers);
             r
-        } else if c.why == CloseReason::Busy {
-            // It waited behind `condition.max_active` past its deadline.
-            let mut r = Response::text(503, Some("server busy"));
+        } else if matches!(c.why, CloseReason::Busy | CloseReason::DiskStalled) {
+            // It waited behind `condition.max_active` past its deadline, or for
+            // a disk thread's lookup past `send_timeout`.
+            let text = if c.why == CloseReason::Busy {
+                "server busy"
+            } else {
+                Counters::add(&self.shared.stats[self.id].disk_busy, 1);
+                "disk busy"
+            };
+            let mut r = Response::text(503, Some(text));
             r.headers.add("Retry-After", "5");
             r.close = true;
             ctx.site.add_always(&mut r.headers);

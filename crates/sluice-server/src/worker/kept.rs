@@ -33,7 +33,7 @@ impl Worker {
     pub(super) fn reuse_answer(&mut self, key: usize) -> Result<(), Option<Probe>> {
         let c = &mut self.conns[key];
         if c.cap == Cap::Over
-            || c.why == CloseReason::Busy
+            || matches!(c.why, CloseReason::Busy | CloseReason::DiskStalled)
             || self.stopping.is_some()
             || u64::from(c.requests) + 1 >= self.snap.config.http.keepalive_requests
         {

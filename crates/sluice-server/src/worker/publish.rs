@@ -1,6 +1,6 @@
 //! What a worker publishes about once a second for the status page: its
 //! connections by state, its top lists, its longest loop turn and its wait for a
-//! CPU. Reads the worker's state, never changes a connection.
+//! CPU, and its process's disk lanes. Reads the worker's state, never changes a connection.
 
 use super::conn::*;
 use super::*;
@@ -63,6 +63,9 @@ impl Worker {
             self.cpu_wait_ns = ns;
         }
         self.shared.board.publish(self.id, &list);
+        if let Some(pool) = &self.shared.disk {
+            pool.publish(self.shared.disk_slots);
+        }
     }
 }
 

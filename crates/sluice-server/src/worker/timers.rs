@@ -62,10 +62,14 @@ impl Worker {
                     return;
                 }
                 Phase::Ready { started } | Phase::Disk { started, .. } => {
-                    // Waited behind `max_active` for the head's whole deadline, or
-                    // for the disk pool as long as a send may stall: answered 503
-                    // with Retry-After, then closed.
-                    c.why = CloseReason::Busy;
+                    // Waited behind `max_active` for the head's whole deadline
+                    // ("server busy"), or for the disk pool as long as a send may
+                    // stall ("disk busy"): answered 503 with Retry-After, then
+                    // closed.
+                    c.why = match c.phase {
+                        Phase::Ready { .. } => CloseReason::Busy,
+                        _ => CloseReason::DiskStalled,
+                    };
                     c.phase = Phase::Head {
                         started,
                         discard: 0,
@@ -312,10 +316,15 @@ impl Worker {
         }
         self.pace_leave(key, false);
         if let Some(mut c) = self.conns.try_remove(key) {
-            if matches!(
-                why,
-                CloseReason::SlowRead | CloseReason::SendTimeout | CloseReason::DiskStalled
-            ) {
+            let cut = match why {
+                CloseReason::SlowRead | CloseReason::SendTimeout => true,
+                // A download the disk could not feed (parked for it:
+                // `Worker::missed_by`); not a lookup's 503, which must reach
+                // its client.
+                CloseReason::DiskStalled => c.flags.has(Flags::QUEUED),
+                _ => false,
+            };
+            if cut {
                 // Abortive close (RST): a plain close would leave the kernel sending
                 // the megabytes still queued for a client that reads a few bytes a
                 // second, and the connection, seen from the client, would stay open.
