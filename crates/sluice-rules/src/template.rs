@@ -15,6 +15,10 @@ pub enum Part {
     Var(Var),
     /// Boxed: maps are rare, and this keeps every other part at 32 bytes.
     Map(Box<MapRef>),
+    /// Only first, in a `RewriteRule` substitution whose start is not known
+    /// until it is expanded (`$1`, `%{VAR}`, a map): the base (ending in `/`)
+    /// put before the expansion if that turns out relative ([`Template::based`]).
+    Base(Box<str>),
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +49,35 @@ impl Template {
         Template {
             parts: vec![Part::Lit(s.to_string())].into_boxed_slice(),
         }
+    }
+
+    /// This `RewriteRule` substitution, made absolute with `base` as Apache's
+    /// mod_rewrite makes it: a substitution that is neither a URL (`scheme://`)
+    /// nor a path from `/` is relative, and `base` goes before it (the file's
+    /// `RewriteBase`; `/` without one, where Apache's server context puts `/`
+    /// and its `.htaccess` the directory's file-system path, a URL no client
+    /// can use). A relative start known now is joined now; one known only when
+    /// expanded gets a [`Part::Base`]. `base` starts with `/`.
+    pub fn based(mut self, base: &str) -> Template {
+        let base = if base.ends_with('/') {
+            base.to_string()
+        } else {
+            format!("{base}/")
+        };
+        let whole = self.parts.len() == 1;
+        match self.parts.first_mut() {
+            Some(Part::Lit(s)) if s.starts_with('/') || is_url(s) => {}
+            // Unless it is a scheme's letters that what follows may finish
+            // (`http%{X}://`).
+            Some(Part::Lit(s)) if whole || !scheme_start(s) => s.insert_str(0, &base),
+            None => {}
+            Some(_) => {
+                let mut parts = self.parts.into_vec();
+                parts.insert(0, Part::Base(base.into()));
+                self.parts = parts.into_boxed_slice();
+            }
+        }
+        self
     }
 
     /// True when expansion can only ever give the same text.
@@ -137,7 +170,7 @@ impl Template {
     /// with the rules and fixed until a reload; the document root is the site's.
     pub fn reads_request_only(&self, maps: &Maps) -> bool {
         self.parts.iter().all(|p| match p {
-            Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) => true,
+            Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) | Part::Base(_) => true,
             Part::Var(v) => !matches!(v, Var::RemoteAddr | Var::Https | Var::Scheme),
             Part::Map(m) => {
                 !matches!(maps.get(m.slot), Some(MapDef::Rnd(_)))
@@ -165,8 +198,11 @@ impl Template {
     }
 
     pub fn expand_into(&self, ex: &Expand, out: &mut String) {
+        let start = out.len();
+        let mut base = None;
         for p in &self.parts {
             match p {
+                Part::Base(b) => base = Some(b),
                 Part::Lit(s) => out.push_str(s),
                 Part::RuleRef(n) => match ex.rule {
                     Some(c) => {
@@ -225,6 +261,12 @@ impl Template {
                 }
             }
         }
+        if let Some(b) = base {
+            let t = &out[start..];
+            if !t.starts_with('/') && !is_url(t) {
+                out.insert_str(start, b);
+            }
+        }
     }
 }
 
@@ -256,4 +298,35 @@ fn split_top_level_pipe(s: &str) -> Option<(&str, &str)> {
         }
     }
     None
+}
+
+/// `scheme://…` (any scheme: Apache's list is long), or `mailto:`: a URL, not a
+/// path.
+fn is_url(s: &str) -> bool {
+    if s.starts_with("mailto:") {
+        return true;
+    }
+    match s.find("://") {
+        Some(n) if n > 0 => {
+            let scheme = &s.as_bytes()[..n];
+            scheme[0].is_ascii_alphabetic()
+                && scheme
+                    .iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// Whether `s` (a substitution's literal start, with more to come) may be the
+/// start of a URL's scheme: letters (and `+-.`), or those and `:` or `:/`.
+fn scheme_start(s: &str) -> bool {
+    let name = s.trim_end_matches(['/', ':']);
+    let tail = &s[name.len()..];
+    !name.is_empty()
+        && name.as_bytes()[0].is_ascii_alphabetic()
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
+        && matches!(tail, "" | ":" | ":/")
 }

@@ -25,6 +25,7 @@ const MODULES: &str = "/usr/lib/apache2/modules";
 const RULES: &str = "RewriteEngine On\n\
     RewriteRule ^/r/(.*)$ http://mirror.example/pub/$1 [R=302,L]\n\
     RewriteRule ^/rel/(.*)$ /moved/$1 [R=301,L]\n\
+    RewriteRule ^/relative/(.*)$ moved/$1 [R=301,L]\n\
     RewriteRule ^/uri/ http://mirror.example%{REQUEST_URI} [R=302,L]\n\
     RewriteRule ^/q/(.*)$ http://mirror.example/q/$1?from=q [R=302,L]\n\
     RewriteRule ^/qsa/(.*)$ /t/$1?n=1 [R=302,QSA,L]\n\
@@ -55,6 +56,7 @@ const PATHS: &[&str] = &[
     "/r/a%22b",
     "/r/x?arch=amd64",
     "/rel/a%20b",
+    "/relative/a%20b",
     "/uri/a%20b/c.iso",
     "/q/a%20b?dropped=1",
     "/old/a%20b.iso",
@@ -96,7 +98,9 @@ impl Apache {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
         for (name, text) in files {
-            std::fs::write(d.join("www").join(name), text).unwrap();
+            let path = d.join("www").join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
         }
         // A port from `free_port` can be taken by another test's server before
         // Apache binds it (tests run in parallel): Apache then exits, or the
@@ -588,4 +592,57 @@ fn a_rewrite_with_pt_is_served_through_the_alias_as_in_apache() {
         (200, "from the alias\n".to_string())
     );
     assert_eq!(ask(&srv.addr, "/old/y"), (200, "alias y\n".to_string()));
+}
+
+/// A `.htaccess` file, read by Apache from its document root (`AllowOverride
+/// All`) and loaded by sluice as a rules file: `RewriteBase` starts every
+/// relative substitution, a redirect's as a rewrite's, the rules before it too.
+#[test]
+fn an_htaccess_with_rewrite_base_answers_as_in_apache() {
+    let text = "RewriteEngine On\n\
+        RewriteRule ^old/(.*)$ new/$1 [R=301,L]\n\
+        RewriteBase /base\n\
+        RewriteRule ^q/(.*)$ new/$1?k=v [R=302,L]\n\
+        RewriteRule ^abs/(.*)$ /new/$1 [R=302,L]\n\
+        RewriteRule ^int/(.*)$ target/$1 [L]\n\
+        RewriteRule ^dyn/(.*)$ $1 [R=302,L]\n";
+    let files = [
+        (".htaccess", text),
+        ("base/target/f", "the base's target\n"),
+    ];
+    let dir = docroot();
+    std::fs::create_dir_all(dir.path().join("base/target")).unwrap();
+    for (name, body) in files {
+        std::fs::write(dir.path().join(name), body).unwrap();
+    }
+    let nothing = dir.path().join(".server.conf");
+    std::fs::write(&nothing, "").unwrap();
+    let apache = Apache::start_with(
+        &nothing,
+        &files,
+        "<Directory />\nAllowOverride All\n</Directory>",
+    );
+    let rules = dir.path().join(".htaccess");
+    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
+    let apache_addr = format!("127.0.0.1:{}", apache.port);
+    let ask = |addr: &str, path: &str| {
+        let r = send(addr, "GET", path, "Host: a\r\n");
+        let loc = r.header("location").map(decoded).unwrap_or_default();
+        let body = if r.status == 200 {
+            r.text()
+        } else {
+            String::new()
+        };
+        (r.status, String::from_utf8_lossy(&loc).into_owned(), body)
+    };
+    let mut differ = Vec::new();
+    for path in ["/old/a%20b", "/q/a", "/abs/a", "/int/f", "/dyn/x/y"] {
+        let (a, s) = (ask(&apache_addr, path), ask(&srv.addr, path));
+        if a != s {
+            differ.push(format!("{path}: Apache {a:?}, sluice {s:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
+    assert_eq!(ask(&srv.addr, "/old/x").1, "/base/new/x");
+    assert_eq!(ask(&srv.addr, "/int/f").2, "the base's target\n");
 }

@@ -1,6 +1,7 @@
 //! Apache syntax: `Redirect`, `RedirectPermanent`, `RedirectTemp`, `RedirectMatch`,
-//! `RewriteEngine`, `RewriteCond`, `RewriteRule`, `RewriteMap` (`txt:`, `rnd:`,
-//! `int:tolower|toupper`), and `<IfModule>` wrappers (their content is used).
+//! `RewriteEngine`, `RewriteBase`, `RewriteCond`, `RewriteRule`, `RewriteMap`
+//! (`txt:`, `rnd:`, `int:tolower|toupper`), and `<IfModule>` wrappers (their
+//! content is used).
 //!
 //! Semantics follow Apache 2.4 where sluice can honour them, and are refused with a
 //! file:line error where it cannot (an unsupported flag silently ignored would change
@@ -27,19 +28,25 @@ use std::path::Path;
 
 /// Parses one Apache rules file into `ctx`.
 pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
-    let mut rewrite = rewrite::Rewrite::default();
+    let mut lines = Vec::new();
     for (lineno, line) in lex::logical_lines(text) {
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
         let toks = lex::tokenize(t).map_err(|m| LoadError::at(file, lineno, m))?;
+        lines.push((lineno, toks));
+    }
+    // The last `RewriteBase` applies to every rule of the file, those before it
+    // too: read it first.
+    let mut rewrite = rewrite::Rewrite::with_base(rewrite::base_of(&lines, file)?);
+    for (lineno, toks) in &lines {
         let Some((d, args)) = toks.split_first() else {
             continue;
         };
         let at = lex::Line {
             file,
-            lineno,
+            lineno: *lineno,
             directive: d,
             args,
         };
@@ -49,6 +56,7 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
         }
         match dl.as_str() {
             "rewriteengine" => rewrite.engine(&at)?,
+            "rewritebase" => rewrite.base(&at)?,
             "rewritemap" => map::directive(&at, ctx)?,
             "rewritecond" => rewrite.cond(&at, ctx)?,
             "rewriterule" => rewrite.rule(&at, ctx)?,
@@ -58,10 +66,10 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
             // A directory at a URL prefix is the config's, not a rule's: say where.
             "alias" => ctx.unsupported(
                 file,
-                lineno,
+                *lineno,
                 format!("directive {d} (in sluice it is the config's [[server.alias]] or [[site.alias]]: prefix, root)"),
             )?,
-            _ => ctx.unsupported(file, lineno, format!("directive {d}"))?,
+            _ => ctx.unsupported(file, *lineno, format!("directive {d}"))?,
         }
     }
     rewrite.finish(file, ctx);

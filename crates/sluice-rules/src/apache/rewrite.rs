@@ -1,4 +1,4 @@
-//! mod_rewrite: `RewriteEngine`, `RewriteCond` and `RewriteRule`.
+//! mod_rewrite: `RewriteEngine`, `RewriteBase`, `RewriteCond` and `RewriteRule`.
 //!
 //! Owns the state that runs across lines: whether the engine is on, the conditions
 //! waiting for their rule, and whether one of them was skipped (lenient mode), in
@@ -28,6 +28,9 @@ pub(super) struct Rewrite {
     poisoned: bool,
     /// The last rule pushed has `C`: the next one is chained to it.
     chain_open: bool,
+    /// What a relative substitution is made absolute with: the file's
+    /// `RewriteBase` (the last one, wherever it is, as in Apache), or `/`.
+    base: String,
 }
 
 /// A `RewriteRule`'s `[flags]`, read.
@@ -51,6 +54,20 @@ impl RuleFlags {
 }
 
 impl Rewrite {
+    /// A file's mod_rewrite state, with its `RewriteBase` (`None`: `/`).
+    pub(super) fn with_base(base: Option<String>) -> Rewrite {
+        Rewrite {
+            base: base.unwrap_or_else(|| "/".into()),
+            ..Rewrite::default()
+        }
+    }
+
+    /// `RewriteBase URL-path`: checked here; its value was read before the
+    /// file's rules ([`base_of`]), since the last one applies to them all.
+    pub(super) fn base(&mut self, at: &Line) -> Result<(), LoadError> {
+        base_arg(at).map(|_| ())
+    }
+
     /// `RewriteEngine on|off`.
     pub(super) fn engine(&mut self, at: &Line) -> Result<(), LoadError> {
         self.engine_on = match at.args.first().map(|s| s.to_ascii_lowercase()).as_deref() {
@@ -151,7 +168,9 @@ impl Rewrite {
             && args[0].starts_with('^')
             && args[0].as_bytes()[1].is_ascii_alphanumeric();
         let re = RegexPattern::new(args[0].clone(), flags.nocase, strip).map_err(|m| at.err(m))?;
-        let target = Template::parse(&args[1], &|m| ctx.maps.slot(m)).map_err(|m| at.err(m))?;
+        let target = Template::parse(&args[1], &|m| ctx.maps.slot(m))
+            .map_err(|m| at.err(m))?
+            .based(&self.base);
         let action = if rf.forbidden {
             Action::Forbidden
         } else if rf.gone {
@@ -252,4 +271,38 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
         }
     }
     Ok(Ok(rf))
+}
+
+/// The argument of a `RewriteBase` line: one URL path, from `/`.
+fn base_arg(at: &Line) -> Result<String, LoadError> {
+    match at.args {
+        [b] if b.starts_with('/') => Ok(b.clone()),
+        [b] => Err(at.err(format!(
+            "RewriteBase {b}: the base is a URL path and starts with / (RewriteBase /pub/)"
+        ))),
+        _ => Err(at.err("RewriteBase takes one URL path (RewriteBase /pub/)")),
+    }
+}
+
+/// The file's `RewriteBase`: the last one in it, as Apache takes it (a
+/// directory's setting, not a line's), so a rule before it is based on it too.
+pub(super) fn base_of(
+    lines: &[(usize, Vec<String>)],
+    file: &std::path::Path,
+) -> Result<Option<String>, LoadError> {
+    let mut base = None;
+    for (lineno, toks) in lines {
+        if let Some((d, args)) = toks.split_first() {
+            if d.eq_ignore_ascii_case("RewriteBase") {
+                let at = Line {
+                    file,
+                    lineno: *lineno,
+                    directive: d,
+                    args,
+                };
+                base = Some(base_arg(&at)?);
+            }
+        }
+    }
+    Ok(base)
 }
