@@ -480,6 +480,22 @@ pub fn html(v: &View) -> String {
             t.closes[r.index()]
         );
     }
+    // The disk threads: what they read, whether the disks are behind, and
+    // each device's lane now.
+    let _ = write!(
+        o,
+        "</table>\n<h2>Disk</h2><table><tr><th>cold ranges read</th><td data-k=\"disk_waits_total\">{}</td></tr><tr><th>lookups read</th><td data-k=\"disk_lookups_total\">{}</td></tr><tr><th>ranges asked again (queue full)</th><td data-k=\"disk_retries_total\">{}</td></tr><tr><th>503 disk busy</th><td data-k=\"disk_busy_total\">{}</td></tr></table><table><tr><th>device</th><th>waiting</th><th>reading</th></tr>",
+        t.disk_waits, t.disk_lookups, t.disk_retries, t.disk_busy
+    );
+    for l in &v.process.disks {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&l.device),
+            l.waiting,
+            l.reading
+        );
+    }
     o.push_str(
         "</table>\n<h2>Latency</h2><table><tr><th>time to first byte ≤</th><th>responses</th></tr>",
     );
@@ -529,52 +545,4 @@ const SCRIPT: &str = r#"<script>
 "#;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Board, Counters, Process, Totals};
-
-    fn view() -> View {
-        let w = [Counters::default()];
-        for _ in 0..990 {
-            w[0].response(200);
-        }
-        for _ in 0..10 {
-            w[0].response(404);
-        }
-        w[0].timings(300, 1_500_000);
-        let b = Board::new(crate::slot::TopSlot::leak(1));
-        b.view(Totals::sum(&w), Process::default(), 3)
-    }
-
-    #[test]
-    fn json_has_the_documented_keys() {
-        let j: Value = serde_json::from_str(&json(&view())).unwrap();
-        assert_eq!(j["requests_total"], 1000);
-        assert_eq!(j["responses_by_status"]["404"], 10);
-        assert_eq!(j["responses_by_status"]["200"], 990);
-        assert!(j["connections"].is_object() && j["top_ranges"].is_array());
-        assert_eq!(j["config_generation"], 3);
-    }
-
-    #[test]
-    fn prometheus_shapes() {
-        let p = prometheus(&view(), false);
-        assert!(p.contains("sluice_responses_total{code=\"404\"} 10\n"));
-        assert!(p.contains("sluice_time_to_first_byte_seconds_bucket{le=\"0.0005\"} 1\n"));
-        assert!(p.contains("sluice_transfer_seconds_bucket{le=\"+Inf\"} 1\n"));
-        assert!(!p.contains("# EOF"));
-        let om = prometheus(&view(), true);
-        assert!(om.ends_with("# EOF\n") && om.contains("# TYPE sluice_requests counter\n"));
-    }
-
-    #[test]
-    fn html_escapes_client_data() {
-        let mut v = view();
-        v.top
-            .urls_by_requests
-            .push(("/<script>x</script>".into(), 1));
-        let h = html(&v);
-        assert!(h.contains("/&lt;script&gt;x&lt;/script&gt;"));
-        assert!(!h.contains("<script>x"));
-    }
-}
+mod tests;
