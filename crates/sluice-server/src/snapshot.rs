@@ -25,8 +25,9 @@ pub struct Snapshot {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// One line about it for logs and `sluice check`.
     pub tls_summary: Option<String>,
-    /// The devices of the sites' roots and aliases (`st_dev`), for the disk
-    /// threads' lanes (`disk::DiskPool::know`).
+    /// The devices of the sites' roots and aliases (`st_dev`), and of the file
+    /// systems mounted below them, for the disk threads' lanes
+    /// (`disk::DiskPool::know`).
     pub devices: Vec<u64>,
 }
 
@@ -93,11 +94,17 @@ impl Snapshot {
             if !meta.is_dir() {
                 return Err(format!("{what}root {}: not a directory", root.display()));
             }
-            devices.push(std::os::unix::fs::MetadataExt::dev(&meta));
+            let dev = std::os::unix::fs::MetadataExt::dev(&meta);
+            devices.push(dev);
+            devices.extend(mounted_below(root, dev));
             for (prefix, dir) in &conf.aliases {
                 let alias = format!("{what}alias /{prefix}: root {}", dir.display());
                 match std::fs::metadata(dir) {
-                    Ok(m) if m.is_dir() => devices.push(std::os::unix::fs::MetadataExt::dev(&m)),
+                    Ok(m) if m.is_dir() => {
+                        let dev = std::os::unix::fs::MetadataExt::dev(&m);
+                        devices.push(dev);
+                        devices.extend(mounted_below(dir, dev));
+                    }
                     Ok(_) => return Err(format!("{alias}: not a directory")),
                     Err(e) => return Err(format!("{alias}: {e}")),
                 }
@@ -310,4 +317,12 @@ impl Snapshot {
             );
         }
     }
+}
+
+/// The devices of the file systems mounted below `dir` (on device `dev`).
+fn mounted_below(dir: &std::path::Path, dev: u64) -> impl Iterator<Item = u64> {
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    sluice_static::mounts::below(&canon, dev)
+        .into_iter()
+        .map(|(_, d)| d)
 }

@@ -27,6 +27,7 @@ pub mod cold;
 pub mod errors;
 pub mod listing;
 pub mod mime;
+pub mod mounts;
 pub mod open;
 pub mod path;
 mod respond;

@@ -74,12 +74,14 @@ pub struct Root {
 }
 
 /// A directory lookups resolve under: held open (`O_PATH`), with its canonical
-/// path (for the fallback without `openat2`) and its device (`st_dev`).
+/// path (for the fallback without `openat2`), its device (`st_dev`) and the
+/// file systems mounted below it ([`crate::mounts::below`]).
 #[derive(Debug)]
 struct Dir {
     file: File,
     canon: PathBuf,
     dev: u64,
+    below: Vec<(String, u64)>,
 }
 
 impl Dir {
@@ -100,7 +102,13 @@ impl Dir {
         // SAFETY: fd was just returned by open and is owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
         let dev = std::os::unix::fs::MetadataExt::dev(&file.metadata()?);
-        Ok(Dir { file, canon, dev })
+        let below = crate::mounts::below(&canon, dev);
+        Ok(Dir {
+            file,
+            canon,
+            dev,
+            below,
+        })
     }
 }
 
@@ -121,10 +129,13 @@ impl Root {
         Ok(())
     }
 
-    /// The device of the directory `rel` resolves under (the root's or its
-    /// alias's; a mount point below either is not seen without a lookup).
+    /// The device `rel` is on, as far as is known without a lookup: that of the
+    /// directory it resolves under (the root's or its alias's), or of the file
+    /// system mounted below it that `rel` is under (as mounted when the root was
+    /// opened).
     pub fn device(&self, rel: &str) -> u64 {
-        self.at(rel).0.dev
+        let (dir, inner) = self.at(rel);
+        crate::mounts::device_of(&dir.below, dir.dev, inner)
     }
 
     /// The directory `rel` resolves under (the root's, or an alias's), and `rel`

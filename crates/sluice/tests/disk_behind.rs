@@ -190,3 +190,102 @@ fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader()
     }
     panic!("in five attempts, the download never waited for the disk pool");
 }
+
+/// A tmpfs mounted at `path` for as long as it is held.
+struct Mounted(std::path::PathBuf);
+
+impl Mounted {
+    fn tmpfs(path: &std::path::Path) -> Mounted {
+        std::fs::create_dir_all(path).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "mount a tmpfs at {} (this test runs as root, as scripts/test.sh does)",
+            path.display()
+        );
+        Mounted(path.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+fn lane(status: &serde_json::Value, dev: u64) -> (u64, u64) {
+    let device = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let lanes = status["disk_lanes"].as_array().expect("disk_lanes");
+    let l = lanes
+        .iter()
+        .find(|l| l["device"] == device.as_str())
+        .unwrap_or_else(|| panic!("no lane for {device}: {lanes:?}"));
+    (
+        l["waiting"].as_u64().unwrap(),
+        l["reading"].as_u64().unwrap(),
+    )
+}
+
+/// A file system mounted below the root is a disk of its own to the disk
+/// threads: its lane exists from the start, and a lookup under it waits there,
+/// not in the root's lane (where a failing disk below the root would have filled
+/// the root's share of the queue).
+#[test]
+fn a_lookup_under_a_mount_point_below_the_root_waits_in_that_disks_lane() {
+    let dir = docroot();
+    let root = dir.path().to_path_buf();
+    let _m = Mounted::tmpfs(&root.join("debian"));
+    std::fs::write(root.join("debian/x"), "x").unwrap();
+    let (root_dev, sub_dev) = (
+        std::fs::metadata(&root).unwrap().dev(),
+        std::fs::metadata(root.join("debian")).unwrap().dev(),
+    );
+    assert_ne!(root_dev, sub_dev);
+    let cfg = root.join(".test-config.toml");
+    // Every lookup not in the kernel's caches is made by a disk thread, and
+    // each disk job takes 3 s.
+    std::fs::write(
+        &cfg,
+        "[files]\ndisk_threads = 4\ndisk_lookup_max = \"0s\"\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let srv = Server::start_in_env(
+        dir,
+        &[("SLUICE_TEST_DISK_HOLD_MS", "3000")],
+        &["--workers", "1", "--config", &cfg],
+    );
+    let status = srv.status_json();
+    assert_eq!(lane(&status, root_dev), (0, 0));
+    assert_eq!(
+        lane(&status, sub_dev),
+        (0, 0),
+        "the mounted disk's lane from the start"
+    );
+    std::thread::scope(|s| {
+        // A name never looked up: not in the directory cache.
+        let r = s.spawn(|| srv.get("GET /debian/fresh-name-1 HTTP/1.1\r\nHost: a\r\n\r\n"));
+        let t0 = Instant::now();
+        loop {
+            let status = srv.status_json();
+            if lane(&status, sub_dev).1 == 1 {
+                assert_eq!(lane(&status, root_dev), (0, 0), "{status}");
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the lookup never reached a disk thread: {}",
+                status["disk_lanes"]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(r.join().unwrap().status, 404);
+    });
+}

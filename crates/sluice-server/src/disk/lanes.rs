@@ -7,10 +7,11 @@
 //! threads, and a cold 4 KiB file on a healthy disk waited seconds behind them
 //! (`bench/two_disks.py`, docs/BENCHMARKS.md). Now each job waits in the lane of
 //! its device (`st_dev` of the file being sent, or of the directory a lookup's path
-//! is under: the root's or its alias's), and threads take from the lanes in turn.
-//! Once the pool knows a second device (the sites' roots and aliases are known
-//! from the start, `Queue::know`; a mount point under a root from its first
-//! job), one device may have at most [`cap`] of
+//! is under: the root's, its alias's, or a mount point's below them:
+//! `sluice_static::mounts`), and threads take from the lanes in turn.
+//! Once the pool knows a second device (the sites' roots and aliases, and the
+//! file systems mounted below them, are known from the start, `Queue::know`; one
+//! mounted later, from its first job), one device may have at most [`cap`] of
 //! its jobs being read at once (every thread but a quarter of them, and at least
 //! one), and its lane may hold at most half the queue's room: whatever one disk
 //! does, the other devices keep threads and room. A server whose files are all on
