@@ -1,6 +1,7 @@
 //! What a worker publishes about once a second for the status page: its
-//! connections by state, its top lists, its longest loop turn and its wait for a
-//! CPU, and its process's disk lanes. Reads the worker's state, never changes a connection.
+//! connections by state, its top lists, its longest loop turn, its wait for a
+//! CPU, and its process's disk lanes. Reads the worker's state, never changes a
+//! connection.
 
 use super::conn::*;
 use super::*;
