@@ -138,6 +138,13 @@ pub enum Var {
     /// `%{SERVER_NAME}`: the request's host without its port, as Apache's
     /// default `UseCanonicalName Off` gives it.
     ServerName,
+    /// `%{SERVER_PORT}`: as Apache's default `UseCanonicalName Off` gives it,
+    /// the port the `Host` names, else the scheme's (`443` over TLS, `80`), not
+    /// the listener's (checked against Debian's Apache 2.4). Not kept, as
+    /// `Https`: without a port in the `Host` it depends on the connection.
+    ServerPort,
+    /// `%{SERVER_PROTOCOL}`: `HTTP/1.1` or `HTTP/1.0`, as sent.
+    ServerProtocol,
     /// A request header's value (the first line of that name; empty if none):
     /// `%{HTTP:Name}`, and `%{HTTP_REFERER}`, `%{HTTP_ACCEPT}`, `%{HTTP_COOKIE}`,
     /// `%{HTTP_FORWARDED}`, `%{HTTP_PROXY_CONNECTION}`. Each evaluation scans the
@@ -160,6 +167,8 @@ impl Var {
             "THE_REQUEST" => Var::TheRequest,
             "REQUEST_SCHEME" => Var::Scheme,
             "SERVER_NAME" => Var::ServerName,
+            "SERVER_PORT" => Var::ServerPort,
+            "SERVER_PROTOCOL" => Var::ServerProtocol,
             "HTTP_REFERER" => Var::Header("Referer".into()),
             "HTTP_ACCEPT" => Var::Header("Accept".into()),
             "HTTP_COOKIE" => Var::Header("Cookie".into()),
@@ -180,7 +189,7 @@ impl Var {
     /// of it (`None` for those that are built: an address, a root plus a path).
     pub fn borrowed<'r>(&self, req: &Request<'r>) -> Option<&'r str> {
         match self {
-            Var::HttpHost => Some(req.host.unwrap_or("")),
+            Var::HttpHost => Some(host_header(req)),
             Var::UserAgent => Some(req.user_agent.unwrap_or("")),
             Var::QueryString => Some(req.query.unwrap_or("")),
             Var::RequestUri => Some(req.uri.unwrap_or(req.path)),
@@ -188,6 +197,12 @@ impl Var {
             Var::Https => Some(if req.https { "on" } else { "off" }),
             Var::Scheme => Some(if req.https { "https" } else { "http" }),
             Var::ServerName => Some(host_without_port(req.host.unwrap_or(""))),
+            Var::ServerPort => Some(server_port(req)),
+            Var::ServerProtocol => Some(if req.minor == 0 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            }),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot | Var::TheRequest => None,
         }
@@ -200,7 +215,7 @@ impl Var {
     /// difference between that target met and not (docs/BENCHMARKS.md).
     pub fn read(&self, req: &Request, out: &mut String) {
         match self {
-            Var::HttpHost => out.push_str(req.host.unwrap_or("")),
+            Var::HttpHost => out.push_str(host_header(req)),
             Var::UserAgent => out.push_str(req.user_agent.unwrap_or("")),
             Var::RemoteAddr => {
                 if let Some(a) = req.remote_addr {
@@ -240,8 +255,36 @@ impl Var {
             Var::Https => out.push_str(if req.https { "on" } else { "off" }),
             Var::Scheme => out.push_str(if req.https { "https" } else { "http" }),
             Var::ServerName => out.push_str(host_without_port(req.host.unwrap_or(""))),
+            Var::ServerPort => out.push_str(server_port(req)),
+            Var::ServerProtocol => out.push_str(if req.minor == 0 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            }),
             Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
         }
+    }
+}
+
+/// `%{HTTP_HOST}` of `req`: its `Host` header as sent, port and all, as Apache
+/// reads it (`Request::host` has the port taken off). Without the head's lines
+/// (`sluice rules explain`, the engine's own tests), `Request::host`.
+fn host_header<'r>(req: &Request<'r>) -> &'r str {
+    if req.headers.is_empty() {
+        req.host.unwrap_or("")
+    } else {
+        req.header("Host").unwrap_or("")
+    }
+}
+
+/// `%{SERVER_PORT}` of `req`: the port its `Host` names, else its scheme's.
+fn server_port<'r>(req: &Request<'r>) -> &'r str {
+    let host = host_header(req);
+    let name = host_without_port(host);
+    match host[name.len()..].strip_prefix(':') {
+        Some(port) if !port.is_empty() => port,
+        _ if req.https => "443",
+        _ => "80",
     }
 }
 

@@ -171,7 +171,10 @@ impl Template {
     pub fn reads_request_only(&self, maps: &Maps) -> bool {
         self.parts.iter().all(|p| match p {
             Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) | Part::Base(_) => true,
-            Part::Var(v) => !matches!(v, Var::RemoteAddr | Var::Https | Var::Scheme),
+            Part::Var(v) => !matches!(
+                v,
+                Var::RemoteAddr | Var::Https | Var::Scheme | Var::ServerPort
+            ),
             Part::Map(m) => {
                 !matches!(maps.get(m.slot), Some(MapDef::Rnd(_)))
                     && m.key.reads_request_only(maps)

@@ -465,18 +465,23 @@ const RULES_D: &str = "RewriteEngine On\n\
     RewriteRule ^/(.*/)?index\\.html$ /$1 [R=301,L]\n\
     RewriteCond %{THE_REQUEST} ^HEAD\\s/tr\\sHTTP/1\\.1$\n\
     RewriteRule ^/tr$ /tr-head [R=302,L]\n\
-    RewriteRule ^/tr$ /tr-other [R=302,L]\n";
+    RewriteRule ^/tr$ /tr-other [R=302,L]\n\
+    RewriteRule ^/port$ http://p.example/%{SERVER_PORT}/%{SERVER_PROTOCOL} [R=302,L]\n\
+    RewriteRule ^/hh$ http://p.example/%{HTTP_HOST} [R=302,L]\n\
+    RewriteCond %{SERVER_PORT} !^443$\n\
+    RewriteRule ^/tls/(.*)$ https://%{SERVER_NAME}/tls/$1 [R=301,L]\n";
 
 #[test]
 fn conditions_on_headers_and_method_answer_as_apache() {
     let (_apache, apache_addr, srv) = both_loading(RULES_D);
     let ask = |addr: &str, method: &str, path: &str, headers: &str| {
-        let r = send(
-            addr,
-            method,
-            path,
-            &format!("Host: mirror.example:8080\r\n{headers}"),
-        );
+        // A case may name its own Host.
+        let host = if headers.starts_with("Host:") {
+            ""
+        } else {
+            "Host: mirror.example:8080\r\n"
+        };
+        let r = send(addr, method, path, &format!("{host}{headers}"));
         let loc = r.header("location").unwrap_or_default();
         let own = loc
             .strip_prefix("http://mirror.example:8080")
@@ -520,6 +525,13 @@ fn conditions_on_headers_and_method_answer_as_apache() {
         ("GET", "/idx/index.html?a=1", ""),
         ("HEAD", "/tr", ""),
         ("GET", "/tr", ""),
+        // %{SERVER_PORT}: the Host's port, else the scheme's; not the listener's.
+        ("GET", "/port", ""),
+        ("GET", "/port", "Host: mirror.example\r\n"),
+        // %{HTTP_HOST}: the header as sent, with its port.
+        ("GET", "/hh", ""),
+        ("GET", "/tls/a", ""),
+        ("GET", "/tls/a", "Host: mirror.example:443\r\n"),
     ];
     let mut differ = Vec::new();
     let mut answered = std::collections::HashSet::new();
