@@ -77,6 +77,8 @@ pub struct Flags {
     pub nocase: bool,
     /// QSA: append the request's query to the target's.
     pub qsa: bool,
+    /// QSD: the request's query is dropped (a target's own query stays).
+    pub qsd: bool,
     /// NE: do not percent-escape the redirect target.
     pub noescape: bool,
     /// Apache mod_alias rules always carry the query over; mod_rewrite only without
@@ -331,7 +333,7 @@ impl Rule {
 
     /// The query a target ends up with.
     fn query_for(&self, target_q: Option<&str>, orig: Option<&str>) -> Option<String> {
-        let orig = orig.filter(|q| !q.is_empty());
+        let orig = orig.filter(|q| !q.is_empty() && !self.flags.qsd);
         let q = match target_q {
             None => orig.map(str::to_string),
             Some(tq) if self.flags.qsa => match orig {

@@ -30,6 +30,9 @@ const RULES: &str = "RewriteEngine On\n\
     RewriteRule ^/q/(.*)$ http://mirror.example/q/$1?from=q [R=302,L]\n\
     RewriteRule ^/qsa/(.*)$ /t/$1?n=1 [R=302,QSA,L]\n\
     RewriteRule ^/qdrop/(.*)$ /t/$1? [R=302,L]\n\
+    RewriteRule ^/qsd/(.*)$ /t/$1 [R=302,L,QSD]\n\
+    RewriteRule ^/qsd2/(.*)$ /t/$1?x=1 [R=302,L,QSD]\n\
+    RewriteRule ^/qsd3/(.*)$ /t/$1?x=1 [R=302,QSA,QSD,L]\n\
     RewriteRule ^/nc/(.*)$ /t/$1 [R=303,NC,L]\n\
     RewriteRule ^/s307$ /t [R=307,L]\n\
     RewriteRule ^/s308$ /t [R=permanent,L]\n\
@@ -65,6 +68,9 @@ const PATHS: &[&str] = &[
     "/rm/caf%C3%A9",
     "/qsa/a%20b?k=v",
     "/qdrop/a?k=v",
+    "/qsd/a?k=v",
+    "/qsd2/a?k=v",
+    "/qsd3/a?k=v",
     "/NC/Abc%20d",
     "/s307",
     "/s308",

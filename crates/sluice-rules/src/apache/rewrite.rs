@@ -254,6 +254,7 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
             }
             "nc" | "nocase" => rf.flags.nocase = true,
             "qsa" | "qsappend" => rf.flags.qsa = true,
+            "qsd" | "qsdiscard" => rf.flags.qsd = true,
             "ne" | "noescape" => rf.flags.noescape = true,
             "f" | "forbidden" => rf.forbidden = true,
             "g" | "gone" => rf.gone = true,
