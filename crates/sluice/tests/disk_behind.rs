@@ -21,6 +21,14 @@ fn counter(srv: &Server, name: &str) -> u64 {
     srv.status_json()[name].as_u64().expect(name)
 }
 
+/// The server with one worker, `config` (TOML) and the test hooks `env`.
+fn one_worker(dir: tempfile::TempDir, config: &str, env: &[(&str, &str)]) -> Server {
+    let cfg = dir.path().join(".test-config.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    Server::start_in_env(dir, env, &["--workers", "1", "--config", &cfg])
+}
+
 fn download(srv: &Server, path: &str) -> Resp {
     let mut c = srv.client();
     c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes());
@@ -44,16 +52,13 @@ fn with_the_disk_queue_full_lookups_get_503_and_downloads_wait_whole() {
             write_evicted(&root.join(&path[1..]), data);
         }
         write_evicted(&root.join("small.bin"), &small);
-        let cfg = root.join(".test-config.toml");
-        std::fs::write(&cfg, "[files]\ndisk_threads = 1\n").unwrap();
-        let cfg = cfg.to_str().unwrap().to_string();
-        let srv = Server::start_in_env(
+        let srv = one_worker(
             dir,
+            "[files]\ndisk_threads = 1\n",
             &[
                 ("SLUICE_TEST_DISK_QUEUE", "1"),
                 ("SLUICE_TEST_DISK_HOLD_MS", "700"),
             ],
-            &["--workers", "1", "--config", &cfg],
         );
         let srv = &srv;
         let done = std::thread::scope(|s| {
@@ -114,18 +119,11 @@ fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader()
         let dir = docroot();
         let root = dir.path().to_path_buf();
         write_evicted(&root.join("big.bin"), &data);
-        let cfg = root.join(".test-config.toml");
-        std::fs::write(
-            &cfg,
-            "[files]\ndisk_threads = 1\n[http]\nsend_timeout = \"1s\"\n",
-        )
-        .unwrap();
-        let cfg = cfg.to_str().unwrap().to_string();
         // Each disk job takes 4 s: longer than the download's send_timeout.
-        let srv = Server::start_in_env(
+        let srv = one_worker(
             dir,
+            "[files]\ndisk_threads = 1\n[http]\nsend_timeout = \"1s\"\n",
             &[("SLUICE_TEST_DISK_HOLD_MS", "4000")],
-            &["--workers", "1", "--config", &cfg],
         );
         let mut c = srv.client();
         c.s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
@@ -248,19 +246,12 @@ fn a_lookup_under_a_mount_point_below_the_root_waits_in_that_disks_lane() {
         std::fs::metadata(root.join("debian")).unwrap().dev(),
     );
     assert_ne!(root_dev, sub_dev);
-    let cfg = root.join(".test-config.toml");
     // Every lookup not in the kernel's caches is made by a disk thread, and
     // each disk job takes 3 s.
-    std::fs::write(
-        &cfg,
-        "[files]\ndisk_threads = 4\ndisk_lookup_max = \"0s\"\n",
-    )
-    .unwrap();
-    let cfg = cfg.to_str().unwrap().to_string();
-    let srv = Server::start_in_env(
+    let srv = one_worker(
         dir,
+        "[files]\ndisk_threads = 4\ndisk_lookup_max = \"0s\"\n",
         &[("SLUICE_TEST_DISK_HOLD_MS", "3000")],
-        &["--workers", "1", "--config", &cfg],
     );
     let status = srv.status_json();
     assert_eq!(lane(&status, root_dev), (0, 0));
