@@ -197,7 +197,8 @@ pub fn http_limits(http: &sluice_config::HttpSection) -> Limits {
 
 impl Snapshot {
     /// What `sluice check` prints under "OK": a line per site (its names, root, rules
-    /// and access log) and one for HTTPS; and the rules' warnings, for stderr.
+    /// and access log), one for HTTPS, and one for the disk threads' lanes when
+    /// the files are on more than one device; and the rules' warnings, for stderr.
     pub fn describe(&self) -> (Vec<String>, Vec<String>) {
         let (mut lines, mut warnings) = (Vec::new(), Vec::new());
         for (i, site) in self.sites.iter().enumerate() {
@@ -243,6 +244,17 @@ impl Snapshot {
                 c.label,
                 c.root.display(),
                 c.access_log.as_deref().unwrap_or("off")
+            ));
+        }
+        if self.devices.len() > 1 && self.config.files.disk_threads > 0 {
+            let devs: Vec<String> = self
+                .devices
+                .iter()
+                .map(|&d| format!("{}:{}", libc::major(d), libc::minor(d)))
+                .collect();
+            lines.push(format!(
+                "disk lanes: {} (the devices of the roots, aliases and file systems mounted below them: no one device's reads may take every disk thread)",
+                devs.join(" ")
             ));
         }
         if let Some(t) = &self.tls_summary {

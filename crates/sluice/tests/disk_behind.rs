@@ -246,6 +246,24 @@ fn a_lookup_under_a_mount_point_below_the_root_waits_in_that_disks_lane() {
         std::fs::metadata(root.join("debian")).unwrap().dev(),
     );
     assert_ne!(root_dev, sub_dev);
+    // `sluice check` names both devices' lanes.
+    let lanes = |dev: u64| format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let cfg = root.join(".check.toml");
+    std::fs::write(
+        &cfg,
+        format!("[server]\nroot = {:?}\n", root.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("check")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    let mut want = [root_dev, sub_dev];
+    want.sort_unstable();
+    let line = format!("disk lanes: {} {} (", lanes(want[0]), lanes(want[1]));
+    assert!(out.contains(&line), "no {line:?} in:\n{out}");
     // Every lookup not in the kernel's caches is made by a disk thread, and
     // each disk job takes 3 s.
     let srv = one_worker(
