@@ -474,6 +474,8 @@ const RULES_D: &str = "RewriteEngine On\n\
     RewriteRule ^/tr$ /tr-other [R=302,L]\n\
     RewriteRule ^/port$ http://p.example/%{SERVER_PORT}/%{SERVER_PROTOCOL} [R=302,L]\n\
     RewriteRule ^/hh$ http://p.example/%{HTTP_HOST} [R=302,L]\n\
+    RewriteCond %{HTTP_USER_AGENT} ^Wget [NV]\n\
+    RewriteRule ^/nv$ /nv-wget [R=302,L,NS]\n\
     RewriteCond %{SERVER_PORT} !^443$\n\
     RewriteRule ^/tls/(.*)$ https://%{SERVER_NAME}/tls/$1 [R=301,L]\n";
 
@@ -536,6 +538,9 @@ fn conditions_on_headers_and_method_answer_as_apache() {
         ("GET", "/port", "Host: mirror.example\r\n"),
         // %{HTTP_HOST}: the header as sent, with its port.
         ("GET", "/hh", ""),
+        // [NV] on a condition, [NS] on a rule: the same answers.
+        ("GET", "/nv", "User-Agent: Wget/1.21\r\n"),
+        ("GET", "/nv", "User-Agent: curl/8\r\n"),
         ("GET", "/tls/a", ""),
         ("GET", "/tls/a", "Host: mirror.example:443\r\n"),
     ];

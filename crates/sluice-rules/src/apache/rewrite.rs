@@ -91,6 +91,10 @@ impl Rewrite {
                 match flag.to_ascii_lowercase().as_str() {
                     "nc" | "nocase" => nocase = true,
                     "or" | "ornext" => or_next = true,
+                    // "No Vary": Apache then leaves the header this condition
+                    // read out of its answer's `Vary`; sluice never adds one
+                    // for a rule's condition, with or without it.
+                    "nv" | "novary" => {}
                     other => return self.skip_cond(at, ctx, format!("RewriteCond flag [{other}]")),
                 }
             }
@@ -255,6 +259,9 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
             "nc" | "nocase" => rf.flags.nocase = true,
             "qsa" | "qsappend" => rf.flags.qsa = true,
             "qsd" | "qsdiscard" => rf.flags.qsd = true,
+            // "Not for internal subrequests": sluice makes none, so the rule
+            // applies to every request, as Apache's does to its main ones.
+            "ns" | "nosubreq" => {}
             "ne" | "noescape" => rf.flags.noescape = true,
             "f" | "forbidden" => rf.forbidden = true,
             "g" | "gone" => rf.gone = true,
