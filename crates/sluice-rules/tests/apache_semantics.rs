@@ -138,7 +138,7 @@ fn lenient_skips_a_rule_with_its_conditions() {
     // Strict refusals and their file:line messages are data: testdata/rules-bad/.
     // Lenient: skipped with a warning, the rest loads.
     let set = RuleSet::from_str(
-        "ProxyPass / http://x/\nRewriteEngine On\nRewriteCond %{HTTP_HOST} x [NV]\nRewriteRule ^/a /b [R]\nRedirect /c /d\n",
+        "ProxyPass / http://x/\nRewriteEngine On\nRewriteCond %{REQUEST_FILENAME} -s\nRewriteRule ^/a /b [R]\nRedirect /c /d\n",
         "x.conf",
         Format::Apache,
         &LoadOptions {
