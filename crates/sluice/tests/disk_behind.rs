@@ -189,27 +189,27 @@ fn a_download_stuck_on_the_disk_is_closed_as_disk_stalled_not_as_a_slow_reader()
     panic!("in five attempts, the download never waited for the disk pool");
 }
 
-/// A tmpfs mounted at `path` for as long as it is held.
-struct Mounted(std::path::PathBuf);
+/// Unmounts its path when dropped. Made after the server that owns the
+/// docroot, so it is dropped first, even on a panic: the docroot can then be
+/// removed whole.
+struct Unmount(std::path::PathBuf);
 
-impl Mounted {
-    fn tmpfs(path: &std::path::Path) -> Mounted {
-        std::fs::create_dir_all(path).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
-            .arg(path)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "mount a tmpfs at {} (this test runs as root, as scripts/test.sh does)",
-            path.display()
-        );
-        Mounted(path.to_path_buf())
-    }
+/// Mount a tmpfs at `path`.
+fn mount_tmpfs(path: &std::path::Path) {
+    std::fs::create_dir_all(path).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "mount a tmpfs at {} (this test runs as root, as scripts/test.sh does)",
+        path.display()
+    );
 }
 
-impl Drop for Mounted {
+impl Drop for Unmount {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount")
             .arg("-l")
@@ -239,7 +239,15 @@ fn lane(status: &serde_json::Value, dev: u64) -> (u64, u64) {
 fn a_lookup_under_a_mount_point_below_the_root_waits_in_that_disks_lane() {
     let dir = docroot();
     let root = dir.path().to_path_buf();
-    let _m = Mounted::tmpfs(&root.join("debian"));
+    mount_tmpfs(&root.join("debian"));
+    // Every lookup not in the kernel's caches is made by a disk thread, and
+    // each disk job takes 3 s.
+    let srv = one_worker(
+        dir,
+        "[files]\ndisk_threads = 4\ndisk_lookup_max = \"0s\"\n",
+        &[("SLUICE_TEST_DISK_HOLD_MS", "3000")],
+    );
+    let _unmount = Unmount(root.join("debian"));
     std::fs::write(root.join("debian/x"), "x").unwrap();
     let (root_dev, sub_dev) = (
         std::fs::metadata(&root).unwrap().dev(),
@@ -264,13 +272,6 @@ fn a_lookup_under_a_mount_point_below_the_root_waits_in_that_disks_lane() {
     want.sort_unstable();
     let line = format!("disk lanes: {} {} (", lanes(want[0]), lanes(want[1]));
     assert!(out.contains(&line), "no {line:?} in:\n{out}");
-    // Every lookup not in the kernel's caches is made by a disk thread, and
-    // each disk job takes 3 s.
-    let srv = one_worker(
-        dir,
-        "[files]\ndisk_threads = 4\ndisk_lookup_max = \"0s\"\n",
-        &[("SLUICE_TEST_DISK_HOLD_MS", "3000")],
-    );
     let status = srv.status_json();
     assert_eq!(lane(&status, root_dev), (0, 0));
     assert_eq!(
