@@ -198,11 +198,7 @@ impl Var {
             Var::Scheme => Some(if req.https { "https" } else { "http" }),
             Var::ServerName => Some(host_without_port(req.host.unwrap_or(""))),
             Var::ServerPort => Some(server_port(req)),
-            Var::ServerProtocol => Some(if req.minor == 0 {
-                "HTTP/1.0"
-            } else {
-                "HTTP/1.1"
-            }),
+            Var::ServerProtocol => Some(server_protocol(req)),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
             Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot | Var::TheRequest => None,
         }
@@ -256,11 +252,7 @@ impl Var {
             Var::Scheme => out.push_str(if req.https { "https" } else { "http" }),
             Var::ServerName => out.push_str(host_without_port(req.host.unwrap_or(""))),
             Var::ServerPort => out.push_str(server_port(req)),
-            Var::ServerProtocol => out.push_str(if req.minor == 0 {
-                "HTTP/1.0"
-            } else {
-                "HTTP/1.1"
-            }),
+            Var::ServerProtocol => out.push_str(server_protocol(req)),
             Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
         }
     }
@@ -274,6 +266,15 @@ fn host_header<'r>(req: &Request<'r>) -> &'r str {
         req.host.unwrap_or("")
     } else {
         req.header("Host").unwrap_or("")
+    }
+}
+
+/// `%{SERVER_PROTOCOL}` of `req`.
+fn server_protocol(req: &Request) -> &'static str {
+    if req.minor == 0 {
+        "HTTP/1.0"
+    } else {
+        "HTTP/1.1"
     }
 }
 

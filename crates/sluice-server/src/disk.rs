@@ -211,6 +211,12 @@ pub enum Refused {
     NoDescriptor,
 }
 
+/// A device as the log, the status page and `sluice check` name it:
+/// `major:minor`, as `lsblk` and `/proc/self/mountinfo` do.
+pub fn device_name(dev: u64) -> String {
+    format!("{}:{}", libc::major(dev), libc::minor(dev))
+}
+
 /// How long a response whose cold range was refused (the queue or its disk's
 /// share full) waits before it asks again. Its deadlines run meanwhile as for any
 /// response waiting for the disk: the minimum send rate over its window (30 s by
@@ -386,9 +392,8 @@ impl DiskPool {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            let (major, minor) = (libc::major(dev), libc::minor(dev));
             tracing::warn!(
-                device = %format!("{major}:{minor}"),
+                device = %device_name(dev),
                 "a disk's reads fill its share of the disk threads' queue: it is slow or failing; until it catches up its cold lookups are answered 503 and its cold downloads wait"
             );
         }

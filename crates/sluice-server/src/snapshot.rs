@@ -250,7 +250,7 @@ impl Snapshot {
             let devs: Vec<String> = self
                 .devices
                 .iter()
-                .map(|&d| format!("{}:{}", libc::major(d), libc::minor(d)))
+                .map(|&d| crate::disk::device_name(d))
                 .collect();
             lines.push(format!(
                 "disk lanes: {} (the devices of the roots, aliases and file systems mounted below them: no one device's reads may take every disk thread)",

@@ -137,7 +137,7 @@ fn disk_lanes(shared: &Shared) -> Vec<sluice_status::DiskLane> {
             0 => continue,
             d => d - 1,
         };
-        let device = format!("{}:{}", libc::major(dev), libc::minor(dev));
+        let device = crate::disk::device_name(dev);
         let i = match out.iter().position(|l| l.device == device) {
             Some(i) => i,
             None => {

@@ -28,19 +28,16 @@ use std::path::Path;
 
 /// Parses one Apache rules file into `ctx`.
 pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
-    let mut lines = Vec::new();
-    for (lineno, line) in lex::logical_lines(text) {
+    let lines = lex::logical_lines(text);
+    // The last `RewriteBase` applies to every rule of the file, those before it
+    // too: read it first.
+    let mut rewrite = rewrite::Rewrite::with_base(rewrite::base_of(&lines, file)?);
+    for (lineno, line) in &lines {
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
-        let toks = lex::tokenize(t).map_err(|m| LoadError::at(file, lineno, m))?;
-        lines.push((lineno, toks));
-    }
-    // The last `RewriteBase` applies to every rule of the file, those before it
-    // too: read it first.
-    let mut rewrite = rewrite::Rewrite::with_base(rewrite::base_of(&lines, file)?);
-    for (lineno, toks) in &lines {
+        let toks = lex::tokenize(t).map_err(|m| LoadError::at(file, *lineno, m))?;
         let Some((d, args)) = toks.split_first() else {
             continue;
         };
@@ -56,7 +53,8 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
         }
         match dl.as_str() {
             "rewriteengine" => rewrite.engine(&at)?,
-            "rewritebase" => rewrite.base(&at)?,
+            // Read, and checked, before the rules (`rewrite::base_of`).
+            "rewritebase" => {}
             "rewritemap" => map::directive(&at, ctx)?,
             "rewritecond" => rewrite.cond(&at, ctx)?,
             "rewriterule" => rewrite.rule(&at, ctx)?,

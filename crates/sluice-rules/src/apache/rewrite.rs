@@ -62,12 +62,6 @@ impl Rewrite {
         }
     }
 
-    /// `RewriteBase URL-path`: checked here; its value was read before the
-    /// file's rules ([`base_of`]), since the last one applies to them all.
-    pub(super) fn base(&mut self, at: &Line) -> Result<(), LoadError> {
-        base_arg(at).map(|_| ())
-    }
-
     /// `RewriteEngine on|off`.
     pub(super) fn engine(&mut self, at: &Line) -> Result<(), LoadError> {
         self.engine_on = match at.args.first().map(|s| s.to_ascii_lowercase()).as_deref() {
@@ -294,22 +288,31 @@ fn base_arg(at: &Line) -> Result<String, LoadError> {
 
 /// The file's `RewriteBase`: the last one in it, as Apache takes it (a
 /// directory's setting, not a line's), so a rule before it is based on it too.
+/// Only `RewriteBase` lines are tokenized here (a file of a million rules is
+/// not held as tokens); one that does not tokenize is left for the main pass to
+/// refuse in its place.
 pub(super) fn base_of(
-    lines: &[(usize, Vec<String>)],
+    lines: &[(usize, String)],
     file: &std::path::Path,
 ) -> Result<Option<String>, LoadError> {
     let mut base = None;
-    for (lineno, toks) in lines {
+    for (lineno, line) in lines {
+        let t = line.trim();
+        let first = t.split_ascii_whitespace().next().unwrap_or("");
+        if !first.eq_ignore_ascii_case("RewriteBase") {
+            continue;
+        }
+        let Ok(toks) = super::lex::tokenize(t) else {
+            continue;
+        };
         if let Some((d, args)) = toks.split_first() {
-            if d.eq_ignore_ascii_case("RewriteBase") {
-                let at = Line {
-                    file,
-                    lineno: *lineno,
-                    directive: d,
-                    args,
-                };
-                base = Some(base_arg(&at)?);
-            }
+            let at = Line {
+                file,
+                lineno: *lineno,
+                directive: d,
+                args,
+            };
+            base = Some(base_arg(&at)?);
         }
     }
     Ok(base)
