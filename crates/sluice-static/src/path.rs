@@ -1,8 +1,12 @@
 //! Turning a request path into a safe relative path under the document root.
 //!
 //! Order matters: percent-decode first, then remove dot segments, so `%2e%2e` and
-//! `%2f` cannot smuggle a `..` or a separator past the check. NUL and backslash
-//! (raw or encoded) are refused outright. The result never starts with `/` and never
+//! `%2f` cannot smuggle a `..` or a separator past the check. NUL (raw or encoded)
+//! is refused outright. A backslash is an ordinary byte of a Linux file name, served
+//! as nginx and Apache serve it (`a%5Cb.txt` is the file `a\b.txt`, as the listing
+//! links it); it is never a separator here, and every `Location` sluice writes
+//! encodes it (`sluice_http::response::safe_location`), so `/\evil.com` cannot
+//! become a network-path reference. The result never starts with `/` and never
 //! contains `.` or `..` segments; symlink escapes are the opener's job
 //! (`open.rs`), because only the kernel knows what a component is at open time.
 //!
@@ -16,7 +20,7 @@
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum PathError {
-    /// Not origin-form, bad escape, NUL, backslash (400).
+    /// Not origin-form, bad escape, NUL (400).
     Bad,
     /// Tries to climb above the root (400).
     Escape,
@@ -45,7 +49,7 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
     let mut clean = b.len() == 1 || b[b.len() - 1] != b'/';
     let mut after_slash = false;
     for &c in b {
-        if c == b'%' || c == b'\\' || c == 0 || (after_slash && (c == b'/' || c == b'.')) {
+        if c == b'%' || c == 0 || (after_slash && (c == b'/' || c == b'.')) {
             clean = false;
             break;
         }
@@ -58,7 +62,7 @@ pub fn normalize(raw: &str, allow_hidden: bool) -> Result<Normalized<'_>, PathEr
         });
     }
     let decoded = percent_decode(raw.as_bytes()).ok_or(PathError::Bad)?;
-    if decoded.iter().any(|&b| b == 0 || b == b'\\') {
+    if decoded.contains(&0) {
         return Err(PathError::Bad);
     }
     let mut text = String::with_capacity(decoded.len());
@@ -215,8 +219,19 @@ mod tests {
         ] {
             assert_eq!(normalize(raw, false), Err(PathError::Escape), "{raw}");
         }
-        for raw in ["/a%00b", "/a\\b", "/a%5cb", "/%zz", "/%4", "relative", "*"] {
+        for raw in ["/a%00b", "/%zz", "/%4", "relative", "*"] {
             assert_eq!(normalize(raw, false), Err(PathError::Bad), "{raw}");
+        }
+        // A backslash is a name's byte, never a separator: no climbing with it.
+        assert_eq!(ok("/a\\b"), "a\\b");
+        assert_eq!(ok("/a%5cb"), "a\\b");
+        for (raw, rel) in [
+            ("/..%5C..%5Cetc/passwd", "..\\..\\etc/passwd"),
+            ("/x/..\\../y", "x/..\\../y"),
+        ] {
+            assert_eq!(normalize(raw, true).unwrap().rel, rel, "{raw}");
+            // With hidden names refused, such a segment is a hidden name.
+            assert_eq!(normalize(raw, false), Err(PathError::Hidden), "{raw}");
         }
     }
 
