@@ -78,14 +78,29 @@ impl Source {
         }
     }
 
-    /// The line of `key`, or of the nearest enclosing table that is in the file.
+    /// The line of `key`, or of the nearest enclosing table that is in the file
+    /// (`server.alias[2].root` written inline as `alias = [...]`: that line).
     pub fn line(&self, key: &str) -> Option<usize> {
         let mut k = key;
         loop {
             if let Some((_, l)) = self.keys.iter().find(|(n, _)| n == k) {
                 return Some(*l);
             }
-            k = &k[..k.rfind('.')?];
+            k = match k.strip_suffix(']').and_then(|s| s.rfind('[')) {
+                Some(i) => &k[..i],
+                None => &k[..k.rfind('.')?],
+            };
+        }
+    }
+
+    /// `origin:line: ` for `key` (`origin: ` when the file does not have it;
+    /// nothing for a config built in code): for a message that names its own
+    /// subject, such as a root directory that is not there.
+    pub fn at(&self, key: &str) -> String {
+        match (self.origin.as_str(), self.line(key)) {
+            ("", _) => String::new(),
+            (o, Some(l)) => format!("{o}:{l}: "),
+            (o, None) => format!("{o}: "),
         }
     }
 
@@ -101,11 +116,6 @@ impl Source {
 
     /// `origin:line: key: msg` (without the line when the file does not have the key).
     pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
-        let at = match (self.origin.as_str(), self.line(key)) {
-            ("", _) => String::new(),
-            (o, Some(l)) => format!("{o}:{l}: "),
-            (o, None) => format!("{o}: "),
-        };
-        ConfigError(format!("{at}{key}: {msg}"))
+        ConfigError(format!("{}{key}: {msg}", self.at(key)))
     }
 }

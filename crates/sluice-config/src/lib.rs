@@ -108,7 +108,8 @@ impl Config {
             if f.is_relative() {
                 *f = base.join(&*f);
             }
-            types_file::merge(f, &mut cfg.files.types)?;
+            let at = cfg.source.at("files.types_file");
+            types_file::merge(f, &mut cfg.files.types, &at)?;
         }
         if !cfg.include.is_empty() {
             cfg.read_includes(base)?;

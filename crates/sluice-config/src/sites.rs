@@ -247,6 +247,21 @@ impl Config {
         }
     }
 
+    /// `FILE:LINE: ` where the site that [`resolve`] numbers `i` sets `key`
+    /// (`i` 0 is the top level, whose key is `main_key`, e.g. `server.root`; a
+    /// `[[site]]`'s is `site[k]` followed by `site_key`, e.g. `.root`), in the
+    /// file it was written in: for the checks made when the config is put to use
+    /// (a root that is not there, a rules file that cannot be read).
+    pub fn site_key_at(&self, i: usize, main_key: &str, site_key: &str) -> String {
+        match i.checked_sub(1) {
+            None => self.source.at(main_key),
+            Some(n) => {
+                let (src, k) = self.site_at(n);
+                src.at(&format!("site[{k}]{site_key}"))
+            }
+        }
+    }
+
     /// `FILE:LINE: site[k]KEY: msg` for `self.site[n]`, in the file it was written
     /// in (`key` is `""` or `".names"` and the like).
     pub(crate) fn site_error(

@@ -21,11 +21,17 @@ use crate::error::ConfigError;
 /// The most a types file may hold.
 const MAX_BYTES: u64 = 4 << 20;
 
-/// Add the types `path` gives to `types`, under those already there.
-pub(crate) fn merge(path: &Path, types: &mut BTreeMap<String, String>) -> Result<(), ConfigError> {
+/// Add the types `path` gives to `types`, under those already there. `at` is
+/// where the config names the file (`config.toml:7: `), for the errors that are
+/// not at a line of the file itself.
+pub(crate) fn merge(
+    path: &Path,
+    types: &mut BTreeMap<String, String>,
+    at: &str,
+) -> Result<(), ConfigError> {
     use std::io::Read;
     let origin = path.display().to_string();
-    let cannot = |e: std::io::Error| ConfigError(format!("{origin}: cannot read: {e}"));
+    let cannot = |e: std::io::Error| ConfigError(format!("{at}{origin}: cannot read: {e}"));
     // Bounded: Debian's file is 60 KB; a path to a device must not hang a reload.
     let mut text = String::new();
     std::fs::File::open(path)
@@ -35,7 +41,7 @@ pub(crate) fn merge(path: &Path, types: &mut BTreeMap<String, String>) -> Result
         .map_err(cannot)?;
     if text.len() as u64 > MAX_BYTES {
         return Err(ConfigError(format!(
-            "{origin}: more than {MAX_BYTES} bytes: not a mime.types file"
+            "{at}{origin}: more than {MAX_BYTES} bytes: not a mime.types file"
         )));
     }
     // A later line for the same extension replaces an earlier one, as in Apache.
@@ -94,7 +100,7 @@ mod tests {
     #[test]
     fn a_file_that_never_ends_is_refused() {
         let mut types = std::collections::BTreeMap::new();
-        let e = super::merge(std::path::Path::new("/dev/zero"), &mut types).unwrap_err();
+        let e = super::merge(std::path::Path::new("/dev/zero"), &mut types, "").unwrap_err();
         assert!(e.0.starts_with("/dev/zero: "), "{}", e.0);
     }
 

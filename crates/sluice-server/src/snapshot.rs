@@ -84,11 +84,13 @@ impl Snapshot {
         let mut devices = Vec::new();
         for (i, conf) in confs.into_iter().enumerate() {
             let root = &conf.root;
-            let what = if conf.names.is_empty() && sites.is_empty() {
+            let site = if conf.names.is_empty() && sites.is_empty() {
                 String::new()
             } else {
                 format!("site {}: ", conf.label)
             };
+            // Each message starts with where the config says it (`file:line: `).
+            let what = format!("{}{site}", config.site_key_at(i, "server.root", ".root"));
             let meta = std::fs::metadata(root)
                 .map_err(|e| format!("{what}root {}: {e}", root.display()))?;
             if !meta.is_dir() {
@@ -97,8 +99,13 @@ impl Snapshot {
             let dev = std::os::unix::fs::MetadataExt::dev(&meta);
             devices.push(dev);
             devices.extend(mounted_below(root, dev));
-            for (prefix, dir) in &conf.aliases {
-                let alias = format!("{what}alias /{prefix}: root {}", dir.display());
+            for (k, (prefix, dir)) in conf.aliases.iter().enumerate() {
+                let at = config.site_key_at(
+                    i,
+                    &format!("server.alias[{}].root", k + 1),
+                    &format!(".alias[{}].root", k + 1),
+                );
+                let alias = format!("{at}{site}alias /{prefix}: root {}", dir.display());
                 match std::fs::metadata(dir) {
                     Ok(m) if m.is_dir() => {
                         let dev = std::os::unix::fs::MetadataExt::dev(&m);
@@ -117,8 +124,15 @@ impl Snapshot {
                     rates,
                     rate_salt: i as u32,
                 };
-                let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts)
-                    .map_err(|e| format!("{what}{e}"))?;
+                let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts).map_err(|e| {
+                    // A file that cannot be read is named where the config names
+                    // it; an error inside one, at its own line.
+                    let at = match e.line {
+                        0 => config.site_key_at(i, "rules.files", ".rules"),
+                        _ => String::new(),
+                    };
+                    format!("{at}{site}{e}")
+                })?;
                 tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
                 Some(Arc::new(set))
             };
@@ -147,11 +161,15 @@ impl Snapshot {
             });
         }
         use sluice_condition::Cidr;
-        let cap_exempt = Cidr::parse_list(&config.condition.cap_exempt, "condition.cap_exempt")?;
-        let status_allow = Cidr::parse_list(&config.status.allow, "status.allow")?;
-        let proxy_trusted = Cidr::parse_list(&config.server.proxy_trusted, "server.proxy_trusted")?;
+        let cidrs = |list: &[String], key: &str| {
+            Cidr::parse_list(list, key).map_err(|e| format!("{}{e}", config.source.at(key)))
+        };
+        let cap_exempt = cidrs(&config.condition.cap_exempt, "condition.cap_exempt")?;
+        let status_allow = cidrs(&config.status.allow, "status.allow")?;
+        let proxy_trusted = cidrs(&config.server.proxy_trusted, "server.proxy_trusted")?;
         let (tls, tls_summary) = if config.tls.enabled() {
-            let t = sluice_tls::load(&config.tls)?;
+            let t = sluice_tls::load(&config.tls)
+                .map_err(|e| format!("{}{e}", config.source.at(&e.key)))?;
             (Some(t.config), Some(t.summary))
         } else {
             (None, None)

@@ -44,21 +44,57 @@ pub struct Tls {
     pub summary: String,
 }
 
+/// Why [`load`] failed: the config key that names what failed (`tls.cert`,
+/// `tls.sni[2].key`, counted from 1 as config messages count), so the caller can
+/// say where the config names it, and `file: reason`.
+#[derive(Debug)]
+pub struct LoadError {
+    pub key: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Which of a pair's two files an error is about.
+enum Part {
+    Cert,
+    Key,
+}
+
+fn at(table: &str) -> impl Fn((Part, String)) -> LoadError + '_ {
+    move |(part, message)| LoadError {
+        key: match part {
+            Part::Cert => format!("{table}.cert"),
+            Part::Key => format!("{table}.key"),
+        },
+        message,
+    }
+}
+
 /// Load every certificate and key the section names and build the server
-/// configuration. Errors are `file: reason`.
-pub fn load(section: &TlsSection) -> Result<Tls, String> {
-    let (Some(cert), Some(key)) = (&section.cert, &section.key) else {
-        return Err("tls: cert and key are needed".into());
+/// configuration. Errors are `file: reason`, with the key that names the file.
+pub fn load(section: &TlsSection) -> Result<Tls, LoadError> {
+    let whole = |message: String| LoadError {
+        key: "tls".into(),
+        message,
     };
-    let default = certified_key(cert, key)?;
+    let (Some(cert), Some(key)) = (&section.cert, &section.key) else {
+        return Err(whole("tls: cert and key are needed".into()));
+    };
+    let default = certified_key(cert, key).map_err(at("tls"))?;
     let mut resolver = SniResolver {
         default: Some(Arc::new(default)),
         exact: HashMap::new(),
         wildcard: HashMap::new(),
     };
     let mut names = 0;
-    for s in &section.sni {
-        let ck = Arc::new(certified_key(&s.cert, &s.key)?);
+    for (k, s) in section.sni.iter().enumerate() {
+        let table = format!("tls.sni[{}]", k + 1);
+        let ck = Arc::new(certified_key(&s.cert, &s.key).map_err(at(&table))?);
         for n in &s.names {
             let n = n.to_ascii_lowercase();
             let (map, k) = match n.strip_prefix("*.") {
@@ -66,14 +102,17 @@ pub fn load(section: &TlsSection) -> Result<Tls, String> {
                 None => (&mut resolver.exact, n.clone()),
             };
             if map.insert(k, ck.clone()).is_some() {
-                return Err(format!("tls.sni: {n:?} is named twice"));
+                return Err(LoadError {
+                    key: format!("{table}.names"),
+                    message: format!("tls.sni: {n:?} is named twice"),
+                });
             }
             names += 1;
         }
     }
     let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("tls: {e}"))?
+        .map_err(|e| whole(format!("tls: {e}")))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     // HTTP/2 is a later step: advertise only what is served. A client that offers
@@ -82,7 +121,7 @@ pub fn load(section: &TlsSection) -> Result<Tls, String> {
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     cfg.session_storage = session_cache();
     if section.tickets {
-        cfg.ticketer = ticketer()?;
+        cfg.ticketer = ticketer().map_err(whole)?;
     }
     // Secrets are extracted only for kernel TLS; rustls refuses otherwise.
     cfg.enable_secret_extraction = section.ktls == KtlsMode::Auto;
@@ -106,25 +145,35 @@ pub fn load(section: &TlsSection) -> Result<Tls, String> {
 }
 
 /// Read a PEM chain and its key, and check that they belong together.
-fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
+fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, (Part, String)> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("{}: {}", cert.display(), pem_error(e)))?
+        .map_err(|e| (Part::Cert, format!("{}: {}", cert.display(), pem_error(e))))?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {}", cert.display(), pem_error(e)))?;
+        .map_err(|e| (Part::Cert, format!("{}: {}", cert.display(), pem_error(e))))?;
     if chain.is_empty() {
-        return Err(format!("{}: no CERTIFICATE in the file", cert.display()));
+        return Err((
+            Part::Cert,
+            format!("{}: no CERTIFICATE in the file", cert.display()),
+        ));
     }
     let der = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("{}: {}", key.display(), pem_error(e)))?;
-    let signer = provider::sign::any_supported_type(&der)
-        .map_err(|e| format!("{}: unusable private key: {e}", key.display()))?;
+        .map_err(|e| (Part::Key, format!("{}: {}", key.display(), pem_error(e))))?;
+    let signer = provider::sign::any_supported_type(&der).map_err(|e| {
+        (
+            Part::Key,
+            format!("{}: unusable private key: {e}", key.display()),
+        )
+    })?;
     let ck = CertifiedKey::new(chain, signer);
     match ck.keys_match() {
         Ok(()) => Ok(ck),
-        Err(rustls::Error::InconsistentKeys(_)) => Err(format!(
-            "{}: this key does not belong to the certificate in {}",
-            key.display(),
-            cert.display()
+        Err(rustls::Error::InconsistentKeys(_)) => Err((
+            Part::Key,
+            format!(
+                "{}: this key does not belong to the certificate in {}",
+                key.display(),
+                cert.display()
+            ),
         )),
         // The leaf's key could not be read for comparison (an unusual algorithm):
         // the handshake will tell; do not refuse what may work.

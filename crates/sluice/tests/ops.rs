@@ -50,6 +50,93 @@ fn check_reports_file_line_and_key() {
     );
 }
 
+/// What is checked only when the config is put to use (a directory, a file it
+/// names, an address list) is still named at the config's line, in the file that
+/// says it: the operator goes to the line, not on a search.
+#[test]
+fn what_a_config_names_but_cannot_use_is_named_at_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    std::fs::create_dir(p.join("sites.d")).unwrap();
+    // Two key pairs: the second key does not belong to the first certificate.
+    for n in ["1", "2"] {
+        let ok = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args(["-subj", "/CN=a", "-keyout"])
+            .arg(p.join(format!("k{n}.pem")))
+            .arg("-out")
+            .arg(p.join(format!("c{n}.pem")))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "root.toml",
+            "[server]\nworkers = 1\nroot = \"nowhere\"\n".into(),
+            "root.toml:3: root ".into(),
+        ),
+        (
+            "site.toml",
+            "[[site]]\nnames = [\"a\"]\nroot = \".\"\n[[site]]\nnames = [\"b\"]\n\nroot = \"gone\"\n".into(),
+            "site.toml:7: site b: root ".into(),
+        ),
+        (
+            "alias.toml",
+            "[[server.alias]]\nprefix = \"/x\"\nroot = \".\"\n[[server.alias]]\nprefix = \"/y\"\nroot = \"gone\"\n".into(),
+            "alias.toml:6: alias /y: root ".into(),
+        ),
+        (
+            "inline.toml",
+            "[server]\nalias = [\n  { prefix = \"/x\", root = \"gone\" },\n]\n".into(),
+            // Written inline, the array's line.
+            "inline.toml:2: alias /x: root ".into(),
+        ),
+        (
+            "rules.toml",
+            "# the rules\n[rules]\nfiles = [\"missing.conf\"]\n".into(),
+            "rules.toml:3: ".into(),
+        ),
+        (
+            "types.toml",
+            "[files]\nindex = [\"index.html\"]\ntypes_file = \"missing.types\"\n".into(),
+            "types.toml:3: ".into(),
+        ),
+        (
+            "cidr.toml",
+            "[status]\nenabled = true\nallow = [\"127.0.0.1/40\"]\n".into(),
+            "cidr.toml:3: status.allow: ".into(),
+        ),
+        (
+            "tls.toml",
+            "[tls]\nlisten = [\"127.0.0.1:0\"]\ncert = \"c1.pem\"\nkey = \"k2.pem\"\n".into(),
+            "tls.toml:4: ".into(),
+        ),
+        (
+            "include.toml",
+            "include = [\"sites.d/*.toml\"]\n".into(),
+            // The included file's own line.
+            "sites.d/one.toml:4: site c: ".into(),
+        ),
+    ];
+    std::fs::write(
+        p.join("sites.d/one.toml"),
+        "[[site]]\nnames = [\"c\"]\nroot = \".\"\nrules = [\"missing.rules\"]\n",
+    )
+    .unwrap();
+    for (name, text, want) in cases {
+        let f = p.join(name);
+        std::fs::write(&f, text).unwrap();
+        let (ok, err) = check(&f);
+        assert!(!ok, "{name} passed");
+        let want = format!("{}/{want}", p.display());
+        assert!(err.contains(&want), "{name}: want {want:?} in {err}");
+    }
+}
+
 #[test]
 fn reload_applies_good_config_and_keeps_serving_on_bad() {
     let dir = docroot();
