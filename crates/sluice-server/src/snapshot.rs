@@ -204,6 +204,19 @@ impl Snapshot {
     }
 }
 
+/// Whether an error page's path (`/errors/404.html`) names a file, under the
+/// alias whose prefix it starts with or else the site's root, as the handler
+/// looks it up. A check for `sluice check`'s warnings only: the page is looked
+/// up again at each error, and may appear later.
+fn error_page_exists(site: &sluice_config::sites::Site, page: &str) -> bool {
+    let rel = page.trim_start_matches('/');
+    let under = site.aliases.iter().find_map(|(prefix, dir)| {
+        let rest = rel.strip_prefix(prefix.as_str())?;
+        rest.strip_prefix('/').map(|r| dir.join(r))
+    });
+    under.unwrap_or_else(|| site.root.join(rel)).is_file()
+}
+
 /// The request-head limits `[http]` sets (for the workers, and the front process).
 pub fn http_limits(http: &sluice_config::HttpSection) -> Limits {
     Limits {
@@ -252,6 +265,14 @@ impl Snapshot {
                 }
                 None => "no rules".into(),
             };
+            for (status, page) in &c.files.error_pages {
+                if !error_page_exists(c, page) {
+                    warnings.push(format!(
+                        "{}: error page for {status} {page}: no such file under the root (the short text is sent instead)",
+                        c.label
+                    ));
+                }
+            }
             let aliases: String = c
                 .aliases
                 .iter()

@@ -135,6 +135,21 @@ fn what_a_config_names_but_cannot_use_is_named_at_its_line() {
         let want = format!("{}/{want}", p.display());
         assert!(err.contains(&want), "{name}: want {want:?} in {err}");
     }
+    // An error page that is not there is not an error (it may be made later),
+    // but `sluice check` says so.
+    let f = p.join("pages.toml");
+    std::fs::write(
+        &f,
+        "[server]\nroot = \".\"\n[files]\nerror_pages = { 404 = \"/c1.pem\", 410 = \"/gone.html\" }\n",
+    )
+    .unwrap();
+    let (ok, err) = check(&f);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("error page for 410 /gone.html: no such file"),
+        "{err}"
+    );
+    assert!(!err.contains("error page for 404"), "{err}");
 }
 
 #[test]
