@@ -37,6 +37,7 @@ pub mod wheel;
 pub mod worker;
 
 mod processes;
+mod rebuild;
 mod settings;
 mod shared;
 mod shm;

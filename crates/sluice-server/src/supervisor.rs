@@ -385,6 +385,8 @@ pub(crate) fn run_process(
     // A new binary starting on our sockets (SIGUSR2), until it serves or fails.
     let mut upgrading: Option<upgrade::Pending> = None;
     let mut handed_over = false;
+    // Snapshots a reload replaced, until no worker holds them (`rebuild`).
+    let mut retiring = crate::rebuild::Retiring::default();
     // SIGUSR1, while serving and while finishing: every access log by its path.
     let reopen_logs = || {
         for (_, w) in &log_writers {
@@ -396,6 +398,7 @@ pub(crate) fn run_process(
         let now = std::time::Instant::now();
         if now >= next_sample {
             next_sample += std::time::Duration::from_secs(1);
+            retiring.sweep();
             shared
                 .board
                 .sample(&sluice_status::Totals::sum(shared.stats));
@@ -423,7 +426,13 @@ pub(crate) fn run_process(
                     let slot = &start.region.procs[part.process];
                     let asked = slot.reload_asked.load(Ordering::Acquire);
                     let began = crate::reloaded::Began::now();
-                    let made = reload(&shared, start.config_path.as_deref(), ov, managed.is_none());
+                    let made = reload(
+                        &shared,
+                        start.config_path.as_deref(),
+                        ov,
+                        managed.is_none(),
+                        &mut retiring,
+                    );
                     slot.reload_done.store(asked, Ordering::Release);
                     if managed.is_none() {
                         systemd::notify("READY=1");
@@ -507,8 +516,16 @@ pub(crate) fn run_process(
 /// (then `Err` with why).
 /// `tell` (false in a process a master runs: the master has said it) warns about
 /// what waits for a restart.
-fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) -> Result<(), String> {
-    let result = load_config(path, ov).and_then(|c| Snapshot::build(c, Some(shared.rates)));
+/// The snapshot it replaces goes to `retiring` (`rebuild`: dropped and its memory
+/// returned once no worker holds it).
+fn reload(
+    shared: &Shared,
+    path: Option<&Path>,
+    ov: &Overrides,
+    tell: bool,
+    retiring: &mut crate::rebuild::Retiring,
+) -> Result<(), String> {
+    let result = crate::rebuild::build_beside(path, ov, Some(shared.rates));
     match result {
         Ok(snap) => {
             let (old, _) = shared.current();
@@ -524,6 +541,7 @@ fn reload(shared: &Shared, path: Option<&Path>, ov: &Overrides, tell: bool) -> R
                 pool.know(&snap.devices);
             }
             shared.replace(snap);
+            retiring.push(old);
             tracing::info!("reloaded configuration");
             Ok(())
         }

@@ -1,0 +1,87 @@
+//! A reload's new snapshot, built beside the serving workers without taking their
+//! CPU, and the old snapshot's memory given back once nothing holds it.
+//!
+//! Owns:
+//! - [`build_beside`]: the thread that reads and compiles a reloaded configuration.
+//!   It runs at nice +10 for its short life, as the listing threads do
+//!   (`sluice_static::cold::lower_this_thread`), so when both want a core the
+//!   workers get it first. A million regex rules compile in about 11 s on this
+//!   machine's two cores when nothing else runs. With `server.processes = 2`, the
+//!   master and then each serving process compile them, and at the workers'
+//!   priority that took both cores from serving for the length of the reload.
+//!   Start-up compiles at full priority: nothing serves yet.
+//! - [`Retiring`]: the snapshots a reload replaced, until no worker or connection
+//!   holds them. The last one is dropped here, on the thread that reloaded, never
+//!   on a worker: freeing a million rules takes hundreds of milliseconds, which a
+//!   worker that dropped them last would have stalled for. Then `malloc_trim(0)`
+//!   returns the freed pages to the system. Without it, glibc kept them: one
+//!   process's RSS went 151 → 265 → 320 → … → 648 MB over fourteen reloads of
+//!   200,000 rules, with 184 MB in use (docs/BENCHMARKS.md, "Reloading a million
+//!   rules").
+//!
+//! Must not: hold a lock a worker takes while it compiles or frees (the shared
+//! snapshot is swapped by the caller, after the build); trim while a snapshot it
+//! dropped could still be in use (it is dropped only at a strong count of one: no
+//! one else can clone it then).
+//!
+//! Costs: a thread per reload, and a `malloc_trim` (a few milliseconds per
+//! hundred MB freed, holding each malloc arena's lock in turn) once per reload
+//! whose old snapshot is gone. Nothing between reloads but one count read per
+//! retired snapshot per supervisor turn.
+
+use crate::settings::{load_config, Overrides};
+use crate::snapshot::Snapshot;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Read the configuration and compile it on a thread of its own at lower priority
+/// (module doc), and wait for it.
+pub(crate) fn build_beside(
+    path: Option<&Path>,
+    ov: &Overrides,
+    rates: Option<sluice_rules::rates::SharedRates>,
+) -> Result<Snapshot, String> {
+    let path = path.map(Path::to_path_buf);
+    let ov = ov.clone();
+    std::thread::Builder::new()
+        .name("sluice-reload".into())
+        .spawn(move || {
+            sluice_static::cold::lower_this_thread();
+            load_config(path.as_deref(), &ov).and_then(|c| Snapshot::build(c, rates))
+        })
+        .map_err(|e| format!("cannot start the reload's thread: {e}"))?
+        .join()
+        .map_err(|_| "the reload's build panicked".to_string())?
+}
+
+/// Snapshots replaced by reloads, kept until nothing else holds them (module doc).
+#[derive(Default)]
+pub(crate) struct Retiring(Vec<Arc<Snapshot>>);
+
+impl Retiring {
+    pub fn push(&mut self, old: Arc<Snapshot>) {
+        self.0.push(old);
+        self.sweep();
+    }
+
+    /// Drop the snapshots only this holds; if any went, give the freed memory
+    /// back to the system.
+    pub fn sweep(&mut self) {
+        let before = self.0.len();
+        self.0.retain(|s| Arc::strong_count(s) > 1);
+        if self.0.len() < before {
+            trim();
+        }
+    }
+}
+
+/// Return the allocator's free pages to the system (glibc: `malloc_trim(0)`
+/// releases the free pages inside every arena, not only at a heap's top).
+pub(crate) fn trim() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes no pointers and only changes the allocator's own
+    // free lists, under each arena's lock.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
