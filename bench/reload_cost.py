@@ -4,7 +4,7 @@ it leaves behind (seeds 001/002: a million redirect rules that cost ordinary
 traffic nothing, on a reload too).
 
     bench/reload_cost.py --bin NAME=BINARY [--bin NAME=BINARY ...] [--rules 1000000]
-                         [--rounds 2] [--reloads 2]
+                         [--rounds 2] [--reloads 2] [--change]
 
 Each build serves the same tree with `--rules N` Apache `RewriteRule`s (regexes
 with a literal prefix, the slowest kind to compile) and its defaults (two
@@ -15,6 +15,10 @@ during the reload as a ratio to the baseline (median of its windows, and the
 worst window), the worst window's p99, and the server's PSS summed over its
 processes before the first reload and 3 s after each reload (once the replaced
 snapshots are released). Builds are interleaved within each round.
+
+Without `--change` each reload reads the same rules (an operator's reload for a
+log setting or a limit); with it, the last rule's target is changed before each
+reload, so the rules must be compiled again.
 
 The client and the server share the machine's cores: the ratio says how much of
 the cores the reload takes from serving, on this machine.
@@ -72,7 +76,15 @@ def wait_serving(url, within=120):
     raise SystemExit(f"server at {url} did not answer within {within} s")
 
 
-def one(name, binary, conf, url, reloads):
+def write_rules(path, n, generation):
+    with open(path, "w") as f:
+        f.write("RewriteEngine On\n")
+        for i in range(n - 1):
+            f.write(f"RewriteRule ^/old/{i}/(.*)$ /new/{i}/$1 [R=301,L]\n")
+        f.write(f"RewriteRule ^/last/(.*)$ /v{generation}/$1 [R=301,L]\n")
+
+
+def one(name, binary, conf, url, reloads, change):
     srv = subprocess.Popen([binary, "serve", "--config", conf, "--access-log", "off"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
@@ -83,6 +95,9 @@ def one(name, binary, conf, url, reloads):
         base = [window(binary, url) for _ in range(5)]
         row["base"] = statistics.median(r for r, _ in base)
         for k in range(reloads):
+            if change:
+                rules, n = change
+                write_rules(rules, n, k + 1)
             t0 = time.time()
             rel = subprocess.Popen([binary, "reload", "--pid", str(srv.pid), "--config", conf,
                                     "--timeout", "600s"],
@@ -106,6 +121,8 @@ def one(name, binary, conf, url, reloads):
     finally:
         os.killpg(srv.pid, signal.SIGTERM)
         srv.wait(timeout=60)
+        if change:
+            write_rules(change[0], change[1], 0)
 
 
 def main():
@@ -114,29 +131,31 @@ def main():
     ap.add_argument("--rules", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reloads", type=int, default=2)
+    ap.add_argument("--change", action="store_true",
+                    help="change one rule before each reload (compile again)")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin]
     d = tempfile.mkdtemp(prefix="sluice-reload-")
+    os.chmod(d, 0o755)  # started as root, the server serves as nobody
     root = os.path.join(d, "root")
     os.mkdir(root)
     with open(os.path.join(root, "a.txt"), "wb") as f:
         f.write(b"x" * 1024)
-    with open(os.path.join(d, "rules.conf"), "w") as f:
-        f.write("RewriteEngine On\n")
-        for i in range(a.rules):
-            f.write(f"RewriteRule ^/old/{i}/(.*)$ /new/{i}/$1 [R=301,L]\n")
+    rules = os.path.join(d, "rules.conf")
+    write_rules(rules, a.rules, 0)
     conf = os.path.join(d, "sluice.toml")
     with open(conf, "w") as f:
         f.write(f'[server]\nlisten = ["127.0.0.1:{PORT}"]\nroot = "root"\n'
                 f'[rules]\nfiles = ["rules.conf"]\n')
     url = f"http://127.0.0.1:{PORT}/a.txt"
-    print(f"{a.rules} rules; {a.rounds} rounds; {a.reloads} reloads each")
+    print(f"{a.rules} rules; {a.rounds} rounds; {a.reloads} reloads each; "
+          f"{'one rule changed before each' if a.change else 'the same rules'}")
     print("| round | build | reload s | req/s during ÷ before (median, worst window) "
           "| worst window p99 ms | PSS MB before, after each reload |")
     print("|---|---|---|---|---|---|")
     for rnd in range(1, a.rounds + 1):
         for name, binary in bins:
-            r = one(name, binary, conf, url, a.reloads)
+            r = one(name, binary, conf, url, a.reloads, (rules, a.rules) if a.change else None)
             rates = [x for x, _ in r["during"]] or [0]
             p99 = max((p for _, p in r["during"]), default=0) / 1000
             walls = "".join(f", {w:.1f}" for w in r.get("walls", []))

@@ -20,6 +20,7 @@ pub mod apache;
 pub mod classify;
 pub mod classindex;
 pub mod compiled;
+pub mod inputs;
 pub mod loader;
 pub mod model;
 pub mod native;
@@ -58,6 +59,8 @@ pub struct RuleSet {
     pub warnings: Vec<String>,
     /// Shared by every rate condition (`None` if there is none): fixed memory.
     rates: Option<std::sync::Arc<rates::RateTable>>,
+    /// What it was compiled from ([`RuleSet::inputs`]).
+    inputs: inputs::Inputs,
     /// Per rule (rank order): what its decision reads ([`model::Rule::reads`]).
     reads: Box<[model::Reads]>,
     /// Some rule is found by the client's address ([`classindex::ClassIndex::by_address`]).
@@ -70,9 +73,11 @@ impl RuleSet {
     /// Load and compile rules files, in order.
     pub fn load_files(paths: &[PathBuf], opts: &LoadOptions) -> Result<RuleSet, LoadError> {
         let mut ctx = loader::Ctx::new(opts.lenient);
+        ctx.inputs = inputs::Inputs::new(paths, opts);
         for p in paths {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| LoadError::at(p, 0, format!("cannot read: {e}")))?;
+            ctx.inputs.note(p, text.as_bytes());
             Self::parse_into(&mut ctx, &text, p, loader::detect(p, &text))?;
         }
         Ok(Self::build(ctx, opts))
@@ -135,7 +140,14 @@ impl RuleSet {
             files: ctx.files,
             warnings: ctx.warnings,
             rates,
+            inputs: ctx.inputs,
         }
+    }
+
+    /// The files and options it was compiled from: a reload that would compile the
+    /// same keeps this set ([`inputs::Inputs::unchanged`]).
+    pub fn inputs(&self) -> &inputs::Inputs {
+        &self.inputs
     }
 
     pub fn len(&self) -> usize {

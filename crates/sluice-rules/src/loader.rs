@@ -76,6 +76,8 @@ pub struct Ctx {
     pub warnings: Vec<String>,
     /// Rule sources name files by their index here.
     pub files: Vec<Arc<str>>,
+    /// Every file read so far, with its bytes' stamp.
+    pub inputs: crate::inputs::Inputs,
 }
 
 impl Ctx {
@@ -86,6 +88,7 @@ impl Ctx {
             maps: Maps::default(),
             warnings: Vec::new(),
             files: Vec::new(),
+            inputs: Default::default(),
         }
     }
 

@@ -55,7 +55,9 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
             };
             rest = r;
             if act == "substitute" {
-                substitute = Some(read_substitute(file, t).map_err(&err)?);
+                let (body, ctype, path) = read_substitute(file, t).map_err(&err)?;
+                ctx.inputs.note(&path, &body);
+                substitute = Some((body, ctype));
                 None
             } else {
                 Some(Template::parse(t, &|_| None).map_err(&err)?)
@@ -279,7 +281,12 @@ fn errant_action(
 }
 
 /// Read a `substitute` file (relative to the rules file), at most 1 MiB.
-fn read_substitute(rules_file: &Path, name: &str) -> Result<(Arc<[u8]>, &'static str), String> {
+/// Its body, its content type, and the path it was read from.
+#[allow(clippy::type_complexity)]
+fn read_substitute(
+    rules_file: &Path,
+    name: &str,
+) -> Result<(Arc<[u8]>, &'static str, std::path::PathBuf), String> {
     let p = rules_file.parent().unwrap_or(Path::new(".")).join(name);
     let meta = std::fs::metadata(&p).map_err(|e| format!("substitute {}: {e}", p.display()))?;
     if meta.len() > MAX_SUBSTITUTE {
@@ -295,7 +302,7 @@ fn read_substitute(rules_file: &Path, name: &str) -> Result<(Arc<[u8]>, &'static
         "js" => "text/javascript",
         _ => "application/octet-stream",
     };
-    Ok((body.into(), ctype))
+    Ok((body.into(), ctype, p))
 }
 
 /// Split a rule line into words; `"..."` groups words (also after `key=`), `\"`

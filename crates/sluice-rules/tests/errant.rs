@@ -167,6 +167,18 @@ fn substitute_with_a_fixed_date_and_explain_says_why() {
     }
     let e = s.explain(&req("/", "curl", "1.1.1.1"));
     assert!(e.contains("no: ua does not match"), "{e}");
+    // A reload keeps this set only while the substitute's bytes are the same
+    // (`inputs`), and the rules file's, and the options.
+    let opts = LoadOptions::default();
+    let files = [d.path().join("e.rules")];
+    assert!(s.inputs().unchanged(&files, &opts));
+    let salted = LoadOptions {
+        rate_salt: 1,
+        ..opts
+    };
+    assert!(!s.inputs().unchanged(&files, &salted));
+    std::fs::write(d.path().join("ntp.txt"), b"use a real NTP server!\n").unwrap();
+    assert!(!s.inputs().unchanged(&files, &opts));
 }
 
 #[test]

@@ -47,6 +47,7 @@ mod supervisor;
 mod upgrade;
 mod worker_threads;
 
+pub use rebuild::lower_priority_for_compile;
 pub use settings::{load_config, raise_nofile_limit, Overrides};
 pub use shared::{Shared, Stats};
 pub use snapshot::{static_handler, Site, Snapshot};

@@ -144,15 +144,20 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 systemd::reloading();
                 let began = crate::reloaded::Began::now();
                 let rates = Some(start.region.rates);
-                match crate::rebuild::build_beside(start.config_path.as_deref(), &start.ov, rates)
-                {
+                let previous = Arc::clone(&start.snap);
+                match crate::rebuild::build_beside(
+                    start.config_path.as_deref(),
+                    &start.ov,
+                    rates,
+                    previous,
+                ) {
                     Ok(snap) => {
                         start.snap.warn_restart_only(&snap);
                         crate::logging::apply(&snap.config.log.level);
                         // The master alone holds its snapshot (each process has its
                         // own copy): the old one goes now, and its memory with it.
-                        start.snap = Arc::new(snap);
-                        crate::rebuild::trim();
+                        let old = std::mem::replace(&mut start.snap, Arc::new(snap));
+                        crate::rebuild::drop_beside(vec![old], true);
                         reloads += 1;
                         for p in start.region.procs {
                             p.reload_asked.store(reloads, Ordering::Release);

@@ -2,7 +2,10 @@
 //! CPU, and the old snapshot's memory given back once nothing holds it.
 //!
 //! Owns:
-//! - [`build_beside`]: the thread that reads and compiles a reloaded configuration.
+//! - [`build_beside`]: the thread that reads and compiles a reloaded configuration,
+//!   keeping the compiled rules of a site whose rules files (and the files they
+//!   name) are byte for byte the same (`sluice_rules::inputs`): then nothing is
+//!   compiled, and serving processes go on sharing the master's pages.
 //!   It runs at nice +10 for its short life, as the listing threads do
 //!   (`sluice_static::cold::lower_this_thread`), so when both want a core the
 //!   workers get it first. A million regex rules compile in about 11 s on this
@@ -11,10 +14,10 @@
 //!   priority that took both cores from serving for the length of the reload.
 //!   Start-up compiles at full priority: nothing serves yet.
 //! - [`Retiring`]: the snapshots a reload replaced, until no worker or connection
-//!   holds them. The last one is dropped here, on the thread that reloaded, never
-//!   on a worker: freeing a million rules takes hundreds of milliseconds, which a
-//!   worker that dropped them last would have stalled for. Then `malloc_trim(0)`
-//!   returns the freed pages to the system. Without it, glibc kept them: one
+//!   holds them. The last reference is dropped here, on a thread at nice +10
+//!   ([`drop_beside`]), never on a worker: freeing a million rules takes hundreds
+//!   of milliseconds, which a worker that dropped them last would have stalled
+//!   for. Then `malloc_trim(0)` returns the freed pages to the system. Without it, glibc kept them: one
 //!   process's RSS went 151 → 265 → 320 → … → 648 MB over fourteen reloads of
 //!   200,000 rules, with 184 MB in use (docs/BENCHMARKS.md, "Reloading a million
 //!   rules").
@@ -36,22 +39,32 @@ use std::sync::Arc;
 
 /// Read the configuration and compile it on a thread of its own at lower priority
 /// (module doc), and wait for it.
+/// Rules that would compile from the same bytes as `previous`'s are not compiled
+/// again (`Snapshot::build_after`).
 pub(crate) fn build_beside(
     path: Option<&Path>,
     ov: &Overrides,
     rates: Option<sluice_rules::rates::SharedRates>,
+    previous: Arc<Snapshot>,
 ) -> Result<Snapshot, String> {
     let path = path.map(Path::to_path_buf);
     let ov = ov.clone();
     std::thread::Builder::new()
         .name("sluice-reload".into())
         .spawn(move || {
-            sluice_static::cold::lower_this_thread();
-            load_config(path.as_deref(), &ov).and_then(|c| Snapshot::build(c, rates))
+            lower_priority_for_compile();
+            load_config(path.as_deref(), &ov)
+                .and_then(|c| Snapshot::build_after(c, rates, Some(&previous)))
         })
         .map_err(|e| format!("cannot start the reload's thread: {e}"))?
         .join()
         .map_err(|_| "the reload's build panicked".to_string())?
+}
+
+/// Lower the calling thread's priority to the reload thread's (nice +10): for
+/// `sluice reload --config`, whose check compiles the rules beside a serving server.
+pub fn lower_priority_for_compile() {
+    sluice_static::cold::lower_this_thread();
 }
 
 /// Snapshots replaced by reloads, kept until nothing else holds them (module doc).
@@ -64,14 +77,37 @@ impl Retiring {
         self.sweep();
     }
 
-    /// Drop the snapshots only this holds; if any went, give the freed memory
-    /// back to the system.
+    /// Drop the snapshots only this holds, and give the freed memory back to the
+    /// system, on a thread at nice +10 ([`drop_beside`], not waited for).
     pub fn sweep(&mut self) {
-        let before = self.0.len();
-        self.0.retain(|s| Arc::strong_count(s) > 1);
-        if self.0.len() < before {
+        let (gone, kept) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|s| Arc::strong_count(s) == 1);
+        self.0 = kept;
+        drop_beside(gone, false);
+    }
+}
+
+/// Drop `snapshots` (the last holder of each) and trim, on a thread at nice +10:
+/// freeing a million compiled rules takes a core for a while. `wait`: join it (the
+/// master, which must run no thread when it forks). Inline if no thread starts.
+pub(crate) fn drop_beside(snapshots: Vec<Arc<Snapshot>>, wait: bool) {
+    if snapshots.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("sluice-retire".into())
+        .spawn(move || {
+            lower_priority_for_compile();
+            drop(snapshots);
             trim();
+        });
+    match spawned {
+        Ok(t) if wait => {
+            let _ = t.join();
         }
+        Ok(_) => {}
+        Err(_) => trim(),
     }
 }
 

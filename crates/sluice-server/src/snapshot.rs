@@ -79,6 +79,17 @@ impl Snapshot {
         config: Valid,
         rates: Option<sluice_rules::rates::SharedRates>,
     ) -> Result<Snapshot, String> {
+        Self::build_after(config, rates, None)
+    }
+
+    /// As [`Snapshot::build`], for a reload: a site whose rules would compile from
+    /// the same bytes with the same options as `previous`'s site of the same number
+    /// keeps `previous`'s compiled set (`sluice_rules::inputs`).
+    pub fn build_after(
+        config: Valid,
+        rates: Option<sluice_rules::rates::SharedRates>,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, String> {
         let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
         let mut devices = Vec::new();
@@ -124,17 +135,27 @@ impl Snapshot {
                     rates,
                     rate_salt: i as u32,
                 };
-                let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts).map_err(|e| {
-                    // A file that cannot be read is named where the config names
-                    // it; an error inside one, at its own line.
-                    let at = match e.line {
-                        0 => config.site_key_at(i, "rules.files", ".rules"),
-                        _ => String::new(),
-                    };
-                    format!("{at}{site}{e}")
-                })?;
-                tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
-                Some(Arc::new(set))
+                let kept = previous
+                    .and_then(|p| p.sites.get(i))
+                    .and_then(|s| s.rules.as_ref())
+                    .filter(|set| set.inputs().unchanged(&conf.rules, &opts));
+                if let Some(set) = kept {
+                    tracing::info!(site = %conf.label, "rules unchanged: the compiled set is kept");
+                    Some(Arc::clone(set))
+                } else {
+                    let set =
+                        sluice_rules::RuleSet::load_files(&conf.rules, &opts).map_err(|e| {
+                            // A file that cannot be read is named where the config names
+                            // it; an error inside one, at its own line.
+                            let at = match e.line {
+                                0 => config.site_key_at(i, "rules.files", ".rules"),
+                                _ => String::new(),
+                            };
+                            format!("{at}{site}{e}")
+                        })?;
+                    tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
+                    Some(Arc::new(set))
+                }
             };
             let status_shadowed = config.status.enabled
                 && root

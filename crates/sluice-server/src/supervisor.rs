@@ -525,7 +525,7 @@ fn reload(
     tell: bool,
     retiring: &mut crate::rebuild::Retiring,
 ) -> Result<(), String> {
-    let result = crate::rebuild::build_beside(path, ov, Some(shared.rates));
+    let result = crate::rebuild::build_beside(path, ov, Some(shared.rates), shared.current().0);
     match result {
         Ok(snap) => {
             let (old, _) = shared.current();

@@ -75,6 +75,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let within = sluice_config::parse_duration(&timeout).map_err(anyhow::Error::msg)?;
             if let Some(config) = config {
                 sluice_server::logging::init("warn");
+                // The check compiles the rules as the server will (a million regex
+                // rules: seconds of CPU) beside a server that is serving: at nice
+                // +10, as the server's own reload compiles (`rebuild`).
+                sluice_server::lower_priority_for_compile();
                 let cfg = sluice_server::load_config(Some(&config), &Default::default())
                     .map_err(anyhow::Error::msg)?;
                 sluice_server::Snapshot::build(cfg, None).map_err(anyhow::Error::msg)?;

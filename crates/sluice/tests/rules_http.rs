@@ -314,3 +314,55 @@ fn reload_swaps_rules_and_keeps_them_when_the_new_file_is_broken() {
     let _ = std::fs::remove_file(rules);
     let _ = std::fs::remove_file(cfg);
 }
+
+/// A reload compiles the rules again only if it would read other bytes: the rules
+/// files, and the files they name (a `RewriteMap`'s), are compared by their bytes.
+/// Unchanged, the compiled set is kept (a million rules need not compile again
+/// for a change to a log setting); a map changed alone is read again.
+#[test]
+fn a_reload_keeps_unchanged_rules_and_reads_a_changed_map() {
+    let dir = docroot();
+    let rules = dir.path().join(".rules.conf");
+    let map = dir.path().join(".map.txt");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteMap where txt:.map.txt\n\
+         RewriteRule ^/m/(.*)$ ${where:$1} [R=302,L]\n",
+    )
+    .unwrap();
+    std::fs::write(&map, "a /one\n").unwrap();
+    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
+    let location = |path: &str| {
+        let r = srv.get(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        r.header("location").map(str::to_string)
+    };
+    let count = |what: &str| srv.stderr().matches(what).count();
+    assert_eq!(location("/m/a").as_deref(), Some("/one"));
+    let (compiled, kept) = (count("rules compiled"), count("rules unchanged"));
+
+    srv.reload();
+    assert_eq!(count("rules compiled"), compiled, "{}", srv.stderr());
+    assert!(count("rules unchanged") > kept, "{}", srv.stderr());
+    assert_eq!(location("/m/a").as_deref(), Some("/one"));
+
+    // The same length, other bytes: the map alone changed.
+    std::fs::write(&map, "a /two\n").unwrap();
+    srv.reload();
+    assert!(count("rules compiled") > compiled, "{}", srv.stderr());
+    assert_eq!(location("/m/a").as_deref(), Some("/two"));
+
+    // The rules file changed.
+    let compiled = count("rules compiled");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteMap where txt:.map.txt\n\
+         RewriteRule ^/n/(.*)$ ${where:$1} [R=301,L]\n",
+    )
+    .unwrap();
+    srv.reload();
+    assert!(count("rules compiled") > compiled, "{}", srv.stderr());
+    let r = srv.get("GET /n/a HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!((r.status, r.header("location")), (301, Some("/two")));
+}

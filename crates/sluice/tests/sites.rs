@@ -258,11 +258,17 @@ fn the_operations_example_passes_check() {
     for dir in [
         "srv/www/default",
         "srv/mirror",
-        "srv/www/example.org",
+        "srv/www/example.org/.errors",
         "etc/tls",
     ] {
         std::fs::create_dir_all(d.path().join(dir)).unwrap();
     }
+    // The static site's 404 page (`sluice check` warns of a page that is not there).
+    std::fs::write(
+        d.path().join("srv/www/example.org/.errors/404.html"),
+        "<h1>Not here</h1>\n",
+    )
+    .unwrap();
     // The example's certificates: self-signed, made here (sluice check reads them).
     for name in ["www", "mirror"] {
         let o = Command::new("openssl")

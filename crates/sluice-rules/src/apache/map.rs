@@ -15,12 +15,12 @@ pub(super) fn directive(at: &Line, ctx: &mut Ctx) -> Result<(), LoadError> {
     let [name, spec, ..] = at.args else {
         return Err(at.err("RewriteMap needs a name and type:source"));
     };
-    let def = load_map(spec, at.file).map_err(|m| at.err(m))?;
+    let def = load_map(spec, at.file, ctx).map_err(|m| at.err(m))?;
     ctx.maps.define(name, def);
     Ok(())
 }
 
-fn load_map(spec: &str, file: &Path) -> Result<MapDef, String> {
+fn load_map(spec: &str, file: &Path, ctx: &mut Ctx) -> Result<MapDef, String> {
     let (kind, src) = spec
         .split_once(':')
         .ok_or_else(|| format!("RewriteMap source {spec:?}: expected type:source"))?;
@@ -41,6 +41,7 @@ fn load_map(spec: &str, file: &Path) -> Result<MapDef, String> {
             };
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| format!("RewriteMap file {}: {e}", p.display()))?;
+            ctx.inputs.note(&p, text.as_bytes());
             let mut txt: FxHashMap<String, String> = FxHashMap::default();
             let mut rnd: FxHashMap<String, Vec<String>> = FxHashMap::default();
             for line in text.lines() {
