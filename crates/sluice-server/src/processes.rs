@@ -49,8 +49,9 @@ use std::time::Duration;
 /// How long the master waits for every serving process to make a reload before
 /// it tells systemd the reload is done anyway (a process stuck longer is logged).
 /// A million regex rules compile in about 11 s on an idle core, and each process
-/// compiles them at nice +10 (`rebuild`): under a full load that takes longer.
-const RELOAD_WAIT: Duration = Duration::from_secs(60);
+/// compiles them at nice +10 (`rebuild`): 90–118 s here beside a busy client
+/// (docs/BENCHMARKS.md, "Reloading a million rules").
+const RELOAD_WAIT: Duration = Duration::from_secs(300);
 
 /// The signals the master handles (blocked in it, and in a process until that
 /// process has its own handlers).

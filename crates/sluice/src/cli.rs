@@ -43,8 +43,10 @@ pub enum Cmd {
         /// The configuration the server reads, checked before the signal.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// How long to wait for the server's answer.
-        #[arg(long, default_value = "90s")]
+        /// How long to wait for the server's answer (rules files that changed
+        /// compile in each serving process at nice +10: a million regex rules
+        /// take minutes under load).
+        #[arg(long, default_value = "300s")]
         timeout: String,
     },
     /// Connection conditioning in front of any server: accept and read requests
