@@ -109,6 +109,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     let n = start.processes;
     mask(libc::SIG_BLOCK);
     let mut children: Vec<Child> = Vec::with_capacity(n);
+    // What the compile freed is sorted here, once, not in each process (`rebuild`).
+    crate::rebuild::settle_heap();
     for p in 0..n {
         let part = Part::of(p, n, start.workers);
         match fork_serving(&mut start, part, serve) {
@@ -159,6 +161,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                         // own copy): the old one goes now, and its memory with it.
                         let old = std::mem::replace(&mut start.snap, Arc::new(snap));
                         crate::rebuild::drop_beside(vec![old], true);
+                        // Processes forked from now on share the new snapshot.
+                        crate::rebuild::settle_heap();
                         reloads += 1;
                         for p in start.region.procs {
                             p.reload_asked.store(reloads, Ordering::Release);
