@@ -33,10 +33,13 @@
 //! server). A serving process whose master is killed gets SIGTERM
 //! (`PR_SET_PDEATHSIG`) and drains.
 //!
-//! Cost: nothing on the request path. Memory: after a reload each process holds its
-//! own compiled copy of the rules (before one, they share the master's). A reload
-//! compiles in the master, then in each process, each time on a thread at nice +10
-//! (`rebuild`), so the workers keep the cores.
+//! Cost: nothing on the request path. Memory: the processes share the master's
+//! compiled rules (the master sorts its allocator's free lists before it forks,
+//! `rebuild::settle_heap`, or each process's own allocations would unshare them),
+//! and go on sharing them across reloads that leave the rules files as they were.
+//! A reload that changes them compiles in the master, then in each process, each
+//! time on a thread at nice +10 (`rebuild`), and each process then holds a copy
+//! of its own.
 
 use crate::start::{Deaths, Part, Start};
 use crate::systemd;
