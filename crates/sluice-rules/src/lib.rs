@@ -33,7 +33,7 @@ pub mod template;
 
 pub use loader::{Format, LoadError};
 use model::{Flags, Miss, Pattern, Rule};
-pub use outcome::Outcome;
+pub use outcome::{outcome_text, Outcome};
 pub use request::{FileTests, MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
 
@@ -563,47 +563,4 @@ fn kind(r: &Rule) -> &'static str {
 fn line_text(file: &str, line: usize) -> Option<String> {
     let text = std::fs::read_to_string(file).ok()?;
     text.lines().nth(line.checked_sub(1)?).map(str::to_string)
-}
-
-pub fn outcome_text(o: &Outcome) -> String {
-    match o {
-        Outcome::Pass => "pass (served as it is)".into(),
-        Outcome::Redirect { status, location } => format!("{status} redirect to {location}"),
-        Outcome::Rewrite {
-            path,
-            query: Some(q),
-        } => format!("internal rewrite to {path}?{q}"),
-        Outcome::Rewrite { path, query: None } => format!("internal rewrite to {path}"),
-        Outcome::Forbidden => "403 Forbidden".into(),
-        Outcome::Gone => "410 Gone".into(),
-        Outcome::Answer { errant, date } => {
-            use classify::Errant as E;
-            let what = match errant {
-                None => "pass (served as it is)".to_string(),
-                Some(E::Deny) => "deny (403)".into(),
-                Some(E::Drop) => "drop (close, no response)".into(),
-                Some(E::Substitute { body, .. }) => {
-                    format!("substitute ({} bytes, 200)", body.len())
-                }
-                Some(E::Tarpit {
-                    text,
-                    every_ms,
-                    for_ms,
-                }) => {
-                    format!("tarpit ({text:?} every {every_ms} ms for {for_ms} ms)")
-                }
-                Some(E::Loop) => "loop (302 to itself, fresh query)".into(),
-                Some(E::Oversize { bytes, for_ms }) => {
-                    format!("oversize (cut at {bytes} bytes or {for_ms} ms)")
-                }
-                Some(E::Limited { retry_after_s }) => {
-                    format!("limit exceeded (429, Retry-After: {retry_after_s})")
-                }
-            };
-            match date {
-                Some(d) => format!("{what}, Date: {d}"),
-                None => what,
-            }
-        }
-    }
 }

@@ -25,3 +25,47 @@ pub enum Outcome {
         date: Option<std::sync::Arc<str>>,
     },
 }
+
+/// The one-line text of an outcome, as `explain` prints it.
+pub fn outcome_text(o: &Outcome) -> String {
+    match o {
+        Outcome::Pass => "pass (served as it is)".into(),
+        Outcome::Redirect { status, location } => format!("{status} redirect to {location}"),
+        Outcome::Rewrite {
+            path,
+            query: Some(q),
+        } => format!("internal rewrite to {path}?{q}"),
+        Outcome::Rewrite { path, query: None } => format!("internal rewrite to {path}"),
+        Outcome::Forbidden => "403 Forbidden".into(),
+        Outcome::Gone => "410 Gone".into(),
+        Outcome::Answer { errant, date } => {
+            use crate::classify::Errant as E;
+            let what = match errant {
+                None => "pass (served as it is)".to_string(),
+                Some(E::Deny) => "deny (403)".into(),
+                Some(E::Drop) => "drop (close, no response)".into(),
+                Some(E::Substitute { body, .. }) => {
+                    format!("substitute ({} bytes, 200)", body.len())
+                }
+                Some(E::Tarpit {
+                    text,
+                    every_ms,
+                    for_ms,
+                }) => {
+                    format!("tarpit ({text:?} every {every_ms} ms for {for_ms} ms)")
+                }
+                Some(E::Loop) => "loop (302 to itself, fresh query)".into(),
+                Some(E::Oversize { bytes, for_ms }) => {
+                    format!("oversize (cut at {bytes} bytes or {for_ms} ms)")
+                }
+                Some(E::Limited { retry_after_s }) => {
+                    format!("limit exceeded (429, Retry-After: {retry_after_s})")
+                }
+            };
+            match date {
+                Some(d) => format!("{what}, Date: {d}"),
+                None => what,
+            }
+        }
+    }
+}
