@@ -8,15 +8,29 @@
 //! limit, the common case, then costs one read of the files, and serving
 //! processes keep sharing the pages they were forked with.
 //!
-//! Owns: the stamps and the comparison. Must not: decide on file times (a file
+//! Owns: the options a set is compiled with ([`LoadOptions`]), the stamps and the
+//! comparison. Must not: decide on file times (a file
 //! rewritten within the same second, or copied with its old time, would be missed);
 //! the stamp is of the bytes. Costs: a hash of each file's bytes at load (SipHash,
 //! about 30 ms for a million rules' 60 MB), and a read and hash of each again per
 //! reload.
 
-use crate::LoadOptions;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
+
+/// How rules files are compiled: with the files' bytes, all a compiled set
+/// depends on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Skip unsupported directives and flags with a warning instead of failing.
+    pub lenient: bool,
+    /// Where rate conditions count (`None`: a table of this rule set's own, made
+    /// only if a rule has a rate condition).
+    pub rates: Option<crate::rates::SharedRates>,
+    /// Keeps this rule set's rate keys apart from other rule sets' in shared
+    /// cells (e.g. the site's index).
+    pub rate_salt: u32,
+}
 
 /// A file's length and two independent 64-bit hashes of its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

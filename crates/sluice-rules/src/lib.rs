@@ -31,23 +31,12 @@ pub mod request;
 pub mod strategy;
 pub mod template;
 
+pub use inputs::LoadOptions;
 pub use loader::{Format, LoadError};
 use model::{Flags, Miss, Pattern, Rule};
 pub use outcome::{outcome_text, Outcome};
 pub use request::{FileTests, MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoadOptions {
-    /// Skip unsupported directives and flags with a warning instead of failing.
-    pub lenient: bool,
-    /// Where rate conditions count (`None`: a table of this rule set's own, made
-    /// only if a rule has a rate condition).
-    pub rates: Option<rates::SharedRates>,
-    /// Keeps this rule set's rate keys apart from other rule sets' in shared
-    /// cells (e.g. the site's index).
-    pub rate_salt: u32,
-}
 
 /// A compiled set of rules, shared read-only by all workers.
 pub struct RuleSet {
