@@ -53,7 +53,7 @@ use std::time::Duration;
 /// it tells systemd the reload is done anyway (a process stuck longer is logged).
 /// A million regex rules compile in about 11 s on an idle core, and each process
 /// compiles them at nice +10 (`rebuild`): 90–118 s here beside a busy client
-/// (docs/BENCHMARKS.md, "Reloading a million rules").
+/// (docs/BENCHMARKS.md, "The fortieth session: reloading a million rules").
 const RELOAD_WAIT: Duration = Duration::from_secs(300);
 
 /// The signals the master handles (blocked in it, and in a process until that

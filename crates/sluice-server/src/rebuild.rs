@@ -1,31 +1,33 @@
 //! A reload's new snapshot, built beside the serving workers without taking their
-//! CPU, and the old snapshot's memory given back once nothing holds it.
+//! CPU; the old snapshot's memory given back once nothing holds it; and the
+//! master's heap settled before it forks, so that forked processes keep sharing it.
 //!
 //! Owns:
 //! - [`build_beside`]: the thread that reads and compiles a reloaded configuration,
 //!   keeping the compiled rules of a site whose rules files (and the files they
 //!   name) are byte for byte the same (`sluice_rules::inputs`): then nothing is
-//!   compiled, and serving processes go on sharing the master's pages.
-//!   It runs at nice +10 for its short life, as the listing threads do
+//!   compiled, and serving processes go on sharing the master's pages. It runs at
+//!   nice +10 for its short life, as the listing threads do
 //!   (`sluice_static::cold::lower_this_thread`), so when both want a core the
 //!   workers get it first. A million regex rules compile in about 11 s on this
-//!   machine's two cores when nothing else runs. With `server.processes = 2`, the
-//!   master and then each serving process compile them, and at the workers'
-//!   priority that took both cores from serving for the length of the reload.
-//!   Start-up compiles at full priority: nothing serves yet.
+//!   machine's two cores when nothing else runs; with two serving processes, the
+//!   master and then each process compile them. Start-up compiles at full
+//!   priority: nothing serves yet.
 //! - [`Retiring`]: the snapshots a reload replaced, until no worker or connection
-//!   holds them. The last reference is dropped here, on a thread at nice +10
+//!   holds them. The last reference is dropped on a thread at nice +10
 //!   ([`drop_beside`]), never on a worker: freeing a million rules takes hundreds
 //!   of milliseconds, which a worker that dropped them last would have stalled
-//!   for. Then `malloc_trim(0)` returns the freed pages to the system. Without it, glibc kept them: one
-//!   process's RSS went 151 → 265 → 320 → … → 648 MB over fourteen reloads of
-//!   200,000 rules, with 184 MB in use (docs/BENCHMARKS.md, "Reloading a million
-//!   rules").
+//!   for. Then `malloc_trim(0)` returns the freed pages to the system. Without
+//!   it, glibc kept them: one process's RSS went 151 → 265 → 320 → … → 648 MB
+//!   over fourteen reloads of 200,000 rules, with 184 MB in use.
+//! - [`settle_heap`]: see there.
+//!
+//! Figures: docs/BENCHMARKS.md, "The fortieth session: reloading a million rules".
 //!
 //! Must not: hold a lock a worker takes while it compiles or frees (the shared
-//! snapshot is swapped by the caller, after the build); trim while a snapshot it
-//! dropped could still be in use (it is dropped only at a strong count of one: no
-//! one else can clone it then).
+//! snapshot is swapped by the caller, after the build); drop a snapshot that could
+//! still be in use (it is dropped only at a strong count of one: no one else can
+//! clone it then).
 //!
 //! Costs: a thread per reload, and a `malloc_trim` (a few milliseconds per
 //! hundred MB freed, holding each malloc arena's lock in turn) once per reload
@@ -38,8 +40,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Read the configuration and compile it on a thread of its own at lower priority
-/// (module doc), and wait for it.
-/// Rules that would compile from the same bytes as `previous`'s are not compiled
+/// (module doc), and wait for it. Rules that would compile from the same bytes as `previous`'s are not compiled
 /// again (`Snapshot::build_after`).
 pub(crate) fn build_beside(
     path: Option<&Path>,
@@ -121,11 +122,10 @@ const SETTLE_ROUNDS: usize = 1000;
 /// them into bins during later `malloc`s, writing each chunk's header. In a forked
 /// process every such write copies a page it shared with the master: after a
 /// million rules were compiled, each serving process's once-a-second allocations
-/// unshared about 12 MB a second of the heap, 140 MB in the first 12 s
-/// (docs/BENCHMARKS.md, "Reloading a million rules"). A request that no free
-/// chunk fits exactly (100 KiB, from the large bins) sorts up to 10,000 chunks;
-/// [`SETTLE_ROUNDS`] of them sort millions, and cost microseconds once the list
-/// is empty. Nothing to do with another allocator.
+/// unshared 8–12 MB a second of the heap, 140 MB in the first 12 s. A request
+/// that no free chunk fits exactly (100 KiB, from the large bins) sorts up to
+/// 10,000 chunks; [`SETTLE_ROUNDS`] of them sort millions, and cost microseconds
+/// once the list is empty. Nothing to do with another allocator.
 pub(crate) fn settle_heap() {
     trim();
     #[cfg(target_env = "gnu")]
