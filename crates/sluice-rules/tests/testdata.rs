@@ -137,6 +137,18 @@ fn every_file_in_testdata_rules_bad_is_refused_with_its_message() {
             }
             Err(_) => {}
         }
+        // The parse-only check (`sluice reload --config`) refuses it the same way.
+        match RuleSet::check_files(std::slice::from_ref(&path), &LoadOptions::default()) {
+            Ok(_) => failures.push(format!("{name}: check_files accepted, want {want:?}")),
+            Err(e) => {
+                let got = e
+                    .to_string()
+                    .replacen(&format!("{}/", dir.display()), "", 1);
+                if !got.starts_with(&want) {
+                    failures.push(format!("{name}: check_files got {got:?}, want {want:?}"));
+                }
+            }
+        }
         checked += 1;
     }
     assert!(checked >= 8, "only {checked} cases in {}", dir.display());

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 /// Read the configuration and compile it on a thread of its own at lower priority
 /// (module doc), and wait for it. Rules that would compile from the same bytes as `previous`'s are not compiled
-/// again (`Snapshot::build_after`).
+/// again (`Snapshot::build_with`).
 pub(crate) fn build_beside(
     path: Option<&Path>,
     ov: &Overrides,
@@ -54,8 +54,9 @@ pub(crate) fn build_beside(
         .name("sluice-reload".into())
         .spawn(move || {
             lower_priority_for_compile();
-            load_config(path.as_deref(), &ov)
-                .and_then(|c| Snapshot::build_after(c, rates, Some(&previous)))
+            load_config(path.as_deref(), &ov).and_then(|c| {
+                Snapshot::build_with(c, rates, crate::snapshot::Rules::Compile(Some(&previous)))
+            })
         })
         .map_err(|e| format!("cannot start the reload's thread: {e}"))?
         .join()

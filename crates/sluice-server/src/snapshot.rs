@@ -79,16 +79,22 @@ impl Snapshot {
         config: Valid,
         rates: Option<sluice_rules::rates::SharedRates>,
     ) -> Result<Snapshot, String> {
-        Self::build_after(config, rates, None)
+        Self::build_with(config, rates, Rules::Compile(None))
     }
 
-    /// As [`Snapshot::build`], for a reload: a site whose rules would compile from
-    /// the same bytes with the same options as `previous`'s site of the same number
-    /// keeps `previous`'s compiled set (`sluice_rules::inputs`).
-    pub fn build_after(
+    /// Everything [`Snapshot::build`] checks, with the rules files read and parsed
+    /// for their errors and warnings but not compiled (`sluice reload --config`'s
+    /// check, beside a serving server: a million regex rules parse in about half
+    /// their compile time). The snapshot has no rules: it is for the check only.
+    pub fn check(config: Valid) -> Result<Snapshot, String> {
+        Self::build_with(config, None, Rules::Check)
+    }
+
+    /// As [`Snapshot::build`], with what to do with the rules files.
+    pub fn build_with(
         config: Valid,
         rates: Option<sluice_rules::rates::SharedRates>,
-        previous: Option<&Snapshot>,
+        rules_mode: Rules<'_>,
     ) -> Result<Snapshot, String> {
         let (confs, hosts) = sluice_config::sites::resolve(&config).map_err(|e| e.to_string())?;
         let mut sites = Vec::with_capacity(confs.len());
@@ -127,34 +133,35 @@ impl Snapshot {
                     Err(e) => return Err(format!("{alias}: {e}")),
                 }
             }
-            let rules = if conf.rules.is_empty() {
-                None
-            } else {
-                let opts = sluice_rules::LoadOptions {
-                    lenient: conf.lenient,
-                    rates,
-                    rate_salt: i as u32,
-                };
-                let kept = previous
-                    .and_then(|p| p.sites.get(i))
-                    .and_then(|s| s.rules.as_ref())
-                    .filter(|set| set.inputs().unchanged(&conf.rules, &opts));
-                if let Some(set) = kept {
-                    tracing::info!(site = %conf.label, "rules unchanged: the compiled set is kept");
-                    Some(Arc::clone(set))
-                } else {
-                    let set =
-                        sluice_rules::RuleSet::load_files(&conf.rules, &opts).map_err(|e| {
-                            // A file that cannot be read is named where the config names
-                            // it; an error inside one, at its own line.
-                            let at = match e.line {
-                                0 => config.site_key_at(i, "rules.files", ".rules"),
-                                _ => String::new(),
-                            };
-                            format!("{at}{site}{e}")
-                        })?;
-                    tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
-                    Some(Arc::new(set))
+            let opts = sluice_rules::LoadOptions {
+                lenient: conf.lenient,
+                rates,
+                rate_salt: i as u32,
+            };
+            let rules = match rules_mode {
+                _ if conf.rules.is_empty() => None,
+                Rules::Check => {
+                    let warnings = sluice_rules::RuleSet::check_files(&conf.rules, &opts)
+                        .map_err(|e| rules_error(&config, i, &site, e))?;
+                    for w in warnings {
+                        tracing::warn!(site = %conf.label, "{w}");
+                    }
+                    None
+                }
+                Rules::Compile(previous) => {
+                    let kept = previous
+                        .and_then(|p| p.sites.get(i))
+                        .and_then(|s| s.rules.as_ref())
+                        .filter(|set| set.inputs().unchanged(&conf.rules, &opts));
+                    if let Some(set) = kept {
+                        tracing::info!(site = %conf.label, "rules unchanged: the compiled set is kept");
+                        Some(Arc::clone(set))
+                    } else {
+                        let set = sluice_rules::RuleSet::load_files(&conf.rules, &opts)
+                            .map_err(|e| rules_error(&config, i, &site, e))?;
+                        tracing::info!(site = %conf.label, summary = %set.summary(), "rules compiled");
+                        Some(Arc::new(set))
+                    }
                 }
             };
             let status_shadowed = config.status.enabled
@@ -223,6 +230,26 @@ impl Snapshot {
     pub fn limits(&self) -> Limits {
         http_limits(&self.config.http)
     }
+}
+
+/// What [`Snapshot::build_with`] does with a site's rules files.
+#[derive(Clone, Copy)]
+pub enum Rules<'a> {
+    /// Compile them, keeping `previous`'s set for a site whose files would read
+    /// the same bytes with the same options (`sluice_rules::inputs`): a reload.
+    Compile(Option<&'a Snapshot>),
+    /// Read and parse them for their errors only ([`Snapshot::check`]).
+    Check,
+}
+
+/// A rules file's error as the operator reads it: a file that cannot be read is
+/// named where the config names it; an error inside one, at its own line.
+fn rules_error(config: &Valid, site_no: usize, site: &str, e: sluice_rules::LoadError) -> String {
+    let at = match e.line {
+        0 => config.site_key_at(site_no, "rules.files", ".rules"),
+        _ => String::new(),
+    };
+    format!("{at}{site}{e}")
 }
 
 /// Whether an error page's path (`/errors/404.html`) names a file, under the

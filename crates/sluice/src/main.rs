@@ -75,13 +75,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let within = sluice_config::parse_duration(&timeout).map_err(anyhow::Error::msg)?;
             if let Some(config) = config {
                 sluice_server::logging::init("warn");
-                // The check compiles the rules as the server will (a million regex
-                // rules: seconds of CPU) beside a server that is serving: at nice
-                // +10, as the server's own reload compiles (`rebuild`).
+                // The check parses the rules (it does not compile them: a million
+                // regex rules still take seconds of CPU) beside a server that is
+                // serving: at nice +10, as the server's own reload compiles.
                 sluice_server::lower_priority_for_compile();
                 let cfg = sluice_server::load_config(Some(&config), &Default::default())
                     .map_err(anyhow::Error::msg)?;
-                sluice_server::Snapshot::build(cfg, None).map_err(anyhow::Error::msg)?;
+                sluice_server::Snapshot::check(cfg).map_err(anyhow::Error::msg)?;
             }
             sluice_server::reloaded::ask(pid, within)
                 .map_err(|e| anyhow::anyhow!("reload of pid {pid}: {e}"))?;
