@@ -430,11 +430,52 @@ pub fn wakeups_during(pids: &[u32], window: Duration) -> std::collections::BTree
     after
 }
 
-/// A fresh access-log path in the temp directory, unique to this test process.
-pub fn log_path(tag: &str) -> PathBuf {
+/// A fresh access-log path in the temp directory, unique to this test process,
+/// removed with the files rotated from it when the test ends (kept if it
+/// panicked, for the reader of the failure). Outside the test's docroot, where
+/// the server would serve it.
+pub fn log_path(tag: &str) -> TempLog {
     let p = std::env::temp_dir().join(format!("sluice-{tag}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&p);
-    p
+    TempLog(p)
+}
+
+/// A log file's path that [`log_path`] made: a `Path` to read and name.
+#[derive(Debug)]
+pub struct TempLog(PathBuf);
+
+impl std::ops::Deref for TempLog {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempLog {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempLog {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let _ = std::fs::remove_file(&self.0);
+        // What a test rotated it to (`x.log.1`, `x.log.old`).
+        if let (Some(dir), Some(name)) = (self.0.parent(), self.0.file_name()) {
+            let name = name.to_string_lossy().into_owned();
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}."))
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
 }
 
 /// A child process (haproxy, an activator) killed and reaped when the guard drops,

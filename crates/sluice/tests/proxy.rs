@@ -28,7 +28,7 @@ struct Proxied {
     child: std::process::Child,
     plain: String,
     proxy: String,
-    log: std::path::PathBuf,
+    log: TempLog,
     _dir: tempfile::TempDir,
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 struct Sites {
     srv: Server,
-    main_log: std::path::PathBuf,
-    mirror_log: std::path::PathBuf,
+    main_log: TempLog,
+    mirror_log: TempLog,
     cfg: std::path::PathBuf,
 }
 
