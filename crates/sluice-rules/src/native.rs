@@ -55,9 +55,7 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
             };
             rest = r;
             if act == "substitute" {
-                let (body, ctype, path) = read_substitute(file, t).map_err(&err)?;
-                ctx.inputs.note(&path, &body);
-                substitute = Some((body, ctype));
+                substitute = Some(read_substitute(file, t, &mut ctx.inputs).map_err(&err)?);
                 None
             } else {
                 Some(Template::parse(t, &|_| None).map_err(&err)?)
@@ -280,13 +278,13 @@ fn errant_action(
     }))
 }
 
-/// Read a `substitute` file (relative to the rules file), at most 1 MiB.
-/// Its body, its content type, and the path it was read from.
-#[allow(clippy::type_complexity)]
+/// Read a `substitute` file (relative to the rules file), at most 1 MiB, and note
+/// it among the set's inputs.
 fn read_substitute(
     rules_file: &Path,
     name: &str,
-) -> Result<(Arc<[u8]>, &'static str, std::path::PathBuf), String> {
+    inputs: &mut crate::inputs::Inputs,
+) -> Result<(Arc<[u8]>, &'static str), String> {
     let p = rules_file.parent().unwrap_or(Path::new(".")).join(name);
     let meta = std::fs::metadata(&p).map_err(|e| format!("substitute {}: {e}", p.display()))?;
     if meta.len() > MAX_SUBSTITUTE {
@@ -302,7 +300,8 @@ fn read_substitute(
         "js" => "text/javascript",
         _ => "application/octet-stream",
     };
-    Ok((body.into(), ctype, p))
+    inputs.note(&p, &body);
+    Ok((body.into(), ctype))
 }
 
 /// Split a rule line into words; `"..."` groups words (also after `key=`), `\"`

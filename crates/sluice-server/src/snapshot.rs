@@ -252,17 +252,16 @@ fn rules_error(config: &Valid, site_no: usize, site: &str, e: sluice_rules::Load
     format!("{at}{site}{e}")
 }
 
-/// Whether an error page's path (`/errors/404.html`) names a file, under the
-/// alias whose prefix it starts with or else the site's root, as the handler
-/// looks it up. A check for `sluice check`'s warnings only: the page is looked
-/// up again at each error, and may appear later.
-fn error_page_exists(site: &sluice_config::sites::Site, page: &str) -> bool {
-    let rel = page.trim_start_matches('/');
-    let under = site.aliases.iter().find_map(|(prefix, dir)| {
-        let rest = rel.strip_prefix(prefix.as_str())?;
-        rest.strip_prefix('/').map(|r| dir.join(r))
-    });
-    under.unwrap_or_else(|| site.root.join(rel)).is_file()
+/// Whether an error page's path (`/errors/404.html`) names a file, opened as the
+/// handler opens it (`site_root`: the alias it is under, the symlink policy). A
+/// check for `sluice check`'s warnings only: the page is looked up again at each
+/// error, and may appear later.
+fn error_page_exists(root: &Root, page: &str) -> bool {
+    sluice_static::path::normalize(page, true).is_ok_and(|n| {
+        root.open(&n.rel)
+            .and_then(|f| f.metadata())
+            .is_ok_and(|m| m.is_file())
+    })
 }
 
 /// The request-head limits `[http]` sets (for the workers, and the front process).
@@ -313,8 +312,9 @@ impl Snapshot {
                 }
                 None => "no rules".into(),
             };
+            let root = site_root(c).ok();
             for (status, page) in &c.files.error_pages {
-                if !error_page_exists(c, page) {
+                if !root.as_ref().is_some_and(|r| error_page_exists(r, page)) {
                     warnings.push(format!(
                         "{}: error page for {status} {page}: no such file under the root (the short text is sent instead)",
                         c.label
@@ -382,6 +382,15 @@ pub fn static_handler(
     site: &sluice_config::sites::Site,
     config: &sluice_config::Config,
 ) -> std::io::Result<StaticHandler> {
+    Ok(StaticHandler::new(
+        site_root(site)?,
+        site.files.clone(),
+        config.http.max_ranges,
+    ))
+}
+
+/// A site's root with its aliases mounted: where its paths are opened.
+fn site_root(site: &sluice_config::sites::Site) -> std::io::Result<Root> {
     let mut root = Root::new(&site.root, site.files.symlinks)
         .map_err(|e| std::io::Error::new(e.kind(), format!("root {}: {e}", site.root.display())))?;
     for (prefix, dir) in &site.aliases {
@@ -390,11 +399,7 @@ pub fn static_handler(
             std::io::Error::new(e.kind(), what)
         })?;
     }
-    Ok(StaticHandler::new(
-        root,
-        site.files.clone(),
-        config.http.max_ranges,
-    ))
+    Ok(root)
 }
 
 impl Snapshot {

@@ -525,10 +525,10 @@ fn reload(
     tell: bool,
     retiring: &mut crate::rebuild::Retiring,
 ) -> Result<(), String> {
-    let result = crate::rebuild::build_beside(path, ov, Some(shared.rates), shared.current().0);
+    let (old, _) = shared.current();
+    let result = crate::rebuild::build_beside(path, ov, Some(shared.rates), Arc::clone(&old));
     match result {
         Ok(snap) => {
-            let (old, _) = shared.current();
             if tell {
                 old.warn_restart_only(&snap);
             }
