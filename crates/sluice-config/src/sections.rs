@@ -79,6 +79,16 @@ pub struct ServerSection {
     /// download started before an upgrade ends as it would have.
     #[serde(deserialize_with = "crate::de::duration")]
     pub upgrade_grace: Duration,
+    /// With more than one serving process: a reload that compiles at least this
+    /// many rules (the sites' changed rule sets together) forks new serving
+    /// processes from the master's compile, and the old ones finish their
+    /// responses in flight within `upgrade_grace` and exit, as after an upgrade.
+    /// A reload that compiles fewer has each process compile them itself and keep
+    /// its connections. Default 100,000; 0: every reload that compiles anything
+    /// forks. Forked processes share the master's compiled rules; each process
+    /// that compiles holds a copy of its own (a million rules: 780 MB each, and
+    /// as many compiles as processes).
+    pub reload_fork_rules: u64,
     /// The serving processes' scheduling priority (nice value, -20 to 19), as
     /// nginx's `worker_priority`; 0 (the default) keeps the one sluice started with.
     /// On a machine that also runs other work, a negative value lets a worker that
@@ -704,6 +714,7 @@ impl Default for ServerSection {
             listen_sockets: 4,
             shutdown_grace: Duration::from_secs(10),
             upgrade_grace: Duration::from_secs(3600),
+            reload_fork_rules: 100_000,
             priority: 0,
             sched_slice: Duration::ZERO,
             user: None,

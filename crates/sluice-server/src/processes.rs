@@ -24,8 +24,14 @@
 //! forks later) and passes SIGHUP on, so each process reloads as a single process
 //! does, and tells systemd `READY=1` once every process has confirmed it in its
 //! shared slot (`shm::ProcSlot::reload_done`), so `systemctl reload` returns when
-//! the whole server serves the new configuration; SIGUSR1 is passed on (each
-//! process reopens its logs); SIGTERM/SIGINT are passed on as SIGTERM, and the
+//! the whole server serves the new configuration. A reload that compiled at least
+//! `server.reload_fork_rules` rules instead forks a new generation of serving
+//! processes from the new snapshot, into the other half of the process slots
+//! (`shm::generations`), and sends the old generation SIGQUIT
+//! ([`fork_generation`]); the old processes finish their responses and are reaped,
+//! not replaced. SIGUSR1 is passed on (each process reopens its logs), and the
+//! master reopens its own copies, which processes forked later start from;
+//! SIGTERM/SIGINT are passed on as SIGTERM, and the
 //! master waits for every process to finish (SIGQUIT: passed on as SIGQUIT,
 //! responses in flight get `upgrade_grace`); SIGUSR2 starts a new binary on the
 //! listeners (`upgrade`), and once it serves this server quits. A process that
@@ -37,9 +43,15 @@
 //! compiled rules (the master sorts its allocator's free lists before it forks,
 //! `rebuild::settle_heap`, or each process's own allocations would unshare them),
 //! and go on sharing them across reloads that leave the rules files as they were.
-//! A reload that changes them compiles in the master, then in each process, each
-//! time on a thread at nice +10 (`rebuild`), and each process then holds a copy
-//! of its own.
+//! A reload that changes them compiles in the master (on a thread at nice +10,
+//! `rebuild`). Below `reload_fork_rules` each process then compiles them too and
+//! holds a copy of its own; from it on, the new generation shares the master's
+//! compile and the old one's memory goes when it exits. Why the threshold: a fork
+//! costs the processes their caches and their idle keep-alive connections, and an
+//! old generation holds its memory until its last download ends (up to
+//! `upgrade_grace`); compiling a few thousand rules costs each process less. Why
+//! two generations and not more: the slots are fixed in the shared mapping, so a
+//! third would reuse a draining process's; such a reload compiles in place.
 
 use crate::start::{Deaths, Part, Start};
 use crate::systemd;
@@ -137,6 +149,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // Reloads asked of the serving processes so far, and the one not yet made by
     // all of them with how long the master waits for it (`READY=1` waits too).
     let mut reloads = 0u64;
+    // Processes a reload replaced (`fork_generation`), finishing their responses.
+    let mut draining: Vec<Child> = Vec::new();
     let mut confirming: Option<(u64, std::time::Instant, crate::reloaded::Began)> = None;
     'main: loop {
         let within = match (&upgrading, &confirming) {
@@ -160,6 +174,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                     Ok(snap) => {
                         start.snap.warn_restart_only(&snap);
                         crate::logging::apply(&snap.config.log.level);
+                        let compiled = snap.rules_compiled_since(&start.snap);
+                        let fork = compiled > 0 && compiled >= snap.config.server.reload_fork_rules;
                         // The master alone holds its snapshot (each process has its
                         // own copy): the old one goes now, and its memory with it.
                         let old = std::mem::replace(&mut start.snap, Arc::new(snap));
@@ -170,9 +186,31 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                         for p in start.region.procs {
                             p.reload_asked.store(reloads, Ordering::Release);
                         }
-                        signal_all(&children, libc::SIGHUP);
-                        confirming =
-                            Some((reloads, std::time::Instant::now() + RELOAD_WAIT, began));
+                        // Many rules compiled: new processes share the master's
+                        // compile, rather than each process compiling its own copy.
+                        let forked = fork
+                            && match fork_generation(
+                                &mut start,
+                                &mut children,
+                                &mut draining,
+                                serve,
+                            ) {
+                                Ok(()) => {
+                                    tracing::info!(rules = compiled, "reloaded: new serving processes forked; the old ones finish their responses in flight (upgrade_grace)");
+                                    true
+                                }
+                                Err(e) => {
+                                    tracing::warn!(rules = compiled, "{e}; each serving process compiles the rules itself instead");
+                                    false
+                                }
+                            };
+                        if forked {
+                            began.tell(&Ok(()));
+                        } else {
+                            signal_all(&children, libc::SIGHUP);
+                            confirming =
+                                Some((reloads, std::time::Instant::now() + RELOAD_WAIT, began));
+                        }
                     }
                     Err(e) => {
                         tracing::error!(
@@ -185,7 +223,15 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                     systemd::notify("READY=1");
                 }
             }
-            Some(libc::SIGUSR1) => signal_all(&children, libc::SIGUSR1),
+            Some(libc::SIGUSR1) => {
+                // Processes forked from now on (a reload's, a replacement) write
+                // to the files now at the logs' paths too.
+                for (_, f) in &mut start.logs {
+                    f.reopen();
+                }
+                signal_all(&children, libc::SIGUSR1);
+                signal_all(&draining, libc::SIGUSR1);
+            }
             Some(libc::SIGUSR2) => start.start_upgrade(&mut upgrading),
             Some(libc::SIGQUIT) => {
                 tracing::info!("quitting: finishing in-flight responses (upgrade_grace)");
@@ -202,7 +248,7 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
             let behind: Vec<libc::pid_t> = children
                 .iter()
                 .filter(|c| {
-                    start.region.procs[c.part.process]
+                    start.region.procs[c.part.slot]
                         .reload_done
                         .load(Ordering::Acquire)
                         < n
@@ -227,8 +273,18 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
             stop_with = libc::SIGQUIT;
             break 'main;
         }
-        // Reap: a serving process that exited while the server runs is replaced.
+        // Reap: a serving process that exited while the server runs is replaced;
+        // one an earlier reload replaced has finished its responses.
         while let Some((pid, how)) = reap(libc::WNOHANG) {
+            if let Some(i) = draining.iter().position(|c| c.pid == pid) {
+                let old = draining.remove(i);
+                start.region.procs[old.part.slot].clear();
+                tracing::info!(
+                    pid,
+                    "a serving process a reload replaced has finished ({how})"
+                );
+                continue;
+            }
             let Some(i) = children.iter().position(|c| c.pid == pid) else {
                 continue;
             };
@@ -266,6 +322,11 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
         }
     }
     signal_all(&children, stop_with);
+    // Those a reload replaced are quitting already: SIGTERM shortens their grace.
+    if stop_with == libc::SIGTERM {
+        signal_all(&draining, libc::SIGTERM);
+    }
+    children.append(&mut draining);
     // Close the master's copies of the listeners, so that once the processes close
     // theirs new connections are refused instead of queueing.
     start.per_worker.clear();
@@ -301,11 +362,52 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     }
 }
 
+/// A reload that compiled many rules (`server.reload_fork_rules`): fork a serving
+/// process for every part from the master's new snapshot, in the other
+/// generation's slots, then have the ones they replace quit (SIGQUIT: no more
+/// accepts, responses in flight finish within `upgrade_grace`, as after an
+/// upgrade). Both hold the same listening sockets, so no connection waiting in a
+/// backlog is lost. `Err` (and the processes serving as they were) while an
+/// earlier generation is still finishing, whose slots these would take, or if a
+/// new process cannot start.
+fn fork_generation(
+    start: &mut Start,
+    children: &mut Vec<Child>,
+    draining: &mut Vec<Child>,
+    serve: Serve,
+) -> Result<(), String> {
+    if !draining.is_empty() {
+        return Err(format!(
+            "the serving processes an earlier reload replaced ({:?}) are still finishing their responses",
+            draining.iter().map(|c| c.pid).collect::<Vec<_>>()
+        ));
+    }
+    let slots = start.region.procs.len();
+    let mut fresh: Vec<Child> = Vec::with_capacity(children.len());
+    for c in children.iter() {
+        let mut part = c.part;
+        part.slot = (part.slot + start.processes) % slots;
+        match fork_serving(start, part, serve) {
+            Ok(pid) => fresh.push(Child { pid, part }),
+            Err(e) => {
+                stop_all(&fresh);
+                for f in &fresh {
+                    start.region.procs[f.part.slot].clear();
+                }
+                return Err(format!("cannot fork new serving processes: {e}"));
+            }
+        }
+    }
+    signal_all(children, libc::SIGQUIT);
+    draining.extend(std::mem::replace(children, fresh));
+    Ok(())
+}
+
 /// Fork one serving process for `part` and wait until it reports that it serves
 /// (or why it cannot).
 fn fork_serving(start: &mut Start, part: Part, serve: Serve) -> Result<libc::pid_t, String> {
     // It starts from the master's newest snapshot: every reload asked is made.
-    let slot = &start.region.procs[part.process];
+    let slot = &start.region.procs[part.slot];
     slot.reload_done
         .store(slot.reload_asked.load(Ordering::Acquire), Ordering::Release);
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;

@@ -75,22 +75,19 @@ impl Shared {
     pub fn new(
         snap: Arc<Snapshot>,
         region: &crate::shm::Region,
-        process: usize,
+        slot: usize,
         local_workers: usize,
         max_connections: usize,
         server_connections: usize,
         nofile: u64,
     ) -> Arc<Shared> {
-        region.procs[process]
+        // The process's slot (`Part::slot`): one forked again after one died, or
+        // for a reload, starts from nothing.
+        region.procs[slot].clear();
+        region.procs[slot]
             .pid
             .store(std::process::id(), Ordering::Relaxed);
-        // A process forked again after one died starts from nothing.
-        region.procs[process].open.store(0, Ordering::Relaxed);
-        region.procs[process].drips.store(0, Ordering::Relaxed);
-        region.procs[process]
-            .regex_failures
-            .store(0, Ordering::Relaxed);
-        sluice_rules::pattern::count_failures_in(&region.procs[process].regex_failures);
+        sluice_rules::pattern::count_failures_in(&region.procs[slot].regex_failures);
         let c = &snap.config.condition;
         let unsent_budget = match c.unsent_total {
             0 => kernel_unsent_budget(),
@@ -108,12 +105,12 @@ impl Shared {
             pool.know(&snap.devices);
         }
         Arc::new(Shared {
-            open: &region.procs[process].open,
+            open: &region.procs[slot].open,
             procs: region.procs,
             rates: region.rates,
             netstat: region.netstat,
-            drips: &region.procs[process].drips,
-            disk_slots: &region.procs[process].disks,
+            drips: &region.procs[slot].drips,
+            disk_slots: &region.procs[slot].disks,
             max_open: max_connections,
             local_workers,
             caps: sluice_condition::RangeCaps::over(

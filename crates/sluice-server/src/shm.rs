@@ -1,8 +1,8 @@
 //! Memory every serving process shares (`server.processes`): one anonymous
 //! `MAP_SHARED` mapping, made before the serving processes are forked, holding the
 //! whole server's per-worker counters ([`Stats`], for the status page) and top-list
-//! slots ([`TopSlot`], so the status page lists the whole server's talkers), one
-//! [`ProcSlot`] per process (its pid, open connections and regex failures, so the
+//! slots ([`TopSlot`], so the status page lists the whole server's talkers), two
+//! [`ProcSlot`]s per process (one per generation, [`generations`]: its pid, open connections and regex failures, so the
 //! status page sums them, its tarpits, so `tarpit_max` caps their sum, and which
 //! reload it has made, so the master knows when a reload is done), the
 //! three range-cap tables and the address-cap table (`sluice_condition::RangeCaps`,
@@ -58,6 +58,32 @@ pub struct ProcSlot {
     pub disks: [DiskSlot; DISK_SLOTS],
 }
 
+impl ProcSlot {
+    /// Empty the slot for a process that starts in it, or once its process has
+    /// exited: no pid, nothing open, no lanes. Which reload it was asked is the
+    /// master's to write, and is kept.
+    pub fn clear(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.pid.store(0, Relaxed);
+        self.open.store(0, Relaxed);
+        self.drips.store(0, Relaxed);
+        self.regex_failures.store(0, Relaxed);
+        for d in &self.disks {
+            d.dev.store(0, Relaxed);
+            d.waiting.store(0, Relaxed);
+            d.reading.store(0, Relaxed);
+        }
+    }
+
+    /// The pid of the process in this slot, if one runs there.
+    pub fn running(&self) -> Option<u32> {
+        match self.pid.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+}
+
 /// Device lanes per process shown on the status page: the sites' roots and
 /// aliases on more disks than this are counted in the totals only.
 pub const DISK_SLOTS: usize = 8;
@@ -79,7 +105,10 @@ pub struct Region {
     pub stats: &'static [Stats],
     /// One per worker of the whole server, by global worker id.
     pub tops: &'static [TopSlot],
-    /// One per serving process, by its index.
+    /// One per serving process, by its slot (`Part::slot`): with more than one
+    /// process, two per process, for two generations of them: the serving ones
+    /// and, after a reload that forked new processes, the old ones finishing
+    /// their responses (`processes.rs`). A slot with no process has pid 0.
     pub procs: &'static [ProcSlot],
     /// The /8, /16, /24 (IPv6 /32, /48, /64) cap tables.
     caps: [&'static [AtomicU32]; 3],
@@ -104,6 +133,7 @@ impl Region {
     /// Map the region for `workers` workers in `processes` processes. Made once,
     /// before any fork.
     pub fn map(workers: usize, processes: usize) -> std::io::Result<Region> {
+        let processes = generations(processes);
         let stats_bytes = workers * std::mem::size_of::<Stats>();
         let tops_bytes = (workers * std::mem::size_of::<TopSlot>()).next_multiple_of(64);
         let procs_bytes = (processes * std::mem::size_of::<ProcSlot>()).next_multiple_of(64);
@@ -177,6 +207,17 @@ impl Region {
                 netstat: &*base.add(netstat_at).cast::<SharedReading>(),
             })
         }
+    }
+}
+
+/// Process slots for `processes` serving processes: two generations of them
+/// when a master forks them (it may fork new ones while the old finish), one
+/// for a single process.
+pub fn generations(processes: usize) -> usize {
+    if processes > 1 {
+        2 * processes
+    } else {
+        1
     }
 }
 

@@ -219,6 +219,24 @@ impl Snapshot {
         })
     }
 
+    /// Rules this snapshot compiled rather than kept from `previous` (a reload:
+    /// `Rules::Compile(Some(previous))` keeps a site's set by sharing it).
+    pub fn rules_compiled_since(&self, previous: &Snapshot) -> u64 {
+        let kept = |set: &Arc<sluice_rules::RuleSet>| {
+            previous
+                .sites
+                .iter()
+                .filter_map(|s| s.rules.as_ref())
+                .any(|p| Arc::ptr_eq(p, set))
+        };
+        self.sites
+            .iter()
+            .filter_map(|s| s.rules.as_ref())
+            .filter(|set| !kept(set))
+            .map(|set| set.len() as u64)
+            .sum()
+    }
+
     /// One file handler per site, in site order (each owns its own cache).
     pub fn static_handlers(&self) -> std::io::Result<Vec<StaticHandler>> {
         self.sites

@@ -118,6 +118,10 @@ pub(crate) struct Part {
     pub process: usize,
     pub first: usize,
     pub count: usize,
+    /// Its slot in the shared memory (`shm::Region::procs`): `process`, or
+    /// `process + processes` for the other generation (a reload that forks new
+    /// serving processes while the old ones finish, `processes.rs`).
+    pub slot: usize,
 }
 
 impl Part {
@@ -126,6 +130,7 @@ impl Part {
             process: 0,
             first: 0,
             count: workers,
+            slot: 0,
         }
     }
 
@@ -136,6 +141,7 @@ impl Part {
             process: p,
             first,
             count: (p + 1) * workers / n - first,
+            slot: p,
         }
     }
 }

@@ -53,13 +53,11 @@ pub fn answer(
     }
     let totals = sluice_status::Totals::sum(shared.stats);
     // With several serving processes, the sum over all of them (each has its own
-    // descriptor limit and connection limit).
+    // descriptor limit and connection limit), the old ones finishing their
+    // responses after a reload that forked new ones among them.
     let pids: Vec<Option<u32>> = match shared.procs {
         [_] => vec![None],
-        all => all
-            .iter()
-            .map(|p| Some(p.pid.load(Ordering::Relaxed)))
-            .collect(),
+        all => all.iter().filter_map(|p| p.running()).map(Some).collect(),
     };
     let open: usize = shared
         .procs

@@ -297,7 +297,7 @@ pub(crate) fn run_process(
     let mut shared = Shared::new(
         start.snap.clone(),
         &start.region,
-        part.process,
+        part.slot,
         workers,
         max_conns,
         max_conns * start.processes,
@@ -423,7 +423,7 @@ pub(crate) fn run_process(
                     // Under a master: which of its reloads this is (it wrote that
                     // before its signal; two signals may arrive as one), confirmed
                     // once made, so that its `READY=1` waits for every process.
-                    let slot = &start.region.procs[part.process];
+                    let slot = &start.region.procs[part.slot];
                     let asked = slot.reload_asked.load(Ordering::Acquire);
                     let began = crate::reloaded::Began::now();
                     let made = reload(

@@ -4,6 +4,7 @@
 //! server's; a process that dies is replaced; SIGHUP and SIGTERM reach every one.
 
 use sluice_testkit::*;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -238,6 +239,152 @@ fn sighup_reloads_every_process() {
     wait_for_stderr(&srv, "reload failed");
     std::thread::sleep(Duration::from_millis(200));
     assert!(locations(&srv).iter().all(|l| l == "/second"));
+    assert_eq!(srv.stop(), Some(0));
+}
+
+/// A reload that compiles at least `server.reload_fork_rules` rules forks new
+/// serving processes, which share the master's compile, and the old ones quit: a
+/// download begun before the reload arrives whole from its old process, which
+/// exits once it is sent, while new connections see the new rules. A reload that
+/// compiles fewer, or none, keeps the processes (each compiles for itself).
+#[test]
+fn a_reload_that_compiles_many_rules_forks_new_processes_and_the_old_finish() {
+    let dir = docroot();
+    // Larger than the socket buffers on both sides hold: the download stays in
+    // flight until this test reads it.
+    let big: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+    let rules = dir.path().join(".rules.conf");
+    std::fs::write(&rules, "Redirect 301 /a /first\n").unwrap();
+    let cfg = config_in(
+        &dir,
+        &format!(
+            "[server]\nreload_fork_rules = 2\n[rules]\nfiles = [{:?}]\n",
+            rules.to_str().unwrap()
+        ),
+    );
+    let srv = Server::start_in(dir, &["--config", &cfg, "--processes", "2"]);
+    let locations = |srv: &Server| -> Vec<String> {
+        (0..20)
+            .map(|_| {
+                srv.get("GET /a HTTP/1.0\r\n\r\n")
+                    .header("location")
+                    .unwrap_or("-")
+                    .to_string()
+            })
+            .collect()
+    };
+    let first = srv.children();
+    assert_eq!(first.len(), 2, "{first:?}");
+    // The same rules: nothing compiled, the processes stay.
+    srv.reload();
+    // One rule compiled, fewer than 2: each process compiles it.
+    std::fs::write(&rules, "Redirect 301 /a /second\n").unwrap();
+    srv.reload();
+    assert!(locations(&srv).iter().all(|l| l == "/second"));
+    assert_eq!(srv.children(), first, "no reload so far forked");
+    assert!(!srv.stderr().contains("new serving processes forked"));
+
+    // A download in flight, then two rules: the reload forks.
+    let mut dl = srv.connect();
+    dl.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let head = String::from_utf8(read_head(&mut dl)).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut got = vec![0u8; 1 << 20];
+    dl.read_exact(&mut got).unwrap();
+    std::fs::write(&rules, "Redirect 301 /a /third\nRedirect 301 /b /fourth\n").unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(&srv, "new serving processes forked");
+    let now = srv.children();
+    let fresh: Vec<u32> = now.iter().copied().filter(|p| !first.contains(p)).collect();
+    assert_eq!(fresh.len(), 2, "two new processes: {first:?} then {now:?}");
+    assert!(locations(&srv).iter().all(|l| l == "/third"));
+    // The old process sending the download is still there, counted on the
+    // status page beside the new ones.
+    let old: Vec<u32> = now.iter().copied().filter(|p| first.contains(p)).collect();
+    assert!(
+        !old.is_empty(),
+        "the download's process quit early: {now:?}"
+    );
+    assert!(srv.status_json()["processes"].as_u64().unwrap() >= 3);
+    // Another such reload while the old ones finish: their slots are taken, so
+    // each new process compiles the rules itself.
+    std::fs::write(
+        &rules,
+        "Redirect 301 /a /fifth\nRedirect 301 /b /fourth\nRedirect 301 /c /sixth\n",
+    )
+    .unwrap();
+    srv.signal(libc::SIGHUP);
+    wait_for_stderr(
+        &srv,
+        "each serving process compiles the rules itself instead",
+    );
+    wait_until(
+        || locations(&srv).iter().all(|l| l == "/fifth"),
+        || format!("{:?}", locations(&srv)),
+    );
+    assert!(srv
+        .children()
+        .iter()
+        .all(|p| fresh.contains(p) || old.contains(p)));
+
+    // The rest of the download, whole, then the old processes are gone.
+    let mut rest = Vec::new();
+    dl.read_to_end(&mut rest).unwrap_or(0);
+    got.extend_from_slice(&rest);
+    assert_eq!(got.len(), big.len(), "the download was cut");
+    assert!(got == big, "the download's bytes differ");
+    wait_until(
+        || srv.children() == fresh,
+        || format!("old processes left: {:?} (new {fresh:?})", srv.children()),
+    );
+    wait_for_stderr(&srv, "a serving process a reload replaced has finished");
+    assert_eq!(srv.status_json()["processes"], 2);
+    assert_eq!(srv.stop(), Some(0));
+}
+
+/// A serving process forked after a log rotation (here, the replacement of one
+/// killed) writes to the file now at the log's path, not to the one rotated away:
+/// the master reopens its own copy on SIGUSR1 too.
+#[test]
+fn a_process_forked_after_a_log_rotation_logs_to_the_new_file() {
+    let log = log_path("processes-rotate");
+    let srv = Server::start(&["--processes", "2", "--access-log", log.to_str().unwrap()]);
+    assert_eq!(
+        srv.get("GET /hello.txt?before HTTP/1.0\r\n\r\n").status,
+        200
+    );
+    wait_for_lines(&log, 1, Duration::from_secs(5), |l| l.contains("?before"));
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&*log, &rotated).unwrap();
+    let reopened = srv.stderr().matches("access log reopened").count();
+    srv.signal(libc::SIGUSR1);
+    wait_until(
+        || srv.stderr().matches("access log reopened").count() >= reopened + 2,
+        || srv.stderr(),
+    );
+    let first = srv.children();
+    // SAFETY: a process of the server this test started.
+    unsafe { libc::kill(first[0] as i32, libc::SIGKILL) };
+    wait_until(
+        || {
+            let now = srv.children();
+            now.len() == 2 && !now.contains(&first[0])
+        },
+        || format!("not replaced: {:?}", srv.children()),
+    );
+    // Fresh connections, spread over both processes: every line in the new file.
+    for i in 0..40 {
+        let r = srv.get(&format!("GET /hello.txt?after={i} HTTP/1.0\r\n\r\n"));
+        assert_eq!(r.status, 200);
+    }
+    wait_for_lines(&log, 40, Duration::from_secs(5), |l| l.contains("?after="));
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert!(
+        !old.contains("?after="),
+        "lines went to the rotated file:\n{old}"
+    );
     assert_eq!(srv.stop(), Some(0));
 }
 

@@ -57,6 +57,22 @@ impl LogFile {
         Ok(LogFile { path, file })
     }
 
+    /// Open the path again (SIGUSR1 to a master: the processes it forks from now
+    /// on write to the new file, not to the one logrotate moved away). A failure
+    /// keeps the old file, as a writer's reopen does.
+    pub fn reopen(&mut self) {
+        match OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+        {
+            Ok(f) => self.file = f,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot reopen the access log; keeping the old file")
+            }
+        }
+    }
+
     /// Start the writer thread on a duplicate of the descriptor; lines lost are
     /// counted in `lost` (the status page's, `Counters::log_lost`).
     pub fn start(&self, lost: &'static AtomicU64) -> std::io::Result<Writer> {

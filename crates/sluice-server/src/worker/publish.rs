@@ -53,20 +53,27 @@ impl Worker {
         };
         let list = self.talkers.publish(conns, secs, name);
         let st = &self.shared.stats[self.id];
-        for (a, n) in st.states.iter().zip(states) {
-            a.store(n, Ordering::Relaxed);
-        }
-        st.turn_longest_us
-            .store(std::mem::take(&mut self.turn_longest_us), Ordering::Relaxed);
         if let Some(ns) = cpu_wait_ns() {
             let us = (ns / 1000).saturating_sub(self.cpu_wait_ns / 1000);
             Counters::add(&st.cpu_wait_us, us);
             self.cpu_wait_ns = ns;
         }
-        self.shared.board.publish(self.id, &list);
         if let Some(pool) = &self.shared.disk {
             pool.publish(self.shared.disk_slots);
         }
+        // A worker finishing its responses (stopping, or replaced by a reload that
+        // forked new processes, `processes.rs`) leaves its id's gauges and top
+        // lists to its successor, which writes them too: its connections still
+        // count in its process's `open`.
+        if self.stopping.is_some() {
+            return;
+        }
+        for (a, n) in st.states.iter().zip(states) {
+            a.store(n, Ordering::Relaxed);
+        }
+        st.turn_longest_us
+            .store(std::mem::take(&mut self.turn_longest_us), Ordering::Relaxed);
+        self.shared.board.publish(self.id, &list);
     }
 }
 
