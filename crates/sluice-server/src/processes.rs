@@ -14,10 +14,13 @@
 //! connections spread over all workers, as with threads), the status page's top
 //! lists and `process` block (the answering process's).
 //!
-//! The master serves nothing and runs no thread: it blocks the signals it handles
-//! and takes them with `sigtimedwait`, so a fork never copies a signal handler's
-//! state or a lock held by another thread. A forked process registers its own
-//! handlers and then unblocks the signals ([`unblock_signals`]).
+//! The master serves nothing and runs no thread that could hold a lock when it
+//! forks: it blocks the signals it handles and takes them with `sigtimedwait`, so
+//! a fork never copies a signal handler's state. Its one other thread is the last
+//! reload's compile thread, parked on a channel with nothing held
+//! (`rebuild::build_parked`: it keeps that compile's malloc arena from the next
+//! compile). A forked process registers its own handlers and then unblocks the
+//! signals ([`unblock_signals`]).
 //!
 //! Signals to the master: SIGHUP checks the configuration (an error is logged and
 //! nothing changes; otherwise the master keeps the new snapshot for processes it
@@ -149,6 +152,8 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
     // Reloads asked of the serving processes so far, and the one not yet made by
     // all of them with how long the master waits for it (`READY=1` waits too).
     let mut reloads = 0u64;
+    // The parked thread whose arena holds the snapshot in use (`rebuild::build_parked`).
+    let mut compiled_by = crate::rebuild::Parked::none();
     // Processes a reload replaced (`fork_generation`), finishing their responses.
     let mut draining: Vec<Child> = Vec::new();
     let mut confirming: Option<(u64, std::time::Instant, crate::reloaded::Began)> = None;
@@ -165,12 +170,13 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                 let began = crate::reloaded::Began::now();
                 let rates = Some(start.region.rates);
                 let previous = Arc::clone(&start.snap);
-                match crate::rebuild::build_beside(
+                let (built, thread) = crate::rebuild::build_parked(
                     start.config_path.as_deref(),
                     &start.ov,
                     rates,
                     previous,
-                ) {
+                );
+                match built {
                     Ok(snap) => {
                         start.snap.warn_restart_only(&snap);
                         crate::logging::apply(&snap.config.log.level);
@@ -180,6 +186,9 @@ pub(crate) fn run(mut start: Start, serve: Serve) -> Result<(), String> {
                         // own copy): the old one goes now, and its memory with it.
                         let old = std::mem::replace(&mut start.snap, Arc::new(snap));
                         crate::rebuild::drop_beside(vec![old], true);
+                        // Its compile's thread can go now, and this one's is kept
+                        // (`rebuild::build_parked`: the next compile, another arena).
+                        drop(std::mem::replace(&mut compiled_by, thread));
                         // Processes forked from now on share the new snapshot.
                         crate::rebuild::settle_heap();
                         reloads += 1;
@@ -411,8 +420,10 @@ fn fork_serving(start: &mut Start, part: Part, serve: Serve) -> Result<libc::pid
     slot.reload_done
         .store(slot.reload_asked.load(Ordering::Acquire), Ordering::Release);
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-    // SAFETY: the master is single-threaded (it never starts a thread), so the child
-    // is a complete copy and may run any code.
+    // SAFETY: the master's only other thread, a reload's parked compile thread,
+    // holds no lock the child could need (it waits on a channel the child never
+    // touches; glibc's fork takes malloc's locks itself), so the child may run any
+    // code.
     let master = unsafe { libc::getpid() };
     let pid = unsafe { libc::fork() };
     if pid < 0 {
