@@ -384,6 +384,11 @@ impl RuleSet {
     }
 
     /// `file:line` of rule `i`.
+    /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary`]), if any.
+    pub fn vary(&self, i: u32) -> Option<String> {
+        self.rules.get(i as usize).and_then(model::Rule::vary)
+    }
+
     pub fn rule_origin(&self, i: u32) -> String {
         match self.rules.get(i as usize) {
             Some(r) => {

@@ -185,6 +185,26 @@ impl Template {
         })
     }
 
+    /// The request header fields this template reads (`%{HTTP_USER_AGENT}`,
+    /// `%{HTTP_REFERER}`, `%{HTTP:Name}`, in map keys and defaults too), for an
+    /// answer's `Vary` ([`crate::model::Rule::vary`]). The `Host` is not one: it is
+    /// part of what a cache keys on already.
+    pub fn headers_read<'a>(&'a self, out: &mut Vec<&'a str>) {
+        for p in &self.parts {
+            match p {
+                Part::Var(Var::UserAgent) => out.push("User-Agent"),
+                Part::Var(Var::Header(h)) => out.push(h),
+                Part::Map(m) => {
+                    m.key.headers_read(out);
+                    if let Some(d) = &m.default {
+                        d.headers_read(out);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub fn expand(&self, ex: &Expand) -> String {
         let mut out = String::new();
         self.expand_into(ex, &mut out);

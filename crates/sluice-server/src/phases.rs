@@ -148,6 +148,12 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                 r
             }
         };
+        // The request header fields the deciding rule's conditions read, so that
+        // a cache in front does not give this answer to a client whose differ
+        // (`Rule::vary`, as Apache's mod_rewrite).
+        if let Some(vary) = rule.and_then(|i| rules.vary(i)) {
+            r.headers.add("Vary", &vary);
+        }
         r.reuse_until = match (kept, files_until) {
             (false, _) => None,
             (true, Some(u)) => r.reuse_until.map(|r| r.min(u)),

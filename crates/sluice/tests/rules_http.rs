@@ -366,3 +366,75 @@ fn a_reload_keeps_unchanged_rules_and_reads_a_changed_map() {
     let r = srv.get("GET /n/a HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!((r.status, r.header("location")), (301, Some("/two")));
 }
+
+/// An answer a rule decided because of a request header names that header in
+/// `Vary`, as Apache's mod_rewrite does, so a cache in front of the mirror does
+/// not hand one client's redirect or refusal to another: the fields a
+/// `RewriteCond` reads (`%{HTTP_USER_AGENT}`, `%{HTTP:Name}`), a native rule's
+/// `ua=` and `header=`; not a condition's with `[NV]`, none for a rule that reads no header,
+/// and none when the condition failed and the file is served.
+#[test]
+fn an_answer_a_header_decided_varies_by_that_header() {
+    let dir = docroot();
+    let apache = dir.path().join(".vary.conf");
+    std::fs::write(
+        &apache,
+        "RewriteEngine On\n\
+         RewriteCond %{HTTP_USER_AGENT} ^Wget\n\
+         RewriteRule ^/hello\\.txt$ /mirrors.txt [R=302,L]\n\
+         RewriteCond %{HTTP:Accept-Language} ^de [OR]\n\
+         RewriteCond %{HTTP_USER_AGENT} deutsch\n\
+         RewriteCond %{HTTP:accept-language} .\n\
+         RewriteRule ^/start$ /de/start [R=302,L]\n\
+         RewriteCond %{HTTP_REFERER} spam [NV]\n\
+         RewriteCond %{HTTP:X-Mode} ^$\n\
+         RewriteRule ^/quiet$ - [F]\n\
+         Redirect 301 /old /hello.txt\n",
+    )
+    .unwrap();
+    let native = dir.path().join(".vary.rules");
+    std::fs::write(
+        &native,
+        "prefix /bots deny ua=crawler\n\
+         prefix /api deny header=X-Token:^bad\n",
+    )
+    .unwrap();
+    let srv = Server::start_in(
+        dir,
+        &[
+            "--rules",
+            apache.to_str().unwrap(),
+            "--rules",
+            native.to_str().unwrap(),
+        ],
+    );
+    let get = |path: &str, header: &str| {
+        srv.get(&format!(
+            "GET {path} HTTP/1.1\r\nHost: a\r\n{header}Connection: close\r\n\r\n"
+        ))
+    };
+    let r = get("/hello.txt", "User-Agent: Wget/1.21\r\n");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("vary"), Some("User-Agent"));
+    // The condition failed: the file, and no Vary of the rules'.
+    let r = get("/hello.txt", "User-Agent: curl/8\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("vary"), None);
+    // Each field once, in the order the conditions name them.
+    let r = get("/start", "Accept-Language: de-DE\r\n");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("vary"), Some("Accept-Language, User-Agent"));
+    let r = get("/quiet", "Referer: http://spam.example/\r\n");
+    assert_eq!((r.status, r.header("vary")), (403, Some("X-Mode")));
+    let r = get("/old", "User-Agent: Wget/1.21\r\n");
+    assert_eq!((r.status, r.header("vary")), (301, None));
+    let r = get("/bots/x", "User-Agent: crawler/2\r\n");
+    assert_eq!((r.status, r.header("vary")), (403, Some("User-Agent")));
+    let r = get("/api/x", "X-Token: bad1\r\n");
+    assert_eq!((r.status, r.header("vary")), (403, Some("X-Token")));
+    // A kept answer (the same request bytes, asked again) keeps its Vary.
+    for _ in 0..3 {
+        let r = get("/hello.txt", "User-Agent: Wget/1.21\r\n");
+        assert_eq!((r.status, r.header("vary")), (302, Some("User-Agent")));
+    }
+}

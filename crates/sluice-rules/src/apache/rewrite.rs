@@ -80,15 +80,15 @@ impl Rewrite {
         }
         let mut nocase = false;
         let mut or_next = false;
+        let mut novary = false;
         if let Some(f) = args.get(2) {
             for flag in flag_list(f).map_err(|m| at.err(m))? {
                 match flag.to_ascii_lowercase().as_str() {
                     "nc" | "nocase" => nocase = true,
                     "or" | "ornext" => or_next = true,
-                    // "No Vary": Apache then leaves the header this condition
-                    // read out of its answer's `Vary`; sluice never adds one
-                    // for a rule's condition, with or without it.
-                    "nv" | "novary" => {}
+                    // "No Vary": the header this condition reads is left out
+                    // of the answer's `Vary` (`Rule::vary`).
+                    "nv" | "novary" => novary = true,
                     other => return self.skip_cond(at, ctx, format!("RewriteCond flag [{other}]")),
                 }
             }
@@ -121,6 +121,7 @@ impl Rewrite {
             negate,
             nocase,
             or_next,
+            novary,
         });
         Ok(())
     }
