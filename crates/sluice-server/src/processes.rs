@@ -48,7 +48,7 @@
 //! and go on sharing them across reloads that leave the rules files as they were.
 //! A reload that changes them compiles in the master (on a thread at nice +10,
 //! `rebuild`). Below `reload_fork_rules` each process then compiles them too and
-//! holds a copy of its own; from it on, the new generation shares the master's
+//! holds a copy of its own; at or above it, a new generation shares the master's
 //! compile and the old one's memory goes when it exits. Why the threshold: a fork
 //! costs the processes their caches and their idle keep-alive connections, and an
 //! old generation holds its memory until its last download ends (up to

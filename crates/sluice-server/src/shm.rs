@@ -2,10 +2,10 @@
 //! `MAP_SHARED` mapping, made before the serving processes are forked, holding the
 //! whole server's per-worker counters ([`Stats`], for the status page) and top-list
 //! slots ([`TopSlot`], so the status page lists the whole server's talkers), two
-//! [`ProcSlot`]s per process (one per generation, [`generations`]: its pid, open connections and regex failures, so the
-//! status page sums them, its tarpits, so `tarpit_max` caps their sum, and which
-//! reload it has made, so the master knows when a reload is done), the
-//! three range-cap tables and the address-cap table (`sluice_condition::RangeCaps`,
+//! [`ProcSlot`]s per process (one per generation, [`generations`]: its pid, open
+//! connections and regex failures, so the status page sums them, its tarpits, so
+//! `tarpit_max` caps their sum, and which reload it has made, so the master knows
+//! when a reload is done), the three range-cap tables and the address-cap table (`sluice_condition::RangeCaps`,
 //! so a /24's cap, and one address's, holds across processes as it holds across
 //! threads) and the rate cells of the
 //! rules' rate conditions (`sluice_rules::rates`, so `rate=` counts a client's
