@@ -18,6 +18,19 @@ fn config_in(dir: &tempfile::TempDir, toml: &str) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// Where `/a` redirects, asked on 20 fresh connections (spread over the
+/// processes).
+fn locations(srv: &Server) -> Vec<String> {
+    (0..20)
+        .map(|_| {
+            srv.get("GET /a HTTP/1.0\r\n\r\n")
+                .header("location")
+                .unwrap_or("-")
+                .to_string()
+        })
+        .collect()
+}
+
 /// `n` keep-alive connections, each idle after one answered request. The
 /// connections are made one at a time, so a full server evicts the least recently
 /// used instead of refusing.
@@ -212,16 +225,6 @@ fn sighup_reloads_every_process() {
         &format!("[rules]\nfiles = [{:?}]\n", rules.to_str().unwrap()),
     );
     let srv = Server::start_in(dir, &["--config", &cfg, "--processes", "2"]);
-    let locations = |srv: &Server| -> Vec<String> {
-        (0..30)
-            .map(|_| {
-                srv.get("GET /a HTTP/1.0\r\n\r\n")
-                    .header("location")
-                    .unwrap_or("-")
-                    .to_string()
-            })
-            .collect()
-    };
     assert!(locations(&srv).iter().all(|l| l == "/first"));
     std::fs::write(&rules, "Redirect 301 /a /second\n").unwrap();
     srv.signal(libc::SIGHUP);
@@ -264,16 +267,6 @@ fn a_reload_that_compiles_many_rules_forks_new_processes_and_the_old_finish() {
         ),
     );
     let srv = Server::start_in(dir, &["--config", &cfg, "--processes", "2"]);
-    let locations = |srv: &Server| -> Vec<String> {
-        (0..20)
-            .map(|_| {
-                srv.get("GET /a HTTP/1.0\r\n\r\n")
-                    .header("location")
-                    .unwrap_or("-")
-                    .to_string()
-            })
-            .collect()
-    };
     let first = srv.children();
     assert_eq!(first.len(), 2, "{first:?}");
     // The same rules: nothing compiled, the processes stay.
