@@ -30,6 +30,7 @@ pub mod rates;
 pub mod request;
 pub mod strategy;
 pub mod template;
+pub mod vary;
 
 pub use inputs::LoadOptions;
 pub use loader::{Format, LoadError};
