@@ -33,8 +33,9 @@ fn ccserver() -> &'static Path {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let out = std::env::temp_dir().join(format!("ccserver-{}", std::process::id()));
+        // Beside the library it links, not in /tmp: every test run left one there.
         let lib = target_dir().join("release");
+        let out = lib.join("ccserver");
         let o = Command::new("cc")
             .arg("-Iinclude")
             .arg("examples/ccserver.c")
