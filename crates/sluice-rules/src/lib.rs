@@ -384,12 +384,12 @@ impl RuleSet {
         self.decide(first, req, step)
     }
 
-    /// `file:line` of rule `i`.
     /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary`]), if any.
     pub fn vary(&self, i: u32) -> Option<String> {
         self.rules.get(i as usize).and_then(model::Rule::vary)
     }
 
+    /// `file:line` of rule `i`.
     pub fn rule_origin(&self, i: u32) -> String {
         match self.rules.get(i as usize) {
             Some(r) => {
