@@ -104,6 +104,33 @@ impl HeaderBuf {
     pub fn has(&self, name: &str) -> bool {
         crate::request::field_values(&self.0, name).next().is_some()
     }
+    /// Puts `value` in place of the first line for `name` (any case), keeping
+    /// the lines' order; adds it if there is none. One pass over the lines; for
+    /// what a rule sets on an answer (`T=`), not for every response.
+    pub fn replace(&mut self, name: &str, value: &str) -> &mut Self {
+        let mut at = 0;
+        while at < self.0.len() {
+            let end = self.0[at..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .map_or(self.0.len(), |e| at + e + 2);
+            let line = &self.0[at..end];
+            let named = line.len() > name.len()
+                && line[name.len()] == b':'
+                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes());
+            if named {
+                let mut new = Vec::with_capacity(name.len() + value.len() + 4);
+                new.extend_from_slice(&line[..name.len()]);
+                new.extend_from_slice(b": ");
+                new.extend_from_slice(value.as_bytes());
+                new.extend_from_slice(b"\r\n");
+                self.0.splice(at..end, new);
+                return self;
+            }
+            at = end;
+        }
+        self.add(name, value)
+    }
     pub fn add_u64(&mut self, name: &str, value: u64) -> &mut Self {
         let mut b = itoa::Buffer::new();
         self.add(name, b.format(value))
@@ -119,6 +146,12 @@ impl HeaderBuf {
             SPARE_HEADERS.set(v);
         }
     }
+}
+
+/// Whether `v` may go in a header field as it is: no control byte (a tab
+/// aside), so no value a rule expanded from the request can split a line.
+pub fn safe_value(v: &str) -> bool {
+    v.bytes().all(|c| c == b'\t' || (c >= b' ' && c != 0x7f))
 }
 
 /// Append `HTTP/1.1 <code> <reason>\r\n` to `out`.
@@ -201,6 +234,23 @@ mod tests {
             "{head}"
         );
         assert!(matches!(&r.body[..], [Chunk::Owned(b)] if b == body));
+    }
+
+    #[test]
+    fn a_replaced_header_keeps_its_place_and_the_others() {
+        let mut h = HeaderBuf::default();
+        h.add("X-Content-Type", "a")
+            .add("content-type", "text/plain")
+            .add("Content-Length", "5");
+        h.replace("Content-Type", "application/x-demo");
+        assert_eq!(
+            h.as_bytes(),
+            b"X-Content-Type: a\r\ncontent-type: application/x-demo\r\nContent-Length: 5\r\n"
+        );
+        h.replace("Set-Cookie", "a=b");
+        assert!(h
+            .as_bytes()
+            .ends_with(b"Content-Length: 5\r\nSet-Cookie: a=b\r\n"));
     }
 
     #[test]

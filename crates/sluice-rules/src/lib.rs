@@ -20,6 +20,7 @@ pub mod apache;
 pub mod classify;
 pub mod classindex;
 pub mod compiled;
+pub mod effects;
 pub mod inputs;
 pub mod loader;
 pub mod model;
@@ -36,7 +37,7 @@ pub use inputs::LoadOptions;
 pub use loader::{Format, LoadError};
 use model::{Flags, Miss, Pattern, Rule};
 pub use outcome::{outcome_text, Outcome};
-pub use request::{FileTests, MapDef, Maps, Request, Var};
+pub use request::{Effects, FileTests, MapDef, Maps, Request, Var};
 use std::path::{Path, PathBuf};
 
 /// A compiled set of rules, shared read-only by all workers.
@@ -488,7 +489,17 @@ impl RuleSet {
         use std::fmt::Write;
         let mut out = String::new();
         let _ = writeln!(out, "{}", self.summary());
-        let found = self.decide_all(req, |cur, from, rewrite_only| {
+        // Each lookup below records what its matching rules set in a record of
+        // its own, so that `%{ENV:…}` reads the same in all of them.
+        let fresh = || std::cell::RefCell::new(Effects::default());
+        let (fx, fx_kept, fx_linear, fx_compiled) = (fresh(), fresh(), fresh(), fresh());
+        fn with<'r>(req: &Request<'r>, fx: &'r std::cell::RefCell<Effects>) -> Request<'r> {
+            Request {
+                effects: Some(fx),
+                ..*req
+            }
+        }
+        let found = self.decide_all(&with(req, &fx), |cur, from, rewrite_only| {
             // Every classification rule is shown, not only those its index would
             // pick, so that explain can say which condition failed.
             let mut cands = Vec::new();
@@ -546,9 +557,23 @@ impl RuleSet {
                 );
             }
         }
-        let _ = writeln!(out, "kept answers: {}", self.kept_reason(req));
-        let reference = self.lookup_linear(req);
-        let compiled = self.lookup(req);
+        let fx = fx.into_inner();
+        for (name, value) in fx.vars() {
+            let _ = writeln!(out, "sets %{{ENV:{name}}} = {value:?}");
+        }
+        if let Some(t) = &fx.content_type {
+            let _ = writeln!(out, "sets Content-Type: {t} (on a file served)");
+        }
+        for c in &fx.cookies {
+            let _ = writeln!(out, "sets Set-Cookie: {c}");
+        }
+        let _ = writeln!(
+            out,
+            "kept answers: {}",
+            self.kept_reason(&with(req, &fx_kept))
+        );
+        let reference = self.lookup_linear(&with(req, &fx_linear));
+        let compiled = self.lookup(&with(req, &fx_compiled));
         if reference != compiled {
             let _ = writeln!(
                 out,

@@ -127,7 +127,7 @@ impl Ctx {
             action,
             flags,
             classify: None,
-            date: None,
+            extra: None,
         });
     }
 

@@ -124,8 +124,9 @@ pub struct Rule {
     pub flags: Flags,
     /// Errant-client conditions (native `ua=`, `addr=`, `rate=`, …), if any.
     pub classify: Option<Box<crate::classify::Classify>>,
-    /// A fixed `Date` header for the answer (`date=`).
-    pub date: Option<std::sync::Arc<str>>,
+    /// The rare settings: native `date=`, Apache's `E=`, `T=`, `CO=` and `B`
+    /// ([`crate::effects::Extra`]); `None` for almost every rule.
+    pub extra: Option<Box<crate::effects::Extra>>,
 }
 
 /// Why a rule did not apply (for `explain`).
@@ -215,24 +216,28 @@ impl Rule {
             return Err(Miss::Classify("rate not exceeded"));
         }
         let cond_caps = self.check_conds(req, maps, caps.as_ref(), whole)?;
-        let ex = Expand {
+        let mut ex = Expand {
             req,
             maps,
             rule: caps.as_ref(),
             cond: cond_caps.as_deref(),
             whole,
+            escape: None,
         };
+        // The rule matched: what it sets besides deciding (`E=`, `T=`, `CO=`),
+        // and how `B` escapes its `$N` (`effects.rs`).
+        let date = self.extra.as_ref().and_then(|x| x.on_match(&mut ex));
         Ok(match &self.action {
             Action::Pass => Outcome::Pass,
             Action::Errant(e) => Outcome::Answer {
                 errant: e.clone(),
-                date: self.date.clone(),
+                date,
             },
             Action::Limit { retry_after_s } => Outcome::Answer {
                 errant: exceeded.then_some(crate::classify::Errant::Limited {
                     retry_after_s: *retry_after_s,
                 }),
-                date: self.date.clone(),
+                date,
             },
             Action::Forbidden => Outcome::Forbidden,
             Action::Gone => Outcome::Gone,
@@ -306,6 +311,15 @@ impl Rule {
         {
             return Some("a condition reads the client's address, the scheme or a rnd: map");
         }
+        if self
+            .extra
+            .as_ref()
+            .is_some_and(|x| !x.reads_request_only(maps))
+        {
+            return Some(
+                "an E=, T= or CO= value reads the client's address, the scheme or a rnd: map",
+            );
+        }
         match &self.action {
             Action::Redirect { target, .. } | Action::Rewrite { target }
                 if !target.reads_request_only(maps) =>
@@ -371,6 +385,7 @@ impl Rule {
                 rule: caps,
                 cond: last.as_deref(),
                 whole,
+                escape: None,
             };
             // Expanded into a buffer the thread keeps (no allocation per
             // condition); expansion never checks conditions, so it is not re-entered.

@@ -129,7 +129,12 @@ pub fn parse(text: &str, file: &Path, ctx: &mut Ctx) -> Result<(), LoadError> {
             if has_conditions(&cls) {
                 r.classify = Some(Box::new(cls));
             }
-            r.date = ans.date.map(Into::into);
+            if let Some(d) = ans.date {
+                r.extra = Some(Box::new(crate::effects::Extra {
+                    date: Some(d.into()),
+                    ..Default::default()
+                }));
+            }
         }
     }
     Ok(())

@@ -40,6 +40,11 @@ pub struct Request<'a> {
     /// rules after it (Apache keeps `r->uri` while it rewrites `r->filename`).
     /// `None`: `path`.
     pub uri: Option<&'a str>,
+    /// Where the rules that match record what they set besides deciding
+    /// (`E=`, `T=`, `CO=`; [`Effects`]), and where `%{ENV:name}` reads.
+    /// The caller makes one per request and reads it after the lookup; `None`:
+    /// nothing is recorded and `%{ENV:…}` is empty.
+    pub effects: Option<&'a std::cell::RefCell<Effects>>,
 }
 
 impl<'a> Request<'a> {
@@ -55,6 +60,39 @@ impl<'a> Request<'a> {
             }
         }
         None
+    }
+}
+
+/// What the rules that matched one request set, in the order they matched; the
+/// caller makes one per lookup and hands it in with [`Request::effects`]. Filled
+/// by [`crate::effects::Extra`]: `E=` (read back by `%{ENV:name}`), `T=`, `CO=`.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub(crate) env: Vec<(Box<str>, String)>,
+    /// The last `T=` of a rule that matched: the `Content-Type` of the file served.
+    pub content_type: Option<String>,
+    /// Every `CO=` of the rules that matched: `Set-Cookie` values, in order.
+    pub cookies: Vec<String>,
+}
+
+impl Effects {
+    /// `%{ENV:name}`: what an `E=` of a rule that matched before set (the last
+    /// one wins), or `None`.
+    pub fn env(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every variable set, in the order set (for `explain`).
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env.iter().map(|(n, v)| (&**n, v.as_str()))
+    }
+
+    /// Nothing was set.
+    pub fn is_empty(&self) -> bool {
+        self.env.is_empty() && self.content_type.is_none() && self.cookies.is_empty()
     }
 }
 
@@ -150,6 +188,11 @@ pub enum Var {
     /// `%{HTTP_FORWARDED}`, `%{HTTP_PROXY_CONNECTION}`. Each evaluation scans the
     /// head's lines, only for the rules that name one.
     Header(Box<str>),
+    /// `%{ENV:name}`: what an `E=` of a rule that matched before this one set
+    /// ([`Request::effects`]); empty if none did. Apache then asks its process
+    /// environment; sluice does not, so that no variable of the server's own can
+    /// reach an answer.
+    Env(Box<str>),
 }
 
 impl Var {
@@ -174,6 +217,7 @@ impl Var {
             "HTTP_COOKIE" => Var::Header("Cookie".into()),
             "HTTP_FORWARDED" => Var::Header("Forwarded".into()),
             "HTTP_PROXY_CONNECTION" => Var::Header("Proxy-Connection".into()),
+            _ if n.starts_with("ENV:") && n.len() > 4 => Var::Env(n[4..].into()),
             _ => match n.strip_prefix("HTTP:") {
                 Some(h)
                     if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b':') =>
@@ -200,7 +244,11 @@ impl Var {
             Var::ServerPort => Some(server_port(req)),
             Var::ServerProtocol => Some(server_protocol(req)),
             Var::Header(name) => Some(req.header(name).unwrap_or("")),
-            Var::RemoteAddr | Var::RequestFilename | Var::DocumentRoot | Var::TheRequest => None,
+            Var::RemoteAddr
+            | Var::RequestFilename
+            | Var::DocumentRoot
+            | Var::TheRequest
+            | Var::Env(_) => None,
         }
     }
 
@@ -254,6 +302,11 @@ impl Var {
             Var::ServerPort => out.push_str(server_port(req)),
             Var::ServerProtocol => out.push_str(server_protocol(req)),
             Var::Header(name) => out.push_str(req.header(name).unwrap_or("")),
+            Var::Env(name) => {
+                if let Some(fx) = req.effects {
+                    out.push_str(fx.borrow().env(name).unwrap_or(""));
+                }
+            }
         }
     }
 }

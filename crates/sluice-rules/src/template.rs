@@ -2,6 +2,7 @@
 //! `%{VAR}` (request variables), `${map:key|default}` (RewriteMap), `\$`/`\%` escapes.
 //!
 //! Parsed once at load time into parts; expansion is a single pass that appends.
+//! A rule with Apache's `B` has its `$N` escaped on the way ([`BackrefEscape`]).
 
 use crate::request::{MapDef, Maps, Request, Var};
 use rand::seq::SliceRandom;
@@ -42,6 +43,8 @@ pub struct Expand<'a> {
     pub cond: Option<&'a [Option<String>]>,
     /// `$0` for rules without captures (exact and prefix rules): the whole path.
     pub whole: &'a str,
+    /// `B`: how the rule's `$N` are escaped (a substitution's expansion only).
+    pub escape: Option<&'a BackrefEscape>,
 }
 
 impl Template {
@@ -227,15 +230,18 @@ impl Template {
             match p {
                 Part::Base(b) => base = Some(b),
                 Part::Lit(s) => out.push_str(s),
-                Part::RuleRef(n) => match ex.rule {
-                    Some(c) => {
-                        if let Some(m) = c.get(*n) {
-                            out.push_str(&String::from_utf8_lossy(m.as_bytes()));
-                        }
+                Part::RuleRef(n) => {
+                    let raw = match ex.rule {
+                        Some(c) => c.get(*n).map(|m| m.as_bytes()),
+                        None if *n == 0 => Some(ex.whole.as_bytes()),
+                        None => None,
+                    };
+                    match (raw, ex.escape) {
+                        (Some(r), Some(e)) => e.push(r, out),
+                        (Some(r), None) => out.push_str(&String::from_utf8_lossy(r)),
+                        (None, _) => {}
                     }
-                    None if *n == 0 => out.push_str(ex.whole),
-                    None => {}
-                },
+                }
                 Part::CondRef(n) => {
                     if let Some(Some(s)) = ex.cond.and_then(|c| c.get(*n)) {
                         out.push_str(s);
@@ -352,4 +358,104 @@ fn scheme_start(s: &str) -> bool {
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
         && matches!(tail, "" | ":" | ":/")
+}
+
+/// Apache's `B` flags (`B`, `B=chars`, `BNP`, `BCTLS`): a rule's `$N` escaped before it goes into the substitution.
+/// Apache matches the decoded path, so its captures are decoded; sluice's are the
+/// path as sent, so a capture is percent-decoded first and then escaped as
+/// Apache escapes it: the same bytes come out (checked against Debian's Apache in
+/// `crates/sluice/tests/apache_parity.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct BackrefEscape {
+    /// `B=chars`: only these bytes are escaped (`None`: every byte but ASCII
+    /// letters, digits and `_`).
+    pub only: Option<Box<[u8]>>,
+    /// `BCTLS`: only control bytes and the space are escaped.
+    pub controls: bool,
+    /// `BNP`: a space becomes `%20`, not `+`.
+    pub no_plus: bool,
+}
+
+impl BackrefEscape {
+    /// Appends capture `raw` (as sent) to `out`, decoded and escaped.
+    pub fn push(&self, raw: &[u8], out: &mut String) {
+        let mut bytes = Vec::with_capacity(raw.len() * 3);
+        for b in decode(raw) {
+            let escape = if self.controls {
+                b <= b' ' || b == 0x7f || self.only.as_ref().is_some_and(|o| o.contains(&b))
+            } else {
+                match &self.only {
+                    Some(o) => o.contains(&b),
+                    None => !(b.is_ascii_alphanumeric() || b == b'_'),
+                }
+            };
+            if !escape {
+                bytes.push(b);
+            } else if b == b' ' && !self.no_plus {
+                bytes.push(b'+');
+            } else {
+                // Lower-case hex, as Apache writes it.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                bytes.extend([b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            }
+        }
+        out.push_str(&String::from_utf8_lossy(&bytes));
+    }
+}
+
+/// `raw` with its `%XX` escapes decoded (a `%` that starts none is kept).
+fn decode(raw: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_is_decoded_then_escaped_as_apache_escapes_it() {
+        let esc = |e: &BackrefEscape, raw: &str| {
+            let mut s = String::new();
+            e.push(raw.as_bytes(), &mut s);
+            s
+        };
+        let b = BackrefEscape::default();
+        // Debian's Apache 2.4.71 with [B,NE]: letters, digits and `_` kept.
+        assert_eq!(
+            esc(&b, "a%20b&c+d~f_g.h-i!j%C3%A9"),
+            "a+b%26c%2bd%7ef_g%2eh%2di%21j%c3%a9"
+        );
+        let bnp = BackrefEscape {
+            no_plus: true,
+            ..Default::default()
+        };
+        assert_eq!(esc(&bnp, "a%20b&c"), "a%20b%26c");
+        let only = BackrefEscape {
+            only: Some((*b"&+").into()),
+            ..Default::default()
+        };
+        assert_eq!(esc(&only, "a%20b&c+d=e"), "a b%26c%2bd=e");
+        let ctls = BackrefEscape {
+            controls: true,
+            ..Default::default()
+        };
+        assert_eq!(esc(&ctls, "a%20b&c%09"), "a+b&c%09");
+        // A `%` that starts no escape is a `%`.
+        assert_eq!(esc(&b, "100%"), "100%25");
+        assert_eq!(esc(&b, "%zz"), "%25zz");
+    }
 }

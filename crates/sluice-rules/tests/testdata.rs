@@ -3,7 +3,7 @@
 //! the linear reference matcher, which must agree with each other and with the
 //! file; every bad file must be refused with its `file:line:` message.
 
-use sluice_rules::{outcome_text, Format, LoadOptions, Request, RuleSet};
+use sluice_rules::{outcome_text, Effects, Format, LoadOptions, Outcome, Request, RuleSet};
 use std::path::{Path, PathBuf};
 
 fn testdata(sub: &str) -> PathBuf {
@@ -99,15 +99,22 @@ fn every_case_in_testdata_rules_holds_for_both_matchers() {
             .to_string_lossy()
             .into_owned();
         for c in cases(&expect, &ename) {
-            let req = Request {
-                path: &c.path,
-                query: c.query.as_deref(),
-                host: c.host.as_deref(),
-                remote_addr: c.addr,
-                ..Default::default()
+            // Each lookup with a record of its own of what the rules set.
+            let ask = |lookup: &dyn Fn(&Request) -> Outcome| {
+                let fx = std::cell::RefCell::new(Effects::default());
+                let req = Request {
+                    path: &c.path,
+                    query: c.query.as_deref(),
+                    host: c.host.as_deref(),
+                    remote_addr: c.addr,
+                    effects: Some(&fx),
+                    ..Default::default()
+                };
+                let o = lookup(&req);
+                with_effects(outcome_text(&o), &fx.into_inner())
             };
-            let fast = outcome_text(&set.lookup(&req));
-            let linear = outcome_text(&set.lookup_linear(&req));
+            let fast = ask(&|r| set.lookup(r));
+            let linear = ask(&|r| set.lookup_linear(r));
             if fast != c.want || linear != c.want {
                 failures.push(format!(
                     "{ename}:{}: want {:?}, index gave {fast:?}, linear gave {linear:?}",
@@ -119,6 +126,18 @@ fn every_case_in_testdata_rules_holds_for_both_matchers() {
     }
     assert!(checked >= 40, "only {checked} cases in {}", dir.display());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `outcome`, then what the matching rules set on the answer, as an `.expect`
+/// line says it: ` + Content-Type: TYPE`, ` + Set-Cookie: VALUE` (each).
+fn with_effects(mut outcome: String, fx: &Effects) -> String {
+    if let Some(t) = &fx.content_type {
+        outcome.push_str(&format!(" + Content-Type: {t}"));
+    }
+    for c in &fx.cookies {
+        outcome.push_str(&format!(" + Set-Cookie: {c}"));
+    }
+    outcome
 }
 
 #[test]

@@ -83,6 +83,8 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         let ua = head.user_agent.map(String::from_utf8_lossy);
         // `-f`/`-d` answered by the file cache, never waiting for the disk.
         let tests = CacheTests::new(ctx.files, ctx.now);
+        // What the rules that match set besides deciding (`E=`, `T=`, `CO=`).
+        let effects = std::cell::RefCell::new(sluice_rules::Effects::default());
         let req = sluice_rules::Request {
             path: head.path,
             uri: None,
@@ -98,6 +100,7 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
             https: ctx.https,
             target: head.target,
             minor: head.minor,
+            effects: Some(&effects),
         };
         // `kept`: the rules decided on the request's bytes alone, so the answer
         // may be kept for them (as far as the rest of it allows): `reuse_until`.
@@ -154,6 +157,10 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         if let Some(vary) = rule.and_then(|i| rules.vary(i)) {
             r.headers.add("Vary", &vary);
         }
+        let effects = effects.into_inner();
+        if !effects.is_empty() {
+            apply_effects(&mut r, effects);
+        }
         r.reuse_until = match (kept, files_until) {
             (false, _) => None,
             (true, Some(u)) => r.reuse_until.map(|r| r.min(u)),
@@ -163,6 +170,27 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
     }
     // 4. Handler: static files, index files, listings.
     ctx.files.serve(head, head.path, head.query, ctx.now)
+}
+
+/// What the rules that matched set on the answer, as Apache's mod_rewrite does:
+/// `T=` names the type of a file served whole or in one range (not of an error
+/// page, a redirect, or a multipart answer, whose parts carry the file's type),
+/// and every `CO=` adds a `Set-Cookie`, to any answer. These follow from the
+/// request's bytes as the decision does, so an answer kept for reuse keeps them.
+fn apply_effects(r: &mut Response, effects: sluice_rules::Effects) {
+    if let Some(t) = effects.content_type {
+        let multipart = sluice_http::request::field_values(r.headers.as_bytes(), "Content-Type")
+            .next()
+            .is_some_and(|v| v.trim_ascii_start().starts_with(b"multipart/"));
+        if matches!(r.status, 200 | 206) && !multipart && sluice_http::response::safe_value(&t) {
+            r.headers.replace("Content-Type", &t);
+        }
+    }
+    for c in effects.cookies {
+        if sluice_http::response::safe_value(&c) {
+            r.headers.add("Set-Cookie", &c);
+        }
+    }
 }
 
 /// The rules' view of the file cache, for the length of one lookup (the rules

@@ -197,6 +197,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 minor: 1,
                 method: &method,
                 headers: raw_headers.as_bytes(),
+                // `explain` keeps a record of its own of what the rules set.
+                effects: None,
             };
             print!("{}", set.explain(&req));
             Ok(ExitCode::SUCCESS)

@@ -438,3 +438,62 @@ fn an_answer_a_header_decided_varies_by_that_header() {
         assert_eq!((r.status, r.header("vary")), (302, Some("User-Agent")));
     }
 }
+
+/// `T=` and `CO=` on the wire, from the real server: the type replaces the
+/// file's own on a whole file, a HEAD and a single range, and not a multipart
+/// answer's (its parts carry the file's type) nor a 404; the cookies go on
+/// every answer the rule decided, a redirect's too, and both hold for a kept
+/// answer asked again (the server keeps a small file's answer for its bytes).
+#[test]
+fn a_rule_sets_the_type_and_cookies_of_its_answer() {
+    let dir = docroot();
+    let rules = dir.path().join(".fx.conf");
+    std::fs::write(
+        &rules,
+        "RewriteEngine On\n\
+         RewriteRule ^/hello\\.txt$ - [T=application/x-greeting,CO=seen:1:a.example]\n\
+         RewriteRule ^/big\\.bin$ - [T=application/x-big]\n\
+         RewriteRule ^/missing$ - [T=text/x-none]\n\
+         RewriteRule ^/go/(.*)$ /hello.txt?who=$1 [B,R=302,CO=from:$1:a.example:10,L]\n",
+    )
+    .unwrap();
+    let srv = Server::start_in(dir, &["--rules", rules.to_str().unwrap()]);
+    let ask = |method: &str, path: &str, more: &str| {
+        srv.get(&format!(
+            "{method} {path} HTTP/1.1\r\nHost: a\r\n{more}Connection: close\r\n\r\n"
+        ))
+    };
+    for _ in 0..3 {
+        let r = ask("GET", "/hello.txt", "");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("application/x-greeting"));
+        assert_eq!(
+            r.header("set-cookie"),
+            Some("seen=1; path=/; domain=a.example")
+        );
+        assert_eq!(r.body, b"hello world\n");
+    }
+    let r = ask("HEAD", "/hello.txt", "");
+    assert_eq!(r.header("content-type"), Some("application/x-greeting"));
+    let r = ask("GET", "/big.bin", "Range: bytes=0-9\r\n");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-type"), Some("application/x-big"));
+    let r = ask("GET", "/big.bin", "Range: bytes=0-9,200000-200009\r\n");
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(ct.starts_with("multipart/byteranges"), "{ct}");
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(!body.contains("application/x-big"), "{body}");
+    let r = ask("GET", "/missing", "");
+    assert_eq!(r.status, 404);
+    assert_ne!(r.header("content-type"), Some("text/x-none"));
+    for _ in 0..2 {
+        let r = ask("GET", "/go/a%20b&c", "");
+        assert_eq!(r.status, 302);
+        assert_eq!(r.header("location"), Some("/hello.txt?who=a+b%26c"));
+        assert_eq!(
+            r.header("set-cookie"),
+            Some("from=a%20b&c; path=/; domain=a.example; Max-Age=600")
+        );
+    }
+}

@@ -42,6 +42,8 @@ struct RuleFlags {
     gone: bool,
     /// `C`: the next rule runs only if this one matched.
     chain: bool,
+    /// `E=`, `T=`, `CO=`, `B` (default: none).
+    extra: crate::effects::Extra,
 }
 
 impl RuleFlags {
@@ -150,7 +152,7 @@ impl Rewrite {
             return Err(at.err("RewriteRule needs a pattern, a substitution and optional [flags]"));
         }
         let rf = match args.get(2) {
-            Some(f) => match rule_flags(at, f)? {
+            Some(f) => match rule_flags(at, f, &ctx.maps)? {
                 Ok(rf) => rf,
                 Err(unsupported) => {
                     return self.skip_rule(at, ctx, format!("RewriteRule flag [{unsupported}]"))
@@ -161,6 +163,8 @@ impl Rewrite {
         if args[0].starts_with('!') {
             return self.skip_rule(at, ctx, "negated RewriteRule pattern".into());
         }
+        let extra =
+            (rf.extra.escape.is_some() || !rf.extra.records_nothing()).then(|| Box::new(rf.extra));
         let mut flags = rf.flags;
         flags.chained = std::mem::replace(&mut self.chain_open, rf.chain);
         let strip = args[0].len() > 1
@@ -207,6 +211,9 @@ impl Rewrite {
             action,
             flags,
         );
+        if let Some(r) = ctx.rules.last_mut() {
+            r.extra = extra;
+        }
         Ok(())
     }
 
@@ -231,8 +238,18 @@ impl Rewrite {
 
 /// Reads `[R=301,NC,...]`. The inner `Err` names a flag sluice does not support;
 /// the outer one is a malformed list or status.
-fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError> {
+fn rule_flags(
+    at: &Line,
+    f: &str,
+    maps: &crate::request::Maps,
+) -> Result<Result<RuleFlags, String>, LoadError> {
     let mut rf = RuleFlags::new();
+    let template =
+        |v: &str| Template::parse(v, &|m| maps.slot(m)).map_err(|m| format!("[{f}]: {m}"));
+    let mut env = Vec::new();
+    let mut cookies = Vec::new();
+    let mut b: Option<Option<Box<[u8]>>> = None;
+    let mut escape = crate::effects::BackrefEscape::default();
     for flag in flag_list(f).map_err(|m| at.err(m))? {
         let (name, val) = match flag.split_once('=') {
             Some((n, v)) => (n.to_ascii_lowercase(), Some(v)),
@@ -270,9 +287,47 @@ fn rule_flags(at: &Line, f: &str) -> Result<Result<RuleFlags, String>, LoadError
                     })?,
                 })
             }
+            // `E=name:value`, `E=name` (empty), `E=!name` (unset): read by the
+            // rules after it as `%{ENV:name}`.
+            "e" | "env" => {
+                let v = val.unwrap_or("");
+                let (name, value) = match v.strip_prefix('!') {
+                    Some(n) => (n, None),
+                    None => match v.split_once(':') {
+                        Some((n, t)) => (n, Some(template(t).map_err(|m| at.err(m))?)),
+                        None => (v, Some(Template::literal(""))),
+                    },
+                };
+                if name.is_empty() {
+                    return Err(at.err(format!("[{flag}]: E needs a variable (E=name:value)")));
+                }
+                env.push((name.into(), value));
+            }
+            "t" | "type" => match val.filter(|v| !v.is_empty()) {
+                Some(v) => rf.extra.content_type = Some(template(v).map_err(|m| at.err(m))?),
+                None => {
+                    return Err(at.err(format!("[{flag}]: T needs a media type (T=text/plain)")))
+                }
+            },
+            "co" | "cookie" => {
+                let v = val.unwrap_or("");
+                cookies.push(crate::effects::Cookie::parse(v, template).map_err(|m| at.err(m))?);
+            }
+            // `B`, `B=chars`, and how it escapes: `BNP` (a space as `%20`),
+            // `BCTLS` (only controls and the space).
+            "b" => b = Some(val.map(|v| v.as_bytes().into())),
+            "bnp" | "backrefnoplus" => escape.no_plus = true,
+            "bctls" => escape.controls = true,
             other => return Ok(Err(other.to_string())),
         }
     }
+    // `BNP` alone escapes nothing, as in Apache; `BCTLS` escapes without `B`.
+    if b.is_some() || escape.controls {
+        escape.only = b.flatten();
+        rf.extra.escape = Some(escape);
+    }
+    rf.extra.env = env.into();
+    rf.extra.cookies = cookies.into();
     Ok(Ok(rf))
 }
 
