@@ -18,6 +18,9 @@ pub enum Outcome {
     },
     Forbidden,
     Gone,
+    /// The rules went round more often than a rule's `N=rounds` allows (500,
+    /// as Apache answers it).
+    LoopLimit,
     /// An errant-client rule decided (`classify`): its answer (`None`: serve the
     /// request normally, e.g. `pass date=...`) and a fixed `Date` header, if set.
     Answer {
@@ -38,6 +41,9 @@ pub fn outcome_text(o: &Outcome) -> String {
         Outcome::Rewrite { path, query: None } => format!("internal rewrite to {path}"),
         Outcome::Forbidden => "403 Forbidden".into(),
         Outcome::Gone => "410 Gone".into(),
+        Outcome::LoopLimit => {
+            "500 Internal Server Error (a rule's [N] went round too often)".into()
+        }
         Outcome::Answer { errant, date } => {
             use crate::classify::Errant as E;
             let what = match errant {

@@ -135,6 +135,12 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                 let r = ctx.files.error(410, None, head, ctx.now);
                 sluice_static::keep_until(r, ctx.now + KEPT_REDIRECT)
             }
+            // A rule's `N` went round past its limit: Apache's 500.
+            sluice_rules::Outcome::LoopLimit => {
+                ctx.rule = action(1);
+                let r = ctx.files.error(500, None, head, ctx.now);
+                sluice_static::keep_until(r, ctx.now + KEPT_REDIRECT)
+            }
             sluice_rules::Outcome::Rewrite { path, query } => {
                 ctx.rule = action(1);
                 ctx.files.serve(head, &path, query.as_deref(), ctx.now)

@@ -739,3 +739,33 @@ fn what_a_rule_sets_and_how_b_escapes_answer_as_apache() {
     }
     assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
 }
+
+/// `[N]`, `testdata/rules/rewrite_next.conf` loaded by both: a rename one round
+/// at a time, a rule that matches forever (500 past its limit), where the limit
+/// falls, and `N` beside `L`. The status and decoded `Location` must be the same.
+#[test]
+fn next_rounds_answer_as_apache() {
+    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/rules/rewrite_next.conf");
+    let (_apache, apache_addr, srv) = both_loading(&std::fs::read_to_string(conf).unwrap());
+    let paths = [
+        "/n/a_b_c",
+        "/n/plain",
+        "/loop",
+        "/few/xx",
+        "/few/xxx",
+        "/few/xxxx",
+        "/last/a_b_c",
+    ];
+    let mut differ = Vec::new();
+    for path in paths {
+        let (a_status, a_loc) = redirect(&apache_addr, path);
+        let (s_status, s_loc) = redirect(&srv.addr, path);
+        if a_status != s_status || decoded(&a_loc) != decoded(&s_loc) {
+            differ.push(format!(
+                "{path}: Apache {a_status} {a_loc}, sluice {s_status} {s_loc}"
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
+}

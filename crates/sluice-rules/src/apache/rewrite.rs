@@ -268,6 +268,18 @@ fn rule_flags(
                     at.err(format!("[{flag}]: S needs a number of rules to skip (S=1)"))
                 })?
             }
+            // `N`: ask the rules again from the first with what this one
+            // rewrote; Apache's limit of rounds (32,000 since 2.4.8) unless given.
+            "n" | "next" => {
+                rf.flags.rounds = match val {
+                    None => 32_000,
+                    Some(v) => v.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        at.err(format!(
+                            "[{flag}]: N's limit is a number of rounds, 1 to 65535 (N=100)"
+                        ))
+                    })?,
+                }
+            }
             "nc" | "nocase" => rf.flags.nocase = true,
             "qsa" | "qsappend" => rf.flags.qsa = true,
             "qsd" | "qsdiscard" => rf.flags.qsd = true,
