@@ -48,7 +48,10 @@ impl<'a> Conditions<'a> {
         let Some(raw) = self.repeated else {
             return test(first);
         };
-        crate::request::field_values(raw, name).any(|v| std::str::from_utf8(v).is_ok_and(&test))
+        // Lines together make one list, in which a `*` is no tag.
+        crate::request::field_values(raw, name)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .any(|v| v.trim() != "*" && test(v))
     }
 }
 
@@ -97,19 +100,24 @@ pub fn if_range_matches(if_range: &str, etag: &str, mtime_secs: u64) -> bool {
     date::parse(v) == Some(mtime_secs)
 }
 
+/// `*` is the whole field's value or nothing (RFC 9110 §13.1.1: `"*" /
+/// #entity-tag`): in a list of tags it is no tag, and matches none, as nginx
+/// reads it.
 fn etag_list_matches_strong(list: &str, etag: &str) -> bool {
-    list.split(',').any(|t| {
-        let t = t.trim();
-        t == "*" || (!t.starts_with("W/") && !etag.starts_with("W/") && t == etag)
-    })
+    list.trim() == "*"
+        || list.split(',').any(|t| {
+            let t = t.trim();
+            !t.starts_with("W/") && !etag.starts_with("W/") && t == etag
+        })
 }
 
 fn etag_list_matches_weak(list: &str, etag: &str) -> bool {
     let ours = etag.strip_prefix("W/").unwrap_or(etag);
-    list.split(',').any(|t| {
-        let t = t.trim();
-        t == "*" || t.strip_prefix("W/").unwrap_or(t) == ours
-    })
+    list.trim() == "*"
+        || list.split(',').any(|t| {
+            let t = t.trim();
+            t.strip_prefix("W/").unwrap_or(t) == ours
+        })
 }
 
 #[cfg(test)]
@@ -149,6 +157,9 @@ mod tests {
         assert_eq!(im(TAG, "\"x\""), Precondition::Proceed);
         assert_eq!(im("\"x\"", TAG), Precondition::Proceed);
         assert_eq!(im("\"x\"", "\"y\""), Precondition::Failed);
+        // Two lines make a list of two: a `*` in it is no tag.
+        assert_eq!(inm("\"x\"", "*"), Precondition::Proceed);
+        assert_eq!(im("\"x\"", "*"), Precondition::Failed);
         // One line each: read as it is.
         assert_eq!(
             of_head(&format!("If-Match: \"x\"\r\nIf-None-Match: {TAG}\r\n")),
@@ -178,6 +189,7 @@ mod tests {
             Precondition::Proceed
         );
         assert_eq!(ev(Some("*"), None, None), Precondition::Proceed);
+        assert_eq!(ev(Some("\"other\", *"), None, None), Precondition::Failed);
         assert_eq!(ev(Some("\"other\""), None, None), Precondition::Failed);
         // Weak tags never match strongly.
         assert_eq!(ev(Some("W/\"1f-5-3e8\""), None, None), Precondition::Failed);
@@ -200,6 +212,15 @@ mod tests {
             Precondition::NotModified
         );
         assert_eq!(evaluate(Some("*"), None, TAG, 0), Precondition::NotModified);
+        assert_eq!(
+            evaluate(Some(" * "), None, TAG, 0),
+            Precondition::NotModified
+        );
+        // `*` among tags is no tag: it matches nothing (nginx reads it so too).
+        assert_eq!(
+            evaluate(Some("\"other\", *"), None, TAG, 0),
+            Precondition::Proceed
+        );
         assert_eq!(
             evaluate(Some("\"other\""), None, TAG, 0),
             Precondition::Proceed
