@@ -149,11 +149,23 @@ pub fn rules_apache(data: &[u8]) {
             ..Default::default()
         },
     ) {
-        let req = Request {
-            path,
-            ..Default::default()
+        // Each lookup with a record of its own of what the rules set (`E=`,
+        // `T=`, `CO=`; `%{ENV:…}` reads it): both must set the same.
+        let ask = |linear: bool| {
+            let fx = std::cell::RefCell::new(sluice_rules::Effects::default());
+            let req = Request {
+                path,
+                effects: Some(&fx),
+                ..Default::default()
+            };
+            let o = if linear {
+                set.lookup_linear(&req)
+            } else {
+                set.lookup(&req)
+            };
+            (o, format!("{:?}", fx.into_inner()))
         };
-        assert_eq!(set.lookup(&req), set.lookup_linear(&req));
+        assert_eq!(ask(false), ask(true));
     }
 }
 

@@ -221,18 +221,18 @@ impl Rule {
             return Err(Miss::Classify("rate not exceeded"));
         }
         let cond_caps = self.check_conds(req, maps, caps.as_ref(), whole)?;
+        let extra = self.extra.as_deref();
         let mut ex = Expand {
             req,
             maps,
             rule: caps.as_ref(),
             cond: cond_caps.as_deref(),
             whole,
-            escape: None,
+            // `B`: its `$N` escaped in the substitution only, as in Apache.
+            escape: extra.and_then(|x| x.escape.as_ref()),
         };
-        // The rule matched: what it sets besides deciding (`E=`, `T=`, `CO=`),
-        // and how `B` escapes its `$N` (`effects.rs`).
-        let date = self.extra.as_ref().and_then(|x| x.on_match(&mut ex));
-        Ok(match &self.action {
+        let date = extra.and_then(|x| x.date.clone());
+        let outcome = match &self.action {
             Action::Pass => Outcome::Pass,
             Action::Errant(e) => Outcome::Answer {
                 errant: e.clone(),
@@ -272,7 +272,14 @@ impl Rule {
                     Outcome::Rewrite { path: p, query }
                 }
             }
-        })
+        };
+        // What it sets besides deciding (`E=`, `CO=`, `T=`), once its
+        // substitution is expanded, as in Apache (`effects.rs`).
+        if let Some(x) = extra {
+            ex.escape = None;
+            x.apply(&ex);
+        }
+        Ok(outcome)
     }
 
     /// What this rule's decision, a miss or a match and the match's redirect or

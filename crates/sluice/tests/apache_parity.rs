@@ -683,7 +683,7 @@ fn what_a_rule_sets_and_how_b_escapes_answer_as_apache() {
     let rules = std::fs::read_to_string(conf).unwrap();
     let files = [("g.dat", "dat\n"), ("g.txt", "txt\n"), ("f.txt", "f\n")];
     let (_apache, apache_addr, srv) = both_serving(&rules, &files);
-    let typed = ["/g.dat", "/t1", "/t2/csv"];
+    let typed = ["/g.dat", "/t1", "/t2/csv", "/tt"];
     let ask = |addr: &str, path: &str| {
         let r = send(addr, "GET", path, "Host: a\r\n");
         let loc = r.header("location").unwrap_or_default();
@@ -714,6 +714,8 @@ fn what_a_rule_sets_and_how_b_escapes_answer_as_apache() {
         "/e/x",
         "/e/y",
         "/unset",
+        "/order",
+        "/tt",
         "/g.dat",
         "/t1",
         "/t2/csv",
