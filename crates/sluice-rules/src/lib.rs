@@ -385,6 +385,11 @@ impl RuleSet {
                 },
                 None => *req,
             };
+            // The rules the request went through before the deciding one, for
+            // its `Vary` (recorded only when the caller keeps a record).
+            if let Some(fx) = req.effects {
+                fx.borrow_mut().handed_on.push(i);
+            }
             match step(&cur, from, now.is_some() && !passed) {
                 Some((j, next)) => (i, o) = (j, next),
                 None => break,
@@ -409,9 +414,18 @@ impl RuleSet {
         self.decide(first, req, step)
     }
 
-    /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary`]), if any.
-    pub fn vary(&self, i: u32) -> Option<String> {
-        self.rules.get(i as usize).and_then(model::Rule::vary)
+    /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary`]), if any,
+    /// with the fields read by the rules that matched before it and handed the
+    /// request on (`through`: [`Effects::handed_on`]), as Apache's mod_rewrite
+    /// names every matching rule's.
+    pub fn vary(&self, i: u32, through: &[u32]) -> Option<String> {
+        let mut names = Vec::new();
+        for &r in through.iter().chain([&i]) {
+            if let Some(rule) = self.rules.get(r as usize) {
+                rule.vary_names(&mut names);
+            }
+        }
+        vary::join(&names)
     }
 
     /// `file:line` of rule `i`.

@@ -73,6 +73,10 @@ pub struct Effects {
     pub content_type: Option<String>,
     /// Every `CO=` of the rules that matched: `Set-Cookie` values, in order.
     pub cookies: Vec<String>,
+    /// The rules that matched and handed the request on to the rules after
+    /// them (no `L`), before the one that decided: their conditions' header
+    /// fields go into the answer's `Vary` too ([`crate::RuleSet::vary`]).
+    pub handed_on: Vec<u32>,
 }
 
 impl Effects {
@@ -90,7 +94,7 @@ impl Effects {
         self.env.iter().map(|(n, v)| (&**n, v.as_str()))
     }
 
-    /// Nothing was set.
+    /// Nothing was set on the answer (`handed_on` aside).
     pub fn is_empty(&self) -> bool {
         self.env.is_empty() && self.content_type.is_none() && self.cookies.is_empty()
     }

@@ -19,9 +19,15 @@ impl Rule {
     /// Computed when asked (a rule without conditions costs one look),
     /// comma-separated, each name once.
     pub fn vary(&self) -> Option<String> {
-        let mut names: Vec<&str> = Vec::new();
+        let mut names = Vec::new();
+        self.vary_names(&mut names);
+        join(&names)
+    }
+
+    /// The names [`Rule::vary`] lists, appended to `names` (each may repeat).
+    pub fn vary_names<'r>(&'r self, names: &mut Vec<&'r str>) {
         for c in self.conds.iter().filter(|c| !c.novary) {
-            c.subject.headers_read(&mut names);
+            c.subject.headers_read(names);
         }
         if let Some(c) = &self.classify {
             if c.ua.is_some() {
@@ -29,16 +35,20 @@ impl Rule {
             }
             names.extend(c.headers.iter().map(|(h, _)| h.as_str()));
         }
-        let mut out = String::new();
-        for (i, n) in names.iter().enumerate() {
-            if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
-                continue;
-            }
-            if !out.is_empty() {
-                out.push_str(", ");
-            }
-            out.push_str(n);
-        }
-        (!out.is_empty()).then_some(out)
     }
+}
+
+/// `names` comma-separated, each once (ASCII case-insensitively); `None` if none.
+pub fn join(names: &[&str]) -> Option<String> {
+    let mut out = String::new();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(n);
+    }
+    (!out.is_empty()).then_some(out)
 }

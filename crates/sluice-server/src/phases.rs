@@ -157,13 +157,14 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
                 r
             }
         };
-        // The request header fields the deciding rule's conditions read, so that
+        // The request header fields the matching rules' conditions read (the
+        // deciding rule's and those that handed the request on to it), so that
         // a cache in front does not give this answer to a client whose differ
         // (`Rule::vary`, as Apache's mod_rewrite).
-        if let Some(vary) = rule.and_then(|i| rules.vary(i)) {
+        let effects = effects.into_inner();
+        if let Some(vary) = rule.and_then(|i| rules.vary(i, &effects.handed_on)) {
             r.headers.add("Vary", &vary);
         }
-        let effects = effects.into_inner();
         if !effects.is_empty() {
             apply_effects(&mut r, effects);
         }

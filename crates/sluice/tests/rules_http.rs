@@ -389,6 +389,10 @@ fn an_answer_a_header_decided_varies_by_that_header() {
          RewriteCond %{HTTP_REFERER} spam [NV]\n\
          RewriteCond %{HTTP:X-Mode} ^$\n\
          RewriteRule ^/quiet$ - [F]\n\
+         RewriteCond %{HTTP:X-Mirror} ^near$\n\
+         RewriteRule ^/chain/(.*)$ /chain2/$1\n\
+         RewriteCond %{HTTP:Accept-Language} ^de\n\
+         RewriteRule ^/chain2/ /hello.txt [R=302,L]\n\
          Redirect 301 /old /hello.txt\n",
     )
     .unwrap();
@@ -432,6 +436,15 @@ fn an_answer_a_header_decided_varies_by_that_header() {
     assert_eq!((r.status, r.header("vary")), (403, Some("User-Agent")));
     let r = get("/api/x", "X-Token: bad1\r\n");
     assert_eq!((r.status, r.header("vary")), (403, Some("X-Token")));
+    // A rule that handed the request on names its fields too, as the one
+    // that decided does (Apache names every matching rule's).
+    let r = get("/chain/x", "X-Mirror: near\r\nAccept-Language: de\r\n");
+    assert_eq!(
+        (r.status, r.header("vary")),
+        (302, Some("X-Mirror, Accept-Language"))
+    );
+    let r = get("/chain2/x", "X-Mirror: near\r\nAccept-Language: de\r\n");
+    assert_eq!((r.status, r.header("vary")), (302, Some("Accept-Language")));
     // A kept answer (the same request bytes, asked again) keeps its Vary.
     for _ in 0..3 {
         let r = get("/hello.txt", "User-Agent: Wget/1.21\r\n");
