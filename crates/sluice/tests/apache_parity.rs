@@ -36,6 +36,7 @@ const RULES: &str = "RewriteEngine On\n\
     RewriteRule ^/nc/(.*)$ /t/$1 [R=303,NC,L]\n\
     RewriteRule ^/s307$ /t [R=307,L]\n\
     RewriteRule ^/s308$ /t [R=permanent,L]\n\
+    RewriteRule ^/dpi/(.*)$ /t/$1 [DPI,R=302,L]\n\
     RewriteCond %{QUERY_STRING} ^id=([0-9]+)$\n\
     RewriteRule ^/item$ /items/%1? [R=301,L]\n\
     RewriteCond %{REQUEST_URI} \\.iso$\n\
@@ -74,6 +75,7 @@ const PATHS: &[&str] = &[
     "/NC/Abc%20d",
     "/s307",
     "/s308",
+    "/dpi/a%20b?k=v",
     "/item?id=42",
     "/iso/a%20b.iso",
 ];

@@ -286,6 +286,10 @@ fn rule_flags(
             // "Not for internal subrequests": sluice makes none, so the rule
             // applies to every request, as Apache's does to its main ones.
             "ns" | "nosubreq" => {}
+            // "Discard path info": sluice never splits a path into a file and a
+            // PATH_INFO after it, so none is ever appended to a rewrite; every
+            // rule already does what DPI asks of Apache.
+            "dpi" | "discardpath" => {}
             "ne" | "noescape" => rf.flags.noescape = true,
             "f" | "forbidden" => rf.forbidden = true,
             "g" | "gone" => rf.gone = true,
