@@ -19,6 +19,7 @@
 pub mod apache;
 pub mod classify;
 pub mod classindex;
+pub mod compare;
 pub mod compiled;
 pub mod effects;
 mod explain;

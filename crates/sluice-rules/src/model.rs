@@ -3,6 +3,7 @@
 //! reference and the compiled index) call this same function, so they can only
 //! differ in *which* rules they try, which is what the equivalence tests check.
 
+pub use crate::compare::{atoi, Accept};
 use crate::location::{location, path_safe, split_query};
 use crate::outcome::Outcome;
 use crate::pattern::{RegexPattern, Trivial};
@@ -37,6 +38,18 @@ pub enum CondTest {
     IsDir,
     /// `=text`: lexical equality.
     Equals(String),
+    /// `<text`, `>text`, `<=text`, `>=text`: lexical order (ASCII case folded
+    /// with `NC`), true for the orders `accept` holds.
+    Lexical {
+        accept: Accept,
+        text: String,
+    },
+    /// `-lt`, `-le`, `-eq`, `-ne`, `-ge`, `-gt` and a number: both sides read as
+    /// C's `atoi` reads them (Apache's own reading: `x` is 0, `9abc` is 9).
+    Integer {
+        accept: Accept,
+        n: i32,
+    },
 }
 
 /// A `RewriteCond`.
@@ -466,6 +479,20 @@ fn eval_cond(c: &Cond, subject: &str, req: &Request) -> (bool, Option<Vec<Option
             let dir = matches!(c.test, CondTest::IsDir);
             (file_test(subject, dir, req), None)
         }
+        CondTest::Lexical { accept, text } => {
+            let order = if c.nocase {
+                let fold = |s: &str| {
+                    s.bytes()
+                        .map(|b| b.to_ascii_lowercase())
+                        .collect::<Vec<_>>()
+                };
+                fold(subject).cmp(&fold(text))
+            } else {
+                subject.cmp(text.as_str())
+            };
+            (accept.holds(order), None)
+        }
+        CondTest::Integer { accept, n } => (accept.holds(atoi(subject).cmp(n)), None),
     };
     if c.negate {
         (!hit, None)

@@ -229,6 +229,12 @@ fn redirect(addr: &str, path: &str) -> (u16, String) {
     )
 }
 
+/// [`redirect`], its `Location` [`decoded`].
+fn redirect_decoded(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let (status, location) = redirect(addr, path);
+    (status, decoded(&location))
+}
+
 /// `location` with every escape decoded, and the request's own origin
 /// (`http://a`, with any port) taken off: Apache makes a relative target absolute.
 fn decoded(location: &str) -> Vec<u8> {
@@ -753,11 +759,7 @@ fn next_rounds_answer_as_apache() {
         "/few/xxxx",
         "/last/a_b_c",
     ];
-    let ask = |addr: &str, path: &str| {
-        let (status, location) = redirect(addr, path);
-        (status, decoded(&location))
-    };
-    assert_same_answers(&paths, ask, &apache_addr, &srv.addr);
+    assert_same_answers(&paths, redirect_decoded, &apache_addr, &srv.addr);
 }
 
 /// Each of `paths` asked of Apache (at `apache`) and of sluice (at `sluice`) by
@@ -776,4 +778,40 @@ fn assert_same_answers<T: PartialEq + std::fmt::Debug>(
         }
     }
     assert!(differ.is_empty(), "answers differ:\n{}", differ.join("\n"));
+}
+
+/// `RewriteCond`'s lexical and integer comparisons,
+/// `testdata/rules/rewrite_compare.conf` loaded by both: each request's status
+/// and decoded `Location` must be the same (sluice read these patterns as
+/// regexes before, and none of them ever matched).
+#[test]
+fn comparisons_in_conditions_answer_as_apache() {
+    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/rules/rewrite_compare.conf");
+    let (_apache, apache_addr, srv) = both_loading(&std::fs::read_to_string(conf).unwrap());
+    let paths = [
+        "/gt?n",
+        "/gt?m",
+        "/gt?a",
+        "/le?m",
+        "/le?ma",
+        "/ilt?9",
+        "/ilt?10",
+        "/ilt?x",
+        "/ilt?%209",
+        "/ilt?9abc",
+        "/ige?16",
+        "/ige?0",
+        "/ige?-1",
+        "/gtnc?N",
+        "/gtnc?n",
+        "/gtnc?a",
+        "/notlt?m",
+        "/notlt?a",
+        "/ieq?-3",
+        "/ieq?-03",
+        "/ilt?+5",
+        "/ilt?99999999999999999999",
+    ];
+    assert_same_answers(&paths, redirect_decoded, &apache_addr, &srv.addr);
 }

@@ -106,16 +106,32 @@ impl Rewrite {
             // `=""` is Apache's spelling of the empty string.
             "=\"\"" => CondTest::Equals(String::new()),
             p if p.starts_with('=') => CondTest::Equals(p[1..].to_string()),
-            p if p.starts_with('-') && p.len() == 2 => {
-                return self.skip_cond(at, ctx, format!("RewriteCond test {p}"))
+            // Lexical order, and integers as Apache reads them (`atoi`).
+            p if p.starts_with(['<', '>']) => {
+                let or_equal = p[1..].starts_with('=');
+                let less = p.starts_with('<');
+                CondTest::Lexical {
+                    accept: Accept {
+                        less,
+                        equal: or_equal,
+                        greater: !less,
+                    },
+                    text: p[1 + usize::from(or_equal)..].to_string(),
+                }
             }
-            p => CondTest::Regex({
-                // A condition is never indexed: drop the hint.
-                let mut r =
-                    RegexPattern::new(p.to_string(), nocase, false).map_err(|m| at.err(m))?;
-                r.hint = None;
-                r
-            }),
+            p => match integer_test(p) {
+                Some((accept, n)) => CondTest::Integer { accept, n },
+                None if p.starts_with('-') && p.len() == 2 => {
+                    return self.skip_cond(at, ctx, format!("RewriteCond test {p}"))
+                }
+                None => CondTest::Regex({
+                    // A condition is never indexed: drop the hint.
+                    let mut r =
+                        RegexPattern::new(p.to_string(), nocase, false).map_err(|m| at.err(m))?;
+                    r.hint = None;
+                    r
+                }),
+            },
         };
         self.conds.push(Cond {
             subject,
@@ -345,6 +361,26 @@ fn rule_flags(
     rf.extra.env = env.into();
     rf.extra.cookies = cookies.into();
     Ok(Ok(rf))
+}
+
+/// `-lt5` and its kin: which orders they accept, and their number (`atoi`).
+fn integer_test(p: &str) -> Option<(Accept, i32)> {
+    let (op, rest) = (p.get(..3)?, &p[3..]);
+    let a = |less, equal, greater| Accept {
+        less,
+        equal,
+        greater,
+    };
+    let accept = match op {
+        "-lt" => a(true, false, false),
+        "-le" => a(true, true, false),
+        "-eq" => a(false, true, false),
+        "-ne" => a(true, false, true),
+        "-ge" => a(false, true, true),
+        "-gt" => a(false, false, true),
+        _ => return None,
+    };
+    Some((accept, atoi(rest)))
 }
 
 /// The argument of a `RewriteBase` line: one URL path, from `/`.
