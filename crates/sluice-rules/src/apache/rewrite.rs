@@ -95,6 +95,11 @@ impl Rewrite {
                 }
             }
         }
+        // `RewriteCond expr "…"`: Apache's expression language, not a test
+        // string; read as one it would silently never match.
+        if args[0] == "expr" {
+            return self.skip_cond(at, ctx, "RewriteCond expr (an ap_expr expression)".into());
+        }
         let subject = Template::parse(&args[0], &|m| ctx.maps.slot(m)).map_err(|m| at.err(m))?;
         let (negate, pat) = match args[1].strip_prefix('!') {
             Some(p) => (true, p),
