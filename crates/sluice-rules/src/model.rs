@@ -334,7 +334,9 @@ impl Rule {
             .iter()
             .any(|c| !c.subject.reads_request_only(maps))
         {
-            return Some("a condition reads the client's address, the scheme or a rnd: map");
+            return Some(
+                "a condition reads the client's address, the scheme, the clock or a rnd: map",
+            );
         }
         if self
             .extra
@@ -342,14 +344,16 @@ impl Rule {
             .is_some_and(|x| !x.reads_request_only(maps))
         {
             return Some(
-                "an E=, T= or CO= value reads the client's address, the scheme or a rnd: map",
+                "an E=, T= or CO= value reads the client's address, the scheme, the clock or a rnd: map",
             );
         }
         match &self.action {
             Action::Redirect { target, .. } | Action::Rewrite { target }
                 if !target.reads_request_only(maps) =>
             {
-                return Some("its target reads the client's address, the scheme or a rnd: map");
+                return Some(
+                    "its target reads the client's address, the scheme, the clock or a rnd: map",
+                );
             }
             _ => {}
         }

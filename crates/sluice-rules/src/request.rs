@@ -197,6 +197,63 @@ pub enum Var {
     /// environment; sluice does not, so that no variable of the server's own can
     /// reach an answer.
     Env(Box<str>),
+    /// `%{TIME}` (`YYYYMMDDhhmmss`) and `%{TIME_YEAR}`, `_MON`, `_DAY`, `_HOUR`,
+    /// `_MIN`, `_SEC` (two digits but the year's four), `_WDAY` (`0` Sunday to
+    /// `6`): the clock in UTC, sluice's time everywhere; Apache reads local
+    /// time, the same on a server whose time zone is UTC. Not the request's
+    /// bytes: a decision on it is not kept.
+    Time(TimeField),
+}
+
+/// Which part of the time a `%{TIME…}` variable reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeField {
+    All,
+    Year,
+    Mon,
+    Day,
+    Hour,
+    Min,
+    Sec,
+    Wday,
+}
+
+impl TimeField {
+    /// Appends this part of the time now to `out`, read from the HTTP date's
+    /// fields (`Tue, 08 Dec 2026 05:10:32 GMT`).
+    fn push(self, out: &mut String) {
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        let f: Vec<&str> = date
+            .split([' ', ',', ':'])
+            .filter(|s| !s.is_empty())
+            .collect();
+        let [wday, day, mon, year, hour, min, sec, ..] = f[..] else {
+            return;
+        };
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+        let mon = MONTHS.iter().position(|m| *m == mon).map_or(0, |i| i + 1);
+        let mon = format!("{mon:02}");
+        match self {
+            TimeField::All => {
+                for part in [year, &mon, day, hour, min, sec] {
+                    out.push_str(part);
+                }
+            }
+            TimeField::Year => out.push_str(year),
+            TimeField::Mon => out.push_str(&mon),
+            TimeField::Day => out.push_str(day),
+            TimeField::Hour => out.push_str(hour),
+            TimeField::Min => out.push_str(min),
+            TimeField::Sec => out.push_str(sec),
+            TimeField::Wday => {
+                let w = DAYS.iter().position(|d| *d == wday).unwrap_or(0);
+                out.push(char::from(b'0' + w as u8));
+            }
+        }
+    }
 }
 
 impl Var {
@@ -222,6 +279,14 @@ impl Var {
             "HTTP_FORWARDED" => Var::Header("Forwarded".into()),
             "HTTP_PROXY_CONNECTION" => Var::Header("Proxy-Connection".into()),
             _ if n.starts_with("ENV:") && n.len() > 4 => Var::Env(n[4..].into()),
+            "TIME" => Var::Time(TimeField::All),
+            "TIME_YEAR" => Var::Time(TimeField::Year),
+            "TIME_MON" => Var::Time(TimeField::Mon),
+            "TIME_DAY" => Var::Time(TimeField::Day),
+            "TIME_HOUR" => Var::Time(TimeField::Hour),
+            "TIME_MIN" => Var::Time(TimeField::Min),
+            "TIME_SEC" => Var::Time(TimeField::Sec),
+            "TIME_WDAY" => Var::Time(TimeField::Wday),
             _ => match n.strip_prefix("HTTP:") {
                 Some(h)
                     if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b':') =>
@@ -252,7 +317,8 @@ impl Var {
             | Var::RequestFilename
             | Var::DocumentRoot
             | Var::TheRequest
-            | Var::Env(_) => None,
+            | Var::Env(_)
+            | Var::Time(_) => None,
         }
     }
 
@@ -311,6 +377,7 @@ impl Var {
                     out.push_str(fx.borrow().env(name).unwrap_or(""));
                 }
             }
+            Var::Time(f) => f.push(out),
         }
     }
 }

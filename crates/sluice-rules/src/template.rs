@@ -168,15 +168,15 @@ impl Template {
     }
 
     /// True when expansion reads nothing but the request's bytes (and the rule's
-    /// own captures): no `%{REMOTE_ADDR}`, `%{HTTPS}` or `%{REQUEST_SCHEME}`, no
-    /// `rnd:` map. A `txt:` map is loaded
+    /// own captures): no `%{REMOTE_ADDR}`, `%{HTTPS}`, `%{REQUEST_SCHEME}` or
+    /// `%{TIME…}`, no `rnd:` map. A `txt:` map is loaded
     /// with the rules and fixed until a reload; the document root is the site's.
     pub fn reads_request_only(&self, maps: &Maps) -> bool {
         self.parts.iter().all(|p| match p {
             Part::Lit(_) | Part::RuleRef(_) | Part::CondRef(_) | Part::Base(_) => true,
             Part::Var(v) => !matches!(
                 v,
-                Var::RemoteAddr | Var::Https | Var::Scheme | Var::ServerPort
+                Var::RemoteAddr | Var::Https | Var::Scheme | Var::ServerPort | Var::Time(_)
             ),
             Part::Map(m) => {
                 !matches!(maps.get(m.slot), Some(MapDef::Rnd(_)))

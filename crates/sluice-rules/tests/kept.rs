@@ -249,3 +249,50 @@ proptest::proptest! {
         }
     }
 }
+
+/// `%{TIME…}` reads the clock: a decision on it is not kept, and what it reads is
+/// the time now in UTC, field by field, as the HTTP date says it.
+#[test]
+fn the_clock_is_read_and_not_kept() {
+    let s = apache(
+        "RewriteEngine On\n\
+         RewriteCond %{TIME_YEAR} >2000\n\
+         RewriteRule ^/year$ /y/%{TIME_YEAR}-%{TIME_MON}-%{TIME_DAY}/%{TIME_WDAY} [R=302,L]\n\
+         RewriteRule ^/time$ /t/%{TIME} [R=302,L]\n",
+    );
+    assert_eq!(kept(&s, "/year"), (false, false));
+    let before = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let Outcome::Redirect { location, .. } = s.lookup(&get("/year", "10.0.0.1")) else {
+        panic!("the year is past 2000");
+    };
+    let after = httpdate::fmt_http_date(std::time::SystemTime::now());
+    // `Tue, 08 Dec 2026 05:10:32 GMT` gives `/y/2026-12-08/2`.
+    let want = |date: &str| {
+        let f: Vec<&str> = date.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+        let mon = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ]
+        .iter()
+        .position(|m| *m == f[2])
+        .unwrap()
+            + 1;
+        let wday = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+            .iter()
+            .position(|d| *d == f[0])
+            .unwrap();
+        format!("/y/{}-{mon:02}-{}/{wday}", f[3], f[1])
+    };
+    assert!(
+        location == want(&before) || location == want(&after),
+        "{location} at {before}"
+    );
+    let Outcome::Redirect { location, .. } = s.lookup(&get("/time", "10.0.0.1")) else {
+        panic!("no redirect");
+    };
+    let t = location.strip_prefix("/t/").unwrap();
+    assert!(
+        t.len() == 14 && t.bytes().all(|b| b.is_ascii_digit()),
+        "{t}"
+    );
+    assert!(t.starts_with(&want(&after)[3..7]), "{t}");
+}
