@@ -688,9 +688,7 @@ fn an_htaccess_with_rewrite_base_answers_as_in_apache() {
 /// `T=` typed, its `Content-Type` must be the same.
 #[test]
 fn what_a_rule_sets_and_how_b_escapes_answer_as_apache() {
-    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/rules/rewrite_effects.conf");
-    let rules = std::fs::read_to_string(conf).unwrap();
+    let rules = testdata_rules("rewrite_effects.conf");
     let files = [("g.dat", "dat\n"), ("g.txt", "txt\n"), ("f.txt", "f\n")];
     let (_apache, apache_addr, srv) = both_serving(&rules, &files);
     let typed = ["/g.dat", "/t1", "/t2/csv", "/tt"];
@@ -749,9 +747,7 @@ fn what_a_rule_sets_and_how_b_escapes_answer_as_apache() {
 /// falls, and `N` beside `L`. The status and decoded `Location` must be the same.
 #[test]
 fn next_rounds_answer_as_apache() {
-    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/rules/rewrite_next.conf");
-    let (_apache, apache_addr, srv) = both_loading(&std::fs::read_to_string(conf).unwrap());
+    let (_apache, apache_addr, srv) = both_loading(&testdata_rules("rewrite_next.conf"));
     let paths = [
         "/n/a_b_c",
         "/n/plain",
@@ -762,6 +758,14 @@ fn next_rounds_answer_as_apache() {
         "/last/a_b_c",
     ];
     assert_same_answers(&paths, redirect_decoded, &apache_addr, &srv.addr);
+}
+
+/// The text of `testdata/rules/NAME`.
+fn testdata_rules(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/rules")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
 }
 
 /// Each of `paths` asked of Apache (at `apache`) and of sluice (at `sluice`) by
@@ -788,9 +792,7 @@ fn assert_same_answers<T: PartialEq + std::fmt::Debug>(
 /// regexes before, and none of them ever matched).
 #[test]
 fn comparisons_in_conditions_answer_as_apache() {
-    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/rules/rewrite_compare.conf");
-    let (_apache, apache_addr, srv) = both_loading(&std::fs::read_to_string(conf).unwrap());
+    let (_apache, apache_addr, srv) = both_loading(&testdata_rules("rewrite_compare.conf"));
     let paths = [
         "/gt?n",
         "/gt?m",
