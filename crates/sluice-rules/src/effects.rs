@@ -38,9 +38,13 @@ pub struct Extra {
 }
 
 impl Extra {
-    /// True when there is nothing to record on a match (only `date=` or `B`).
-    pub fn records_nothing(&self) -> bool {
-        self.env.is_empty() && self.content_type.is_none() && self.cookies.is_empty()
+    /// True when the rule has none of these settings (it then carries no box).
+    pub fn is_empty(&self) -> bool {
+        self.date.is_none()
+            && self.escape.is_none()
+            && self.env.is_empty()
+            && self.content_type.is_none()
+            && self.cookies.is_empty()
     }
 
     /// Records what this rule sets, the rule having matched and its

@@ -415,7 +415,7 @@ impl RuleSet {
         self.decide(first, req, step)
     }
 
-    /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary`]), if any,
+    /// The `Vary` of the answer rule `i` decided ([`model::Rule::vary_names`]), if any,
     /// with the fields read by the rules that matched before it and handed the
     /// request on (`through`: [`Effects::handed_on`]), as Apache's mod_rewrite
     /// names every matching rule's.

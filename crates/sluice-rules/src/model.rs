@@ -60,7 +60,7 @@ pub struct Cond {
     pub negate: bool,
     pub nocase: bool,
     pub or_next: bool,
-    /// `NV`: the header fields it reads are not named in `Vary` ([`Rule::vary`]).
+    /// `NV`: the header fields it reads are not named in `Vary` ([`Rule::vary_names`]).
     pub novary: bool,
 }
 

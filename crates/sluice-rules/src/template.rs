@@ -190,7 +190,7 @@ impl Template {
 
     /// The request header fields this template reads (`%{HTTP_USER_AGENT}`,
     /// `%{HTTP_REFERER}`, `%{HTTP:Name}`, in map keys and defaults too), for an
-    /// answer's `Vary` ([`crate::model::Rule::vary`]). The `Host` is not one: it is
+    /// answer's `Vary` ([`crate::model::Rule::vary_names`]). The `Host` is not one: it is
     /// part of what a cache keys on already.
     pub fn headers_read<'a>(&'a self, out: &mut Vec<&'a str>) {
         for p in &self.parts {

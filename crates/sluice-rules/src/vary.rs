@@ -1,7 +1,8 @@
-//! The `Vary` of an answer a rule decided: which request header fields its
-//! match read. Owns only that list; it reads a compiled rule and never a request.
-//! Cost: one look at the deciding rule's conditions per answer a rule decided,
-//! and nothing allocated for a rule without conditions or classification.
+//! The `Vary` of an answer a rule decided: which request header fields the
+//! matches on the way to it read. Owns only that list; it reads compiled rules and
+//! never a request. Cost: one look at each matching rule's conditions per answer
+//! a rule decided, and nothing allocated for rules without conditions or
+//! classification.
 
 use crate::model::Rule;
 
@@ -13,18 +14,12 @@ impl Rule {
     /// conditions. So a cache in front of the mirror does not hand one client's
     /// redirect (or 403) to another whose header differs. Apache's mod_rewrite
     /// names them too, but only on an internal rewrite's answer: its redirects and
-    /// `F`/`G` answers leave them out. As in Apache, only a rule that decided names
-    /// them: an answer no rule decided (a file served because a condition failed)
+    /// `F`/`G` answers leave them out. As in Apache, only a rule that matched names
+    /// them (the deciding one and those that handed the request on to it:
+    /// [`crate::RuleSet::vary`]): an answer no rule decided (a file served because a condition failed)
     /// has none, or every file behind a user-agent rule would vary by user agent.
-    /// Computed when asked (a rule without conditions costs one look),
-    /// comma-separated, each name once.
-    pub fn vary(&self) -> Option<String> {
-        let mut names = Vec::new();
-        self.vary_names(&mut names);
-        join(&names)
-    }
-
-    /// The names [`Rule::vary`] lists, appended to `names` (each may repeat).
+    /// Appended to `names` (each may repeat: [`join`] says each once); computed
+    /// when asked, a rule without conditions costs one look.
     pub fn vary_names<'r>(&'r self, names: &mut Vec<&'r str>) {
         for c in self.conds.iter().filter(|c| !c.novary) {
             c.subject.headers_read(names);

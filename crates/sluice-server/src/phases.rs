@@ -160,7 +160,7 @@ fn phases(ctx: &mut PhaseCtx, head: &RequestHead) -> Response {
         // The request header fields the matching rules' conditions read (the
         // deciding rule's and those that handed the request on to it), so that
         // a cache in front does not give this answer to a client whose differ
-        // (`Rule::vary`, as Apache's mod_rewrite).
+        // (`Rule::vary_names`, as Apache's mod_rewrite).
         let effects = effects.into_inner();
         if let Some(vary) = rule.and_then(|i| rules.vary(i, &effects.handed_on)) {
             r.headers.add("Vary", &vary);

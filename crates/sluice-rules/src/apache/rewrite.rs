@@ -89,7 +89,7 @@ impl Rewrite {
                     "nc" | "nocase" => nocase = true,
                     "or" | "ornext" => or_next = true,
                     // "No Vary": the header this condition reads is left out
-                    // of the answer's `Vary` (`Rule::vary`).
+                    // of the answer's `Vary` (`Rule::vary_names`).
                     "nv" | "novary" => novary = true,
                     other => return self.skip_cond(at, ctx, format!("RewriteCond flag [{other}]")),
                 }
@@ -184,8 +184,7 @@ impl Rewrite {
         if args[0].starts_with('!') {
             return self.skip_rule(at, ctx, "negated RewriteRule pattern".into());
         }
-        let extra =
-            (rf.extra.escape.is_some() || !rf.extra.records_nothing()).then(|| Box::new(rf.extra));
+        let extra = (!rf.extra.is_empty()).then(|| Box::new(rf.extra));
         let mut flags = rf.flags;
         flags.chained = std::mem::replace(&mut self.chain_open, rf.chain);
         let strip = args[0].len() > 1
